@@ -1,0 +1,1 @@
+//! RoFormer on candle.

@@ -1,0 +1,96 @@
+//! The error type of the rotary core.
+
+/// Everything that can be wrong with a rotary call's arguments.
+///
+/// Every public function of this crate that takes caller data validates it and returns one of
+/// these instead of panicking.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RopeError {
+    /// The number of rotated dimensions is zero or odd: dimensions rotate in pairs.
+    #[error("rotary dims must be even and non-zero, got {0}")]
+    InvalidRotaryDim(usize),
+    /// More rotated dimensions than the head has.
+    #[error("rotary dims {rotary_dim} exceed head dim {head_dim}")]
+    RotaryDimTooLarge {
+        /// Requested rotated dimensions.
+        rotary_dim: usize,
+        /// Dimensions per head.
+        head_dim: usize,
+    },
+    /// A frequency base that is not a finite number above zero.
+    #[error("rotary base must be finite and > 0, got {0}")]
+    InvalidBase(f64),
+    /// An inverse frequency (or another angle parameter) that is not finite.
+    #[error("{what} must be finite, got {value} at index {index}")]
+    NonFinite {
+        /// Which parameter.
+        what: &'static str,
+        /// Index of the offending entry.
+        index: usize,
+        /// The value found.
+        value: f64,
+    },
+    /// A data slice whose length does not match the shape that describes it.
+    #[error("{what}: slice holds {got} elements but its shape {shape:?} needs {expected}")]
+    LengthMismatch {
+        /// Which argument.
+        what: &'static str,
+        /// The shape given, as (batch, heads, seq, head_dim).
+        shape: [usize; 4],
+        /// Elements the shape needs.
+        expected: usize,
+        /// Elements the slice holds.
+        got: usize,
+    },
+    /// The head dimension of the data does not match the rotation's.
+    #[error("{what}: head dim {got} does not match the rotation's head dim {expected}")]
+    HeadDimMismatch {
+        /// Which argument.
+        what: &'static str,
+        /// The rotation's head dim.
+        expected: usize,
+        /// The data's head dim.
+        got: usize,
+    },
+    /// q and k of a fused call disagree on a dimension they must share.
+    #[error("q and k must share {what}: q has {q}, k has {k}")]
+    QkMismatch {
+        /// The dimension: batch, seq, head dim or order.
+        what: &'static str,
+        /// q's value.
+        q: usize,
+        /// k's value.
+        k: usize,
+    },
+    /// An explicit position list of the wrong length.
+    #[error("positions: expected {seq} (one per token) or {batch_seq} (one per token of every sequence) entries, got {got}")]
+    PositionsLength {
+        /// Sequence length.
+        seq: usize,
+        /// batch * seq.
+        batch_seq: usize,
+        /// Entries given.
+        got: usize,
+    },
+    /// A position that is NaN or infinite.
+    #[error("position {index} is not finite ({value})")]
+    NonFinitePosition {
+        /// Index of the position in the list.
+        index: usize,
+        /// The value found.
+        value: f64,
+    },
+    /// A cos/sin table that has the wrong number of rows or the wrong row width.
+    #[error("cos/sin table: {0}")]
+    TableMismatch(String),
+    /// A shape whose element count overflows `usize`.
+    #[error("shape {0:?} overflows the address space")]
+    ShapeOverflow([usize; 4]),
+    /// A weight matrix handed to the layout conversion has the wrong size.
+    #[error("projection: {0}")]
+    Projection(String),
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T> = std::result::Result<T, RopeError>;

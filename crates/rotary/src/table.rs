@@ -1,0 +1,259 @@
+//! cos/sin tables: angles computed in f64, rounded once to f32, laid out for the kernels.
+
+use rayon::prelude::*;
+
+use crate::error::{Result, RopeError};
+use crate::freqs::check_rotary_dim;
+use crate::layout::Layout;
+
+/// Rows below this many values are filled on the calling thread.
+const PARALLEL_FILL_MIN: usize = 1 << 15;
+
+/// Rotation coefficients for a list of rows (tokens), in the form the kernels consume.
+///
+/// Each row holds `rotary_dim` cosines `C` and `rotary_dim` signed sines `S` such that the
+/// rotated coordinate `j` is `x[j] * C[j] + x[partner(j)] * S[j]`:
+/// - [`Layout::Interleaved`]: `C = [c0, c0, c1, c1, ...]`, `S = [-s0, s0, -s1, s1, ...]`,
+///   partner(2i) = 2i+1;
+/// - [`Layout::Half`]: `C = [c0..c_{h-1}, c0..c_{h-1}]`, `S = [-s0..-s_{h-1}, s0..s_{h-1}]`,
+///   partner(i) = i + h, with `h = rotary_dim / 2`,
+///
+/// where `c_i = a cos(phi_i)`, `s_i = a sin(phi_i)`, `phi_i` is the row's angle for pair `i`
+/// computed in f64 and `a` an amplitude (1, or an attention factor such as YaRN's). Each value
+/// is rounded once from f64 to f32.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CosSin {
+    layout: Layout,
+    rotary_dim: usize,
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
+impl CosSin {
+    /// Builds `rows` rows from a function giving the angle (radians, f64) of pair `i` of row
+    /// `row`, scaled by `amplitude`. This is the one entry point for every angle schedule: 1D,
+    /// N-D, scaled.
+    ///
+    /// # Errors
+    /// [`RopeError::InvalidRotaryDim`] for an odd or zero `rotary_dim`; [`RopeError::NonFinite`]
+    /// if an angle or the amplitude is not finite.
+    pub fn from_angles<F>(
+        layout: Layout,
+        rotary_dim: usize,
+        rows: usize,
+        amplitude: f64,
+        angle: F,
+    ) -> Result<Self>
+    where
+        F: Fn(usize, usize) -> f64 + Sync,
+    {
+        check_rotary_dim(rotary_dim)?;
+        if !amplitude.is_finite() {
+            return Err(RopeError::NonFinite {
+                what: "amplitude",
+                index: 0,
+                value: amplitude,
+            });
+        }
+        let len = rows.checked_mul(rotary_dim).ok_or_else(|| {
+            RopeError::TableMismatch(format!("{rows} rows of {rotary_dim} overflow"))
+        })?;
+        let mut cos = vec![0f32; len];
+        let mut sin = vec![0f32; len];
+        let fill = |(row, (c, s)): (usize, (&mut [f32], &mut [f32]))| -> Result<()> {
+            fill_row(layout, amplitude, c, s, |i| angle(row, i))
+        };
+        if len >= PARALLEL_FILL_MIN {
+            let rows_par = cos
+                .par_chunks_mut(rotary_dim)
+                .zip(sin.par_chunks_mut(rotary_dim));
+            rows_par.enumerate().try_for_each(fill)?;
+        } else {
+            let rows_seq = cos.chunks_mut(rotary_dim).zip(sin.chunks_mut(rotary_dim));
+            rows_seq.enumerate().try_for_each(fill)?;
+        }
+        Ok(CosSin {
+            layout,
+            rotary_dim,
+            cos,
+            sin,
+        })
+    }
+
+    /// Rows for 1D positions: row `row` rotates pair `i` by `position(row) * inv_freq[i]`.
+    ///
+    /// # Errors
+    /// As [`CosSin::from_angles`].
+    pub fn from_positions<P>(
+        layout: Layout,
+        inv_freq: &[f64],
+        amplitude: f64,
+        rows: usize,
+        position: P,
+    ) -> Result<Self>
+    where
+        P: Fn(usize) -> f64 + Sync,
+    {
+        CosSin::from_angles(layout, 2 * inv_freq.len(), rows, amplitude, |row, i| {
+            position(row) * inv_freq[i]
+        })
+    }
+
+    /// Appends rows `self.rows()..self.rows() + extra` of the same 1D schedule (the table grows
+    /// without recomputing its existing rows).
+    ///
+    /// # Errors
+    /// As [`CosSin::from_angles`].
+    pub fn extend_positions(&mut self, inv_freq: &[f64], amplitude: f64, extra: usize) -> Result<()> {
+        let start = self.rows();
+        let more = CosSin::from_positions(self.layout, inv_freq, amplitude, extra, |row| {
+            (start + row) as f64
+        })?;
+        self.cos.extend_from_slice(&more.cos);
+        self.sin.extend_from_slice(&more.sin);
+        Ok(())
+    }
+
+    /// Copies the given rows of `self` (by index) into a new table.
+    ///
+    /// # Errors
+    /// [`RopeError::TableMismatch`] if an index is out of range.
+    pub fn gather(&self, rows: impl Iterator<Item = usize>) -> Result<Self> {
+        let r = self.rotary_dim;
+        let (mut cos, mut sin) = (Vec::new(), Vec::new());
+        for row in rows {
+            if row >= self.rows() {
+                return Err(RopeError::TableMismatch(format!(
+                    "row {row} requested from a table of {}",
+                    self.rows()
+                )));
+            }
+            cos.extend_from_slice(&self.cos[row * r..(row + 1) * r]);
+            sin.extend_from_slice(&self.sin[row * r..(row + 1) * r]);
+        }
+        Ok(CosSin {
+            layout: self.layout,
+            rotary_dim: r,
+            cos,
+            sin,
+        })
+    }
+
+    /// Number of rows.
+    pub fn rows(&self) -> usize {
+        self.cos.len() / self.rotary_dim
+    }
+
+    /// Rotated dimensions per row.
+    pub fn rotary_dim(&self) -> usize {
+        self.rotary_dim
+    }
+
+    /// Pair layout the rows are expanded for.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// A borrowed view of all rows.
+    pub fn view(&self) -> CosSinView<'_> {
+        self.view_rows(0, self.rows())
+    }
+
+    /// A borrowed view of rows `start..start + len`.
+    ///
+    /// # Panics
+    /// If the range exceeds the table; callers inside the crate check first.
+    pub(crate) fn view_rows(&self, start: usize, len: usize) -> CosSinView<'_> {
+        let r = self.rotary_dim;
+        CosSinView {
+            layout: self.layout,
+            rotary_dim: r,
+            cos: &self.cos[start * r..(start + len) * r],
+            sin: &self.sin[start * r..(start + len) * r],
+        }
+    }
+
+    /// Row `row` as `(C, S)` slices of `rotary_dim` values each (see the type's docs).
+    pub fn row(&self, row: usize) -> Option<(&[f32], &[f32])> {
+        let r = self.rotary_dim;
+        let range = row.checked_mul(r)?..row.checked_add(1)?.checked_mul(r)?;
+        Some((self.cos.get(range.clone())?, self.sin.get(range)?))
+    }
+}
+
+/// Fills one row from the angles of its pairs.
+fn fill_row(
+    layout: Layout,
+    amplitude: f64,
+    cos: &mut [f32],
+    sin: &mut [f32],
+    angle: impl Fn(usize) -> f64,
+) -> Result<()> {
+    let r = cos.len();
+    for i in 0..r / 2 {
+        let phi = angle(i);
+        if !phi.is_finite() {
+            return Err(RopeError::NonFinite {
+                what: "angle",
+                index: i,
+                value: phi,
+            });
+        }
+        let (s, c) = phi.sin_cos();
+        let (c, s) = ((amplitude * c) as f32, (amplitude * s) as f32);
+        let (a, b) = layout.pair(i, r);
+        cos[a] = c;
+        cos[b] = c;
+        sin[a] = -s;
+        sin[b] = s;
+    }
+    Ok(())
+}
+
+/// A borrowed run of [`CosSin`] rows: what the kernels read.
+#[derive(Debug, Clone, Copy)]
+pub struct CosSinView<'a> {
+    layout: Layout,
+    rotary_dim: usize,
+    cos: &'a [f32],
+    sin: &'a [f32],
+}
+
+impl<'a> CosSinView<'a> {
+    /// Number of rows.
+    pub fn rows(&self) -> usize {
+        self.cos.len() / self.rotary_dim
+    }
+
+    /// Rotated dimensions per row.
+    pub fn rotary_dim(&self) -> usize {
+        self.rotary_dim
+    }
+
+    /// Pair layout.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// All cosines, row-major (`rows * rotary_dim`).
+    pub fn cos(&self) -> &'a [f32] {
+        self.cos
+    }
+
+    /// All signed sines, row-major (`rows * rotary_dim`).
+    pub fn sin(&self) -> &'a [f32] {
+        self.sin
+    }
+
+    /// Rows `start..start + len`, or `None` when out of range.
+    pub fn slice(&self, start: usize, len: usize) -> Option<CosSinView<'a>> {
+        let r = self.rotary_dim;
+        let range = start.checked_mul(r)?..start.checked_add(len)?.checked_mul(r)?;
+        Some(CosSinView {
+            layout: self.layout,
+            rotary_dim: r,
+            cos: self.cos.get(range.clone())?,
+            sin: self.sin.get(range)?,
+        })
+    }
+}
