@@ -1,1 +1,65 @@
-fn main() {}
+//! `roformer`: rotary position embeddings and RoFormer from the command line.
+//!
+//! A thin layer over the `rotary` and `roformer` crates: argument parsing, files, progress
+//! bars, tables, plots and `--json` output.
+
+mod analyze;
+mod bench;
+mod embed;
+mod fill_mask;
+mod forward;
+mod rope_cmd;
+mod tokenize;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Rotary position embedding (RoPE) and the RoFormer transformer.
+#[derive(Debug, Parser)]
+#[command(name = "roformer", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Measure speed against the physical limit and peer implementations.
+    #[command(subcommand)]
+    Bench(bench::Command),
+    /// Inspect rotary schedules.
+    #[command(subcommand)]
+    Rope(rope_cmd::Command),
+    /// Run a checkpoint on token ids and write its outputs (the exact, scriptable entry point).
+    Forward(forward::Args),
+    /// Turn text into token ids with a checkpoint's tokenizer.
+    Tokenize(tokenize::Args),
+    /// Predict the tokens behind each [MASK].
+    FillMask(fill_mask::Args),
+    /// One vector per input line.
+    Embed(embed::Args),
+    /// The paper's analyses, as numbers and plots.
+    #[command(subcommand)]
+    Analyze(analyze::Command),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Bench(c) => bench::run(c),
+        Command::Rope(c) => rope_cmd::run(c),
+        Command::Forward(a) => forward::run(a),
+        Command::Tokenize(a) => tokenize::run(a),
+        Command::FillMask(a) => fill_mask::run(a),
+        Command::Embed(a) => embed::run(a),
+        Command::Analyze(c) => analyze::run(c),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! `roformer bench ...`: speed measured against peers in the same run.
+
+mod attention;
+mod model;
+mod rope;
+
+/// Which benchmark to run.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// The rotary kernels against memcpy and candle-nn.
+    Rope(rope::Args),
+    /// RoFormer forward throughput.
+    Model(model::Args),
+    /// Softmax against linear attention by sequence length.
+    Attention(attention::Args),
+}
+
+/// Runs the chosen benchmark.
+pub fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Rope(a) => rope::run(a),
+        Command::Model(a) => model::run(a),
+        Command::Attention(a) => attention::run(a),
+    }
+}

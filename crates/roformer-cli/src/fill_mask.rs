@@ -1,0 +1,10 @@
+//! In progress: replaced by its issue's implementation.
+
+/// Arguments (in progress).
+#[derive(Debug, clap::Args)]
+pub struct Args {}
+
+/// Runs the command (in progress).
+pub fn run(_args: Args) -> anyhow::Result<()> {
+    anyhow::bail!("fill_mask: in progress")
+}

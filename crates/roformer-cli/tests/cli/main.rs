@@ -1,0 +1,3 @@
+//! End-to-end tests of the `roformer` binary: one module per command, one test binary.
+
+mod common;
