@@ -171,6 +171,7 @@ fn push_tasks<'a, T: Element>(
         inverse: direction == Direction::Inverse,
     };
     let slab_len = seq * token_len;
+    let first_task = tasks.len();
     let mut src_slabs = src.map(|s| s.chunks(slab_len));
     for (slab, dst_slab) in dst.chunks_mut(slab_len).enumerate() {
         let b = slab / slabs_per_batch;
@@ -187,6 +188,9 @@ fn push_tasks<'a, T: Element>(
             });
         }
     }
+    // Head-major: put the tasks of one token range next to each other across heads, so that a
+    // thread reuses the same table rows from cache for every head instead of re-streaming them.
+    tasks[first_task..].sort_by_key(|t| t.table_row);
     Ok(())
 }
 
