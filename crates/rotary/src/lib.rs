@@ -33,6 +33,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod analysis;
 pub mod apply;
 pub mod element;
 pub mod error;
