@@ -35,6 +35,8 @@
 
 pub mod analysis;
 pub mod apply;
+#[cfg(feature = "candle")]
+pub mod candle;
 pub mod element;
 pub mod error;
 pub mod freqs;
@@ -44,6 +46,8 @@ pub mod positions;
 pub mod rope;
 pub mod table;
 
+#[cfg(feature = "candle")]
+pub use candle::{apply_rope, rotate_slow, rotate_tensor};
 pub use apply::{rotate, rotate_inplace, rotate_qk_inplace, Direction, Order, Shape};
 pub use element::{DType, Element};
 pub use error::{Result, RopeError};
