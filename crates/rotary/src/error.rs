@@ -84,6 +84,13 @@ pub enum RopeError {
     /// A cos/sin table that has the wrong number of rows or the wrong row width.
     #[error("cos/sin table: {0}")]
     TableMismatch(String),
+    /// N-D positions that are malformed (coordinate count not a multiple of the axes) or do not
+    /// match the rotation's number of axes.
+    #[error("N-D positions: {0}")]
+    NdPositions(String),
+    /// An N-D frequency specification (axis sections, omega matrix) that is inconsistent.
+    #[error("N-D frequencies: {0}")]
+    NdFrequencies(String),
     /// A shape whose element count overflows `usize`.
     #[error("shape {0:?} overflows the address space")]
     ShapeOverflow([usize; 4]),

@@ -42,8 +42,10 @@ pub mod error;
 pub mod freqs;
 pub mod kernel;
 pub mod layout;
+pub mod nd;
 pub mod positions;
 pub mod rope;
+pub mod scaling;
 pub mod table;
 
 #[cfg(feature = "candle")]
@@ -54,6 +56,8 @@ pub use error::{Result, RopeError};
 pub use freqs::{inv_freqs, DEFAULT_BASE};
 pub use kernel::Isa;
 pub use layout::{convert_projection, pair_permutation, Layout};
+pub use nd::{AxisSchedule, NdPositions, NdRope};
 pub use positions::Positions;
 pub use rope::{Coefficients, Rope};
+pub use scaling::{ConfigError, RopeSpec, ScaledFreqs, Scaling, Xpos};
 pub use table::{CosSin, CosSinView};

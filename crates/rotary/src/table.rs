@@ -55,13 +55,31 @@ impl CosSin {
                 value: amplitude,
             });
         }
+        CosSin::from_polar(layout, rotary_dim, rows, |row, i| {
+            (amplitude, angle(row, i))
+        })
+    }
+
+    /// Builds `rows` rows from a function giving `(magnitude, angle)` of pair `i` of row `row`:
+    /// `c_i = magnitude cos(angle)`, `s_i = magnitude sin(angle)`, both from f64 and rounded
+    /// once. [`CosSin::from_angles`] is the case of one magnitude for every pair; a magnitude per
+    /// pair and row scales q or k as xPos does.
+    ///
+    /// # Errors
+    /// [`RopeError::InvalidRotaryDim`] for an odd or zero `rotary_dim`; [`RopeError::NonFinite`]
+    /// if an angle or a magnitude is not finite.
+    pub fn from_polar<F>(layout: Layout, rotary_dim: usize, rows: usize, polar: F) -> Result<Self>
+    where
+        F: Fn(usize, usize) -> (f64, f64) + Sync,
+    {
+        check_rotary_dim(rotary_dim)?;
         let len = rows.checked_mul(rotary_dim).ok_or_else(|| {
             RopeError::TableMismatch(format!("{rows} rows of {rotary_dim} overflow"))
         })?;
         let mut cos = vec![0f32; len];
         let mut sin = vec![0f32; len];
         let fill = |(row, (c, s)): (usize, (&mut [f32], &mut [f32]))| -> Result<()> {
-            fill_row(layout, amplitude, c, s, |i| angle(row, i))
+            fill_row(layout, c, s, |i| polar(row, i))
         };
         if len >= PARALLEL_FILL_MIN {
             let rows_par = cos
@@ -181,23 +199,24 @@ impl CosSin {
     }
 }
 
-/// Fills one row from the angles of its pairs.
+/// Fills one row from the (magnitude, angle) of its pairs.
 fn fill_row(
     layout: Layout,
-    amplitude: f64,
     cos: &mut [f32],
     sin: &mut [f32],
-    angle: impl Fn(usize) -> f64,
+    polar: impl Fn(usize) -> (f64, f64),
 ) -> Result<()> {
     let r = cos.len();
     for i in 0..r / 2 {
-        let phi = angle(i);
-        if !phi.is_finite() {
-            return Err(RopeError::NonFinite {
-                what: "angle",
-                index: i,
-                value: phi,
-            });
+        let (amplitude, phi) = polar(i);
+        for (what, value) in [("angle", phi), ("magnitude", amplitude)] {
+            if !value.is_finite() {
+                return Err(RopeError::NonFinite {
+                    what,
+                    index: i,
+                    value,
+                });
+            }
         }
         let (s, c) = phi.sin_cos();
         let (c, s) = ((amplitude * c) as f32, (amplitude * s) as f32);
