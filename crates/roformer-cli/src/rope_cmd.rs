@@ -1,5 +1,12 @@
 //! `roformer rope ...`: inspect rotary schedules.
 
+use std::f64::consts::PI;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use rotary::RopeSpec;
+use serde::Serialize;
+
 /// Which inspection to run.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -9,9 +16,62 @@ pub enum Command {
 
 /// Arguments of `rope freqs`.
 #[derive(Debug, clap::Args)]
-pub struct FreqsArgs {}
+pub struct FreqsArgs {
+    /// A transformers config.json (legacy `rope_scaling` or `rope_parameters` form).
+    #[arg(long)]
+    config: PathBuf,
+    /// Current sequence length, for schemes that depend on it (dynamic NTK, LongRoPE).
+    /// Without it: the values transformers computes when the model is built.
+    #[arg(long)]
+    seq_len: Option<usize>,
+    /// Print {"inv_freq": [...], "attention_factor": x} instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The JSON output of `rope freqs`.
+#[derive(Debug, Serialize)]
+struct FreqsJson<'a> {
+    inv_freq: &'a [f64],
+    attention_factor: f64,
+}
 
 /// Runs the chosen inspection.
-pub fn run(_command: Command) -> anyhow::Result<()> {
-    anyhow::bail!("rope freqs: in progress (issue 5)")
+pub fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Freqs(args) => freqs(&args),
+    }
+}
+
+fn freqs(args: &FreqsArgs) -> anyhow::Result<()> {
+    let path = args.config.display();
+    let text = std::fs::read_to_string(&args.config).with_context(|| format!("reading {path}"))?;
+    let config: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{path} is not valid JSON"))?;
+    let spec = RopeSpec::from_hf_config(&config).with_context(|| format!("interpreting {path}"))?;
+    let f = spec.freqs(args.seq_len)?;
+    if args.json {
+        let out = FreqsJson {
+            inv_freq: &f.inv_freq,
+            attention_factor: f.attention_factor,
+        };
+        println!("{}", serde_json::to_string(&out)?);
+        return Ok(());
+    }
+    let seq = args
+        .seq_len
+        .map_or_else(|| "initial".to_string(), |n| n.to_string());
+    println!(
+        "rope_type {}, head_dim {}, rotated dims {}, base {}, seq_len {seq}",
+        spec.scaling.name(),
+        spec.head_dim,
+        2 * spec.pairs(),
+        spec.base,
+    );
+    println!("attention_factor {}", f.attention_factor);
+    println!("{:>5}  {:>24}  {:>14}", "i", "inv_freq", "wavelength");
+    for (i, w) in f.inv_freq.iter().enumerate() {
+        println!("{i:>5}  {w:>24.17e}  {:>14.2}", 2.0 * PI / w);
+    }
+    Ok(())
 }

@@ -69,6 +69,20 @@ pub enum Scaling {
     LongRope(LongRope),
 }
 
+impl Scaling {
+    /// transformers' `rope_type` for this scheme.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Scaling::Default => "default",
+            Scaling::Linear { .. } => "linear",
+            Scaling::Dynamic { .. } => "dynamic",
+            Scaling::Yarn(_) => "yarn",
+            Scaling::Llama3(_) => "llama3",
+            Scaling::LongRope(_) => "longrope",
+        }
+    }
+}
+
 /// YaRN parameters (`rope_type: "yarn"`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Yarn {
