@@ -1,1 +1,24 @@
 //! RoFormer on candle.
+
+pub mod activation;
+pub mod attention;
+pub mod config;
+pub mod embeddings;
+pub mod encoder;
+pub mod error;
+pub mod heads;
+mod input;
+pub mod model;
+pub mod norm;
+pub mod tasks;
+pub mod weights;
+
+pub use activation::Activation;
+pub use config::{NormType, RawConfig, RoFormerConfig};
+pub use error::{ModelError, WeightProblem, WeightProblems};
+pub use model::{load_from_dir, Architecture, ModelDir, RoFormerModel};
+pub use tasks::{
+    HeadOutput, RoFormerForMaskedLM, RoFormerForSequenceClassification,
+    RoFormerForTokenClassification,
+};
+pub use weights::{Checkpoint, Format, Loaded};

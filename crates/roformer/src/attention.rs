@@ -1,0 +1,163 @@
+//! Self-attention with rotary position embedding on q and k (and v when `rotary_value`).
+//!
+//! transformers' `RoFormerSelfAttention` + `RoFormerSelfOutput`:
+//!
+//! ```text
+//! q, k, v = x Wq + bq, x Wk + bk, x Wv + bv          split into heads: [b, t, h, d]
+//! q, k (, v) <- R_m q, R_m k (, R_m v)                interleaved pairs, through the rotary kernels
+//! context = softmax(q k^T / sqrt(d) + mask) v         [b, h, t, d]
+//! out = Norm(context Wo + bo + x)
+//! ```
+//!
+//! The attention proper (scores and context from rotated q, k, v) is [`softmax_attention`],
+//! kept apart from the projections so that other attention kinds can take its place.
+
+use candle_core::{Tensor, D};
+use candle_nn::{Linear, Module, VarBuilder};
+use rotary::{rotate_tensor, Coefficients, Direction, Order};
+
+use crate::config::RoFormerConfig;
+use crate::norm::Norm;
+
+/// A dense layer `x W^T + b` of the encoder: with a bias unless the config has
+/// `use_bias: false` (RoFormer-V2).
+///
+/// # Errors
+/// Candle errors from the var builder.
+pub(crate) fn encoder_linear(
+    in_dim: usize,
+    out_dim: usize,
+    cfg: &RoFormerConfig,
+    vb: VarBuilder<'_>,
+) -> candle_core::Result<Linear> {
+    if cfg.use_bias {
+        candle_nn::linear(in_dim, out_dim, vb)
+    } else {
+        candle_nn::linear_no_bias(in_dim, out_dim, vb)
+    }
+}
+
+/// `attention.self`: the q, k, v projections and the rotary embedding.
+#[derive(Debug, Clone)]
+pub struct SelfAttention {
+    query: Linear,
+    key: Linear,
+    value: Linear,
+    heads: usize,
+    head_dim: usize,
+    rotary_value: bool,
+}
+
+impl SelfAttention {
+    /// Loads `query`, `key`, `value` (each `[hidden, hidden]` weight, bias `[hidden]`) under `vb`.
+    ///
+    /// # Errors
+    /// Candle errors from the var builder.
+    pub fn load(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> candle_core::Result<Self> {
+        let h = cfg.hidden_size;
+        Ok(SelfAttention {
+            query: encoder_linear(h, h, cfg, vb.pp("query"))?,
+            key: encoder_linear(h, h, cfg, vb.pp("key"))?,
+            value: encoder_linear(h, h, cfg, vb.pp("value"))?,
+            heads: cfg.num_attention_heads,
+            head_dim: cfg.head_dim(),
+            rotary_value: cfg.rotary_value,
+        })
+    }
+
+    /// Projects `x` (`[b, t, hidden]`) to heads `[b, t, h, d]` (token-major, contiguous).
+    fn heads_of(&self, layer: &Linear, x: &Tensor) -> candle_core::Result<Tensor> {
+        let (b, t, _) = x.dims3()?;
+        layer.forward(x)?.reshape((b, t, self.heads, self.head_dim))
+    }
+
+    /// Rotates token-major heads `[b, t, h, d]` and returns them head-major `[b, h, t, d]`.
+    fn rotate(x: &Tensor, rope: &Coefficients) -> candle_core::Result<Tensor> {
+        rotate_tensor(x, rope.clone(), Order::TokenMajor, Direction::Forward)?
+            .transpose(1, 2)?
+            .contiguous()
+    }
+
+    /// The context vectors `[b, t, hidden]` of `x` (`[b, t, hidden]`), with the tokens'
+    /// rotary coefficients and an additive mask broadcastable to `[b, h, t, t]`.
+    ///
+    /// # Errors
+    /// Candle errors only.
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        rope: &Coefficients,
+        mask: Option<&Tensor>,
+    ) -> candle_core::Result<Tensor> {
+        let (b, t, hidden) = x.dims3()?;
+        let q = Self::rotate(&self.heads_of(&self.query, x)?, rope)?;
+        let k = Self::rotate(&self.heads_of(&self.key, x)?, rope)?;
+        let v = self.heads_of(&self.value, x)?;
+        let v = if self.rotary_value {
+            Self::rotate(&v, rope)?
+        } else {
+            v.transpose(1, 2)?.contiguous()?
+        };
+        let context = softmax_attention(&q, &k, &v, mask)?; // [b, h, t, d]
+        context.transpose(1, 2)?.reshape((b, t, hidden))
+    }
+}
+
+/// Scaled dot-product attention over head-major `q`, `k`, `v` (`[b, h, t, d]`):
+/// `softmax(q k^T / sqrt(d) + mask) v`, with `mask` additive and broadcastable to
+/// `[b, h, t, t]`. Returns `[b, h, t, d]`.
+///
+/// # Errors
+/// Candle errors only.
+pub fn softmax_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+) -> candle_core::Result<Tensor> {
+    let d = q.dim(D::Minus1)?;
+    let scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?; // [b, h, t, t]
+    let scores = match mask {
+        Some(m) => scores.broadcast_add(m)?,
+        None => scores,
+    };
+    let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+    probs.matmul(v)
+}
+
+/// `attention`: self-attention then `output.dense`, residual and norm.
+#[derive(Debug, Clone)]
+pub struct Attention {
+    self_attention: SelfAttention,
+    dense: Linear,
+    norm: Norm,
+}
+
+impl Attention {
+    /// Loads `self.*` and `output.dense`, `output.LayerNorm` under `vb`.
+    ///
+    /// # Errors
+    /// Candle errors from the var builder.
+    pub fn load(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> candle_core::Result<Self> {
+        let h = cfg.hidden_size;
+        Ok(Attention {
+            self_attention: SelfAttention::load(vb.pp("self"), cfg)?,
+            dense: encoder_linear(h, h, cfg, vb.pp("output").pp("dense"))?,
+            norm: Norm::load(h, cfg, vb.pp("output").pp("LayerNorm"))?,
+        })
+    }
+
+    /// `Norm(SelfAttention(x) Wo + bo + x)`, `[b, t, hidden]` in and out.
+    ///
+    /// # Errors
+    /// Candle errors only.
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        rope: &Coefficients,
+        mask: Option<&Tensor>,
+    ) -> candle_core::Result<Tensor> {
+        let context = self.self_attention.forward(x, rope, mask)?;
+        self.norm.forward(&(self.dense.forward(&context)? + x)?)
+    }
+}

@@ -1,0 +1,418 @@
+//! The model configuration, in two phases: [`RawConfig`] mirrors `config.json` field for field
+//! with transformers' defaults; [`RoFormerConfig`] is the validated form the model is built from.
+//!
+//! Fields follow transformers' `RoFormerConfig` (and `PreTrainedConfig` for the label fields);
+//! `norm_type`, `use_bias` and `pooler_activation` come from JunnYu's `roformer` package
+//! (RoFormer-V2). Unknown fields are ignored, as checkpoints carry many.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::activation::Activation;
+use crate::error::{ModelError, Result};
+
+/// `eos_token_id`: one id or several.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum TokenIds {
+    /// A single id.
+    One(u32),
+    /// Several ids.
+    Many(Vec<u32>),
+}
+
+/// `config.json` as written, with transformers' defaults for absent fields.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct RawConfig {
+    /// Word vocabulary size (default 50000).
+    pub vocab_size: usize,
+    /// Width of the word embeddings; `None` means `hidden_size`.
+    pub embedding_size: Option<usize>,
+    /// Width of the hidden states (default 768).
+    pub hidden_size: usize,
+    /// Encoder layers (default 12).
+    pub num_hidden_layers: usize,
+    /// Attention heads per layer (default 12).
+    pub num_attention_heads: usize,
+    /// Width of the feed-forward layer (default 3072).
+    pub intermediate_size: usize,
+    /// Activation name (default `gelu`).
+    pub hidden_act: String,
+    /// Dropout after dense layers (training only; default 0.1).
+    pub hidden_dropout_prob: f64,
+    /// Dropout on attention probabilities (training only; default 0.1).
+    pub attention_probs_dropout_prob: f64,
+    /// Size of transformers' position table (default 1536). The rotary table here is computed for
+    /// any length, so this does not limit inputs.
+    pub max_position_embeddings: usize,
+    /// Number of token types (default 2).
+    pub type_vocab_size: usize,
+    /// Standard deviation of the weight initialisation (default 0.02).
+    pub initializer_range: f64,
+    /// Epsilon of the layer (or RMS) norms (default 1e-12).
+    pub layer_norm_eps: f64,
+    /// Padding token id (default 0).
+    pub pad_token_id: Option<u32>,
+    /// Beginning-of-sequence token id (default none).
+    pub bos_token_id: Option<u32>,
+    /// End-of-sequence token id(s) (default none).
+    pub eos_token_id: Option<TokenIds>,
+    /// Whether values are rotated too (default false).
+    pub rotary_value: bool,
+    /// Whether a decoder returns its key/value cache (default true).
+    pub use_cache: bool,
+    /// Causal (decoder) self-attention (default false).
+    pub is_decoder: bool,
+    /// Cross-attention layers (default false).
+    pub add_cross_attention: bool,
+    /// Whether the MLM decoder shares the word embeddings (default true).
+    pub tie_word_embeddings: bool,
+    /// Number of labels of a classification head; when absent it is the size of `id2label`, or 2.
+    pub num_labels: Option<usize>,
+    /// Label names by index (as strings, like transformers writes them).
+    pub id2label: Option<BTreeMap<String, String>>,
+    /// RoFormer-V2: `layer_norm` (default) or `rms_norm` (weightless).
+    pub norm_type: String,
+    /// RoFormer-V2: biases in the encoder's dense layers (default true).
+    pub use_bias: bool,
+    /// RoFormer-V2: activation of the pooler (default `tanh`).
+    pub pooler_activation: String,
+}
+
+impl Default for RawConfig {
+    fn default() -> Self {
+        RawConfig {
+            vocab_size: 50000,
+            embedding_size: None,
+            hidden_size: 768,
+            num_hidden_layers: 12,
+            num_attention_heads: 12,
+            intermediate_size: 3072,
+            hidden_act: "gelu".into(),
+            hidden_dropout_prob: 0.1,
+            attention_probs_dropout_prob: 0.1,
+            max_position_embeddings: 1536,
+            type_vocab_size: 2,
+            initializer_range: 0.02,
+            layer_norm_eps: 1e-12,
+            pad_token_id: Some(0),
+            bos_token_id: None,
+            eos_token_id: None,
+            rotary_value: false,
+            use_cache: true,
+            is_decoder: false,
+            add_cross_attention: false,
+            tie_word_embeddings: true,
+            num_labels: None,
+            id2label: None,
+            norm_type: "layer_norm".into(),
+            use_bias: true,
+            pooler_activation: "tanh".into(),
+        }
+    }
+}
+
+/// Which normalisation the blocks use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NormType {
+    /// `LayerNorm` with weight and bias (RoFormer).
+    LayerNorm,
+    /// `x / sqrt(mean(x^2) + eps)` without weights (RoFormer-V2).
+    RmsNorm,
+}
+
+/// A validated RoFormer configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoFormerConfig {
+    /// Word vocabulary size.
+    pub vocab_size: usize,
+    /// Width of the word embeddings (`hidden_size` when not given).
+    pub embedding_size: usize,
+    /// Width of the hidden states.
+    pub hidden_size: usize,
+    /// Encoder layers.
+    pub num_hidden_layers: usize,
+    /// Attention heads per layer; `hidden_size / num_attention_heads` is even.
+    pub num_attention_heads: usize,
+    /// Width of the feed-forward layer.
+    pub intermediate_size: usize,
+    /// Activation of the feed-forward layer and of the heads.
+    pub hidden_act: Activation,
+    /// Dropout after dense layers (unused at inference).
+    pub hidden_dropout_prob: f64,
+    /// Dropout on attention probabilities (unused at inference).
+    pub attention_probs_dropout_prob: f64,
+    /// transformers' position table size; informative only.
+    pub max_position_embeddings: usize,
+    /// Number of token types.
+    pub type_vocab_size: usize,
+    /// Weight initialisation standard deviation.
+    pub initializer_range: f64,
+    /// Norm epsilon.
+    pub layer_norm_eps: f64,
+    /// Padding token id.
+    pub pad_token_id: Option<u32>,
+    /// Beginning-of-sequence token id.
+    pub bos_token_id: Option<u32>,
+    /// End-of-sequence token id(s).
+    pub eos_token_id: Option<TokenIds>,
+    /// Whether values are rotated too.
+    pub rotary_value: bool,
+    /// Whether a decoder returns its cache (no cache is kept here).
+    pub use_cache: bool,
+    /// Causal self-attention.
+    pub is_decoder: bool,
+    /// Cross-attention layers: their weights are ignored, as transformers skips them when no
+    /// encoder states are given (this crate never takes encoder states).
+    pub add_cross_attention: bool,
+    /// Whether the MLM decoder shares the word embeddings.
+    pub tie_word_embeddings: bool,
+    /// Number of labels of a classification head.
+    pub num_labels: usize,
+    /// Label names by index, when the config has them.
+    pub id2label: BTreeMap<usize, String>,
+    /// Normalisation of the blocks.
+    pub norm_type: NormType,
+    /// Biases in the encoder's dense layers.
+    pub use_bias: bool,
+    /// Activation of the V2 pooler.
+    pub pooler_activation: Activation,
+}
+
+impl RoFormerConfig {
+    /// Elements per attention head: `hidden_size / num_attention_heads`.
+    pub fn head_dim(&self) -> usize {
+        self.hidden_size / self.num_attention_heads
+    }
+
+    /// Parses and validates a `config.json` text.
+    ///
+    /// # Errors
+    /// [`ModelError::ConfigJson`] for malformed JSON, and the errors of the `TryFrom`
+    /// conversion.
+    pub fn from_json_str(json: &str) -> Result<RoFormerConfig> {
+        let raw: RawConfig =
+            serde_json::from_str(json).map_err(|source| ModelError::ConfigJson {
+                path: "<string>".into(),
+                source,
+            })?;
+        RoFormerConfig::try_from(raw)
+    }
+
+    /// Reads, parses and validates a `config.json` file.
+    ///
+    /// # Errors
+    /// [`ModelError::Io`], [`ModelError::ConfigJson`] (naming the file) and the errors of the
+    /// `TryFrom` conversion.
+    pub fn from_file(path: &Path) -> Result<RoFormerConfig> {
+        let text = std::fs::read_to_string(path).map_err(|source| ModelError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let raw: RawConfig =
+            serde_json::from_str(&text).map_err(|source| ModelError::ConfigJson {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        RoFormerConfig::try_from(raw)
+    }
+}
+
+fn invalid(field: &'static str, reason: impl Into<String>) -> ModelError {
+    ModelError::InvalidConfig {
+        field,
+        reason: reason.into(),
+    }
+}
+
+fn positive(field: &'static str, value: usize) -> Result<usize> {
+    if value == 0 {
+        return Err(invalid(field, "must be at least 1"));
+    }
+    Ok(value)
+}
+
+fn probability(field: &'static str, value: f64) -> Result<f64> {
+    if !(0.0..=1.0).contains(&value) {
+        return Err(invalid(field, format!("{value} is not a probability")));
+    }
+    Ok(value)
+}
+
+impl TryFrom<RawConfig> for RoFormerConfig {
+    type Error = ModelError;
+
+    /// Validates: sizes at least 1, `hidden_size` divisible by `num_attention_heads` with an
+    /// even head dim (RoPE rotates pairs), a finite positive `layer_norm_eps`, known
+    /// activations and norm type, dropouts in [0, 1], integer label keys.
+    fn try_from(raw: RawConfig) -> Result<RoFormerConfig> {
+        let hidden_size = positive("hidden_size", raw.hidden_size)?;
+        let heads = positive("num_attention_heads", raw.num_attention_heads)?;
+        if hidden_size % heads != 0 {
+            return Err(invalid(
+                "num_attention_heads",
+                format!("hidden_size {hidden_size} is not divisible by {heads} heads"),
+            ));
+        }
+        if (hidden_size / heads) % 2 != 0 {
+            return Err(invalid(
+                "num_attention_heads",
+                format!(
+                    "head dim {} (hidden_size / heads) must be even: RoPE rotates pairs",
+                    hidden_size / heads
+                ),
+            ));
+        }
+        if !(raw.layer_norm_eps.is_finite() && raw.layer_norm_eps > 0.0) {
+            return Err(invalid(
+                "layer_norm_eps",
+                format!("{} is not a finite positive number", raw.layer_norm_eps),
+            ));
+        }
+        let norm_type = match raw.norm_type.as_str() {
+            "layer_norm" => NormType::LayerNorm,
+            "rms_norm" => NormType::RmsNorm,
+            other => {
+                return Err(invalid(
+                    "norm_type",
+                    format!("{other:?} is neither \"layer_norm\" nor \"rms_norm\""),
+                ))
+            }
+        };
+        let id2label = raw
+            .id2label
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| {
+                k.parse::<usize>()
+                    .map(|k| (k, v))
+                    .map_err(|_| invalid("id2label", format!("key {k:?} is not an index")))
+            })
+            .collect::<Result<BTreeMap<usize, String>>>()?;
+        let num_labels = match raw.num_labels {
+            Some(n) => n,
+            None if !id2label.is_empty() => id2label.len(),
+            None => 2,
+        };
+        Ok(RoFormerConfig {
+            vocab_size: positive("vocab_size", raw.vocab_size)?,
+            embedding_size: positive("embedding_size", raw.embedding_size.unwrap_or(hidden_size))?,
+            hidden_size,
+            num_hidden_layers: raw.num_hidden_layers,
+            num_attention_heads: heads,
+            intermediate_size: positive("intermediate_size", raw.intermediate_size)?,
+            hidden_act: Activation::parse("hidden_act", &raw.hidden_act)?,
+            hidden_dropout_prob: probability("hidden_dropout_prob", raw.hidden_dropout_prob)?,
+            attention_probs_dropout_prob: probability(
+                "attention_probs_dropout_prob",
+                raw.attention_probs_dropout_prob,
+            )?,
+            max_position_embeddings: raw.max_position_embeddings,
+            type_vocab_size: positive("type_vocab_size", raw.type_vocab_size)?,
+            initializer_range: raw.initializer_range,
+            layer_norm_eps: raw.layer_norm_eps,
+            pad_token_id: raw.pad_token_id,
+            bos_token_id: raw.bos_token_id,
+            eos_token_id: raw.eos_token_id,
+            rotary_value: raw.rotary_value,
+            use_cache: raw.use_cache,
+            is_decoder: raw.is_decoder,
+            add_cross_attention: raw.add_cross_attention,
+            tie_word_embeddings: raw.tie_word_embeddings,
+            num_labels: positive("num_labels", num_labels)?,
+            id2label,
+            norm_type,
+            use_bias: raw.use_bias,
+            pooler_activation: Activation::parse("pooler_activation", &raw.pooler_activation)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_json_gives_transformers_defaults() {
+        let c = RoFormerConfig::from_json_str("{}").unwrap();
+        assert_eq!(c.vocab_size, 50000);
+        assert_eq!(c.embedding_size, 768);
+        assert_eq!(c.hidden_size, 768);
+        assert_eq!(c.num_hidden_layers, 12);
+        assert_eq!(c.num_attention_heads, 12);
+        assert_eq!(c.intermediate_size, 3072);
+        assert_eq!(c.hidden_act, Activation::Gelu);
+        assert_eq!(c.max_position_embeddings, 1536);
+        assert_eq!(c.type_vocab_size, 2);
+        assert_eq!(c.layer_norm_eps, 1e-12);
+        assert_eq!(c.pad_token_id, Some(0));
+        assert!(!c.rotary_value && !c.is_decoder && c.tie_word_embeddings && c.use_bias);
+        assert_eq!(c.norm_type, NormType::LayerNorm);
+        assert_eq!(c.num_labels, 2);
+    }
+
+    #[test]
+    fn unknown_fields_are_ignored_and_labels_counted() {
+        let c = RoFormerConfig::from_json_str(
+            r#"{"architectures": ["RoFormerForMaskedLM"], "model_type": "roformer",
+                "hidden_size": 64, "num_attention_heads": 4, "embedding_size": null,
+                "id2label": {"0": "a", "1": "b", "2": "c"}, "eos_token_id": [1, 2]}"#,
+        )
+        .unwrap();
+        assert_eq!(c.embedding_size, 64);
+        assert_eq!(c.head_dim(), 16);
+        assert_eq!(c.num_labels, 3);
+        assert_eq!(c.eos_token_id, Some(TokenIds::Many(vec![1, 2])));
+    }
+
+    #[test]
+    fn invalid_configs_are_named() {
+        let cases = [
+            (
+                r#"{"hidden_size": 100, "num_attention_heads": 3}"#,
+                "num_attention_heads",
+            ),
+            (
+                r#"{"hidden_size": 36, "num_attention_heads": 4}"#,
+                "num_attention_heads",
+            ),
+            (r#"{"num_attention_heads": 0}"#, "num_attention_heads"),
+            (r#"{"layer_norm_eps": -1}"#, "layer_norm_eps"),
+            (r#"{"norm_type": "batch_norm"}"#, "norm_type"),
+            (r#"{"vocab_size": 0}"#, "vocab_size"),
+            (r#"{"hidden_dropout_prob": 2}"#, "hidden_dropout_prob"),
+            (r#"{"id2label": {"x": "a"}}"#, "id2label"),
+        ];
+        for (json, field) in cases {
+            match RoFormerConfig::from_json_str(json) {
+                Err(ModelError::InvalidConfig { field: f, .. }) => assert_eq!(f, field, "{json}"),
+                other => panic!("{json}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_activation_is_named() {
+        let err = RoFormerConfig::from_json_str(r#"{"hidden_act": "gelu_magic"}"#).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("gelu_magic") && msg.contains("gelu_new"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn malformed_json_is_an_error() {
+        assert!(matches!(
+            RoFormerConfig::from_json_str("{\"hidden_size\": "),
+            Err(ModelError::ConfigJson { .. })
+        ));
+        assert!(matches!(
+            RoFormerConfig::from_json_str(r#"{"hidden_size": "big"}"#),
+            Err(ModelError::ConfigJson { .. })
+        ));
+    }
+}

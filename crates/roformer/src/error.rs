@@ -1,0 +1,143 @@
+//! The error type of the model side of the crate: configuration, checkpoint and input problems.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// Everything that can go wrong loading or running a RoFormer model.
+///
+/// Bad user data (a config, a checkpoint, model inputs) always ends up here, never in a panic.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModelError {
+    /// A file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A model directory lacks a file it needs.
+    #[error("{dir}: no {what} found")]
+    MissingFile {
+        /// The directory searched.
+        dir: PathBuf,
+        /// What was looked for (e.g. `config.json`).
+        what: String,
+    },
+    /// `config.json` is not valid JSON or has a field of the wrong type.
+    #[error("{path}: malformed config: {source}")]
+    ConfigJson {
+        /// The file (or `<string>`).
+        path: PathBuf,
+        /// The parser's message.
+        source: serde_json::Error,
+    },
+    /// A config value that parses but cannot describe a working model.
+    #[error("invalid config: {field}: {reason}")]
+    InvalidConfig {
+        /// The `config.json` field.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An activation name this crate does not know.
+    #[error("unknown activation {name:?} in {field} (known: {known})")]
+    UnknownActivation {
+        /// The config field naming it.
+        field: &'static str,
+        /// The name found.
+        name: String,
+        /// The names accepted, comma-separated.
+        known: String,
+    },
+    /// A checkpoint file that cannot be parsed (truncated, corrupt, or not a checkpoint).
+    #[error("{path}: unreadable checkpoint: {reason}")]
+    CorruptCheckpoint {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message.
+        reason: String,
+    },
+    /// Tensors the model needs that the checkpoint lacks or holds with the wrong shape; every
+    /// problem found is listed, not only the first.
+    #[error("{path}: {problems}")]
+    Weights {
+        /// The checkpoint file.
+        path: PathBuf,
+        /// The problems, one per tensor.
+        problems: WeightProblems,
+    },
+    /// Model inputs that do not fit the model or each other.
+    #[error("invalid input: {0}")]
+    Input(String),
+    /// An error from candle while running the model.
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+}
+
+/// One tensor a checkpoint gets wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WeightProblem {
+    /// The tensor is absent.
+    Missing {
+        /// Its name as transformers writes it.
+        name: String,
+        /// The shape the model expects.
+        expected: Vec<usize>,
+    },
+    /// The tensor has the wrong shape.
+    Shape {
+        /// Its name as stored in the file.
+        name: String,
+        /// The shape the model expects.
+        expected: Vec<usize>,
+        /// The shape in the file.
+        found: Vec<usize>,
+    },
+    /// The tensor is listed but its data cannot be read or converted.
+    Unreadable {
+        /// Its name as stored in the file.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl fmt::Display for WeightProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WeightProblem::Missing { name, expected } => {
+                write!(f, "missing tensor {name} (expected shape {expected:?})")
+            }
+            WeightProblem::Shape {
+                name,
+                expected,
+                found,
+            } => write!(
+                f,
+                "tensor {name} has shape {found:?}, expected {expected:?}"
+            ),
+            WeightProblem::Unreadable { name, reason } => {
+                write!(f, "tensor {name} cannot be read: {reason}")
+            }
+        }
+    }
+}
+
+/// The list of problems of one checkpoint, displayed one per line.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WeightProblems(pub Vec<WeightProblem>);
+
+impl fmt::Display for WeightProblems {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} tensor problem(s):", self.0.len())?;
+        for p in &self.0 {
+            write!(f, "\n  {p}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Shorthand for results of the model side of this crate.
+pub type Result<T> = std::result::Result<T, ModelError>;

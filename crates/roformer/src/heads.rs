@@ -1,0 +1,123 @@
+//! Task heads on top of the last hidden states: masked LM, sequence and token classification.
+
+use candle_core::Tensor;
+use candle_nn::{Linear, Module, VarBuilder};
+
+use crate::activation::Activation;
+use crate::config::{NormType, RoFormerConfig};
+use crate::error::{ModelError, Result};
+use crate::norm::Norm;
+
+/// The masked-LM head `cls.predictions`.
+///
+/// RoFormer (transformers' `RoFormerLMPredictionHead`):
+/// `logits = LayerNorm(act(h Wt + bt)) Wd^T + bias` with `Wt: [embedding, hidden]`,
+/// `Wd: [vocab, embedding]`. RoFormer-V2 (`norm_type: rms_norm`, JunnYu's
+/// `RoFormerV2LMPredictionHead`): `logits = h Wd^T`, no transform and no bias.
+#[derive(Debug, Clone)]
+pub struct MlmHead {
+    transform: Option<(Linear, Activation, Norm)>,
+    decoder: Linear,
+}
+
+impl MlmHead {
+    /// Loads `cls.predictions.*` from `vb` (the `cls.predictions` scope). The decoder weight is
+    /// `word_embeddings` when `tie_word_embeddings` (as transformers ties it, whatever the file
+    /// holds), `decoder.weight` otherwise; the bias is `bias`, or `decoder.bias` when only that
+    /// is stored.
+    ///
+    /// # Errors
+    /// [`ModelError::InvalidConfig`] for a V2 head with `embedding_size != hidden_size` (its
+    /// decoder reads hidden states directly), and var builder errors.
+    pub fn load(
+        vb: VarBuilder<'_>,
+        cfg: &RoFormerConfig,
+        word_embeddings: &Tensor,
+    ) -> Result<Self> {
+        let (v, e, h) = (cfg.vocab_size, cfg.embedding_size, cfg.hidden_size);
+        let weight = if cfg.tie_word_embeddings {
+            word_embeddings.clone()
+        } else {
+            vb.get((v, e), "decoder.weight")?
+        };
+        let (transform, bias) = match cfg.norm_type {
+            NormType::LayerNorm => {
+                let t = vb.pp("transform");
+                let dense = candle_nn::linear(h, e, t.pp("dense"))?;
+                let norm = Norm::layer_norm(e, cfg.layer_norm_eps, t.pp("LayerNorm"))?;
+                let bias_name = if !vb.contains_tensor("bias") && vb.contains_tensor("decoder.bias")
+                {
+                    "decoder.bias"
+                } else {
+                    "bias"
+                };
+                (
+                    Some((dense, cfg.hidden_act, norm)),
+                    Some(vb.get(v, bias_name)?),
+                )
+            }
+            NormType::RmsNorm => {
+                if e != h {
+                    return Err(ModelError::InvalidConfig {
+                        field: "embedding_size",
+                        reason: format!(
+                            "a RoFormer-V2 MLM head needs embedding_size == hidden_size, got {e} and {h}"
+                        ),
+                    });
+                }
+                (None, None)
+            }
+        };
+        Ok(MlmHead {
+            transform,
+            decoder: Linear::new(weight, bias),
+        })
+    }
+
+    /// Logits `[b, t, vocab]` from hidden states `[b, t, hidden]`.
+    ///
+    /// # Errors
+    /// Candle errors only.
+    pub fn forward(&self, hidden: &Tensor) -> candle_core::Result<Tensor> {
+        let x = match &self.transform {
+            Some((dense, act, norm)) => norm.forward(&act.forward(&dense.forward(hidden)?)?)?,
+            None => hidden.clone(),
+        };
+        self.decoder.forward(&x)
+    }
+}
+
+/// The sequence classification head `classifier` (transformers' `RoFormerClassificationHead`):
+/// `logits = act(h[:, 0] W1 + b1) W2 + b2`, on the first ([CLS]) token, with the config's
+/// `hidden_act`.
+#[derive(Debug, Clone)]
+pub struct ClassificationHead {
+    dense: Linear,
+    activation: Activation,
+    out_proj: Linear,
+}
+
+impl ClassificationHead {
+    /// Loads `dense` (`[hidden, hidden]`) and `out_proj` (`[num_labels, hidden]`) under `vb`.
+    ///
+    /// # Errors
+    /// Var builder errors.
+    pub fn load(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> Result<Self> {
+        let h = cfg.hidden_size;
+        Ok(ClassificationHead {
+            dense: candle_nn::linear(h, h, vb.pp("dense"))?,
+            activation: cfg.hidden_act,
+            out_proj: candle_nn::linear(h, cfg.num_labels, vb.pp("out_proj"))?,
+        })
+    }
+
+    /// Logits `[b, num_labels]` from hidden states `[b, t, hidden]`.
+    ///
+    /// # Errors
+    /// Candle errors only.
+    pub fn forward(&self, hidden: &Tensor) -> candle_core::Result<Tensor> {
+        let first = hidden.narrow(1, 0, 1)?.squeeze(1)?;
+        let x = self.activation.forward(&self.dense.forward(&first)?)?;
+        self.out_proj.forward(&x)
+    }
+}

@@ -1,0 +1,223 @@
+//! [`RoFormerModel`]: embeddings and encoder (transformers' `RoFormerModel`), and loading a
+//! model directory.
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use rotary::Positions;
+
+use crate::config::RoFormerConfig;
+use crate::embeddings::Embeddings;
+use crate::encoder::Encoder;
+use crate::error::{ModelError, Result};
+use crate::input::{additive_mask, validate, Batch};
+use crate::weights::{Checkpoint, Loaded, BASE_PREFIX};
+
+/// The RoFormer encoder without a head: token ids in, last hidden states out.
+///
+/// ```text
+/// h0 = Embeddings(input_ids, token_type_ids)                  [b, t, hidden]
+/// h  = Layer_{n-1}( ... Layer_0(h0, positions, mask))          [b, t, hidden]
+/// ```
+#[derive(Debug)]
+pub struct RoFormerModel {
+    embeddings: Embeddings,
+    encoder: Encoder,
+    config: RoFormerConfig,
+    dtype: DType,
+    device: Device,
+}
+
+/// A model type that can be built from a checkpoint's var builder (rooted at the file's top
+/// level, where a head model's encoder lives under `roformer.`).
+pub trait Architecture: Sized {
+    /// Builds the model, reading its tensors from `vb`.
+    ///
+    /// # Errors
+    /// Config problems the architecture cannot run with, and var builder errors.
+    fn load_root(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> Result<Self>;
+}
+
+impl RoFormerModel {
+    /// Loads the encoder from `vb` scoped at the encoder's tensors (`embeddings.*`,
+    /// `encoder.layer.*`, `embeddings_project.*`): `vb.pp("roformer")` for a head model's
+    /// checkpoint.
+    ///
+    /// # Errors
+    /// Candle errors from the var builder.
+    pub fn load(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> Result<Self> {
+        Ok(RoFormerModel {
+            embeddings: Embeddings::load(vb.clone(), cfg)?,
+            encoder: Encoder::load(vb.pp("encoder"), cfg)?,
+            config: cfg.clone(),
+            dtype: vb.dtype(),
+            device: vb.device().clone(),
+        })
+    }
+
+    /// Loads `config.json` and `model.safetensors` (or `pytorch_model.bin`) from `dir`.
+    ///
+    /// # Errors
+    /// As [`ModelDir::open`] and [`ModelDir::load`].
+    pub fn load_from_dir(dir: &Path, device: &Device, dtype: DType) -> Result<Self> {
+        load_from_dir(dir, device, dtype)
+    }
+
+    /// The configuration the model was built with.
+    pub fn config(&self) -> &RoFormerConfig {
+        &self.config
+    }
+
+    /// The word embedding matrix, `[vocab_size, embedding_size]`.
+    pub fn word_embeddings(&self) -> &Tensor {
+        self.embeddings.word_embeddings()
+    }
+
+    /// The dtype the weights were loaded in.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The last hidden states `[batch, seq, hidden]`.
+    ///
+    /// - `input_ids`: `[batch, seq]` integer ids below `vocab_size`;
+    /// - `token_type_ids`: same shape, below `type_vocab_size` (default all 0);
+    /// - `attention_mask`: same shape, 1 for tokens to attend, 0 for padding (default all 1);
+    ///   a decoder config (`is_decoder`) adds the causal mask;
+    /// - `position_ids`: same shape, the rotary position of each token (default `0..seq` for
+    ///   every sequence; set it for left padding or packed sequences). transformers' RoFormer
+    ///   has no such input; with the default the outputs match it. Any length and any
+    ///   position work: the rotary table is not limited by `max_position_embeddings`.
+    ///
+    /// # Errors
+    /// [`ModelError::Input`] for inputs that do not fit the config or each other, candle
+    /// errors otherwise.
+    pub fn forward(
+        &self,
+        input_ids: &Tensor,
+        token_type_ids: Option<&Tensor>,
+        attention_mask: Option<&Tensor>,
+        position_ids: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        let batch = validate(
+            &self.config,
+            &self.device,
+            input_ids,
+            token_type_ids,
+            attention_mask,
+            position_ids,
+        )?;
+        self.forward_batch(&batch)
+    }
+
+    pub(crate) fn forward_batch(&self, batch: &Batch) -> Result<Tensor> {
+        let h0 = self
+            .embeddings
+            .forward(&batch.input_ids, batch.token_type_ids.as_ref())?;
+        let mask = additive_mask(batch, self.config.is_decoder, self.dtype, &self.device)?;
+        let positions = match &batch.positions {
+            Some(p) => Positions::Explicit(p),
+            None => Positions::START,
+        };
+        self.encoder.forward(&h0, positions, mask.as_ref())
+    }
+
+    pub(crate) fn validate(
+        &self,
+        input_ids: &Tensor,
+        token_type_ids: Option<&Tensor>,
+        attention_mask: Option<&Tensor>,
+        position_ids: Option<&Tensor>,
+    ) -> Result<Batch> {
+        validate(
+            &self.config,
+            &self.device,
+            input_ids,
+            token_type_ids,
+            attention_mask,
+            position_ids,
+        )
+    }
+}
+
+impl Architecture for RoFormerModel {
+    fn load_root(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> Result<Self> {
+        RoFormerModel::load(vb.pp(BASE_PREFIX), cfg)
+    }
+}
+
+/// A Hugging Face model directory: its validated config and its opened checkpoint.
+#[derive(Debug)]
+pub struct ModelDir {
+    /// The directory.
+    pub dir: PathBuf,
+    /// `config.json`, validated.
+    pub config: RoFormerConfig,
+    /// `model.safetensors`, or `pytorch_model.bin` when there is no safetensors file.
+    pub checkpoint: Checkpoint,
+}
+
+/// Checkpoint file names looked for, in order of preference.
+pub const CHECKPOINT_FILES: &[&str] = &["model.safetensors", "pytorch_model.bin"];
+
+impl ModelDir {
+    /// Reads `dir/config.json` and opens the first checkpoint of [`CHECKPOINT_FILES`] present.
+    ///
+    /// # Errors
+    /// [`ModelError::MissingFile`] when `dir` has no config or no checkpoint, and the errors of
+    /// [`RoFormerConfig::from_file`] and [`Checkpoint::open`].
+    pub fn open(dir: &Path) -> Result<ModelDir> {
+        if !dir.is_dir() {
+            return Err(ModelError::MissingFile {
+                dir: dir.to_path_buf(),
+                what: "model directory".into(),
+            });
+        }
+        let config_path = dir.join("config.json");
+        if !config_path.is_file() {
+            return Err(ModelError::MissingFile {
+                dir: dir.to_path_buf(),
+                what: "config.json".into(),
+            });
+        }
+        let config = RoFormerConfig::from_file(&config_path)?;
+        let weights = CHECKPOINT_FILES
+            .iter()
+            .map(|f| dir.join(f))
+            .find(|p| p.is_file())
+            .ok_or_else(|| ModelError::MissingFile {
+                dir: dir.to_path_buf(),
+                what: CHECKPOINT_FILES.join(" or "),
+            })?;
+        Ok(ModelDir {
+            dir: dir.to_path_buf(),
+            config,
+            checkpoint: Checkpoint::open(&weights)?,
+        })
+    }
+
+    /// Builds model type `M` from the checkpoint, in `dtype` on `device`, checking every
+    /// tensor first.
+    ///
+    /// # Errors
+    /// [`ModelError::Weights`] listing every missing or mis-shaped tensor, and `M`'s own errors.
+    pub fn load<M: Architecture>(&self, dtype: DType, device: &Device) -> Result<Loaded<M>> {
+        self.checkpoint
+            .load_with(dtype, device, |vb| M::load_root(vb, &self.config))
+    }
+}
+
+/// Loads model type `M` from a Hugging Face directory (`config.json` plus `model.safetensors`
+/// or `pytorch_model.bin`).
+///
+/// # Errors
+/// As [`ModelDir::open`] and [`ModelDir::load`].
+pub fn load_from_dir<M: Architecture>(dir: &Path, device: &Device, dtype: DType) -> Result<M> {
+    Ok(ModelDir::open(dir)?.load::<M>(dtype, device)?.model)
+}
