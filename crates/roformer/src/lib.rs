@@ -11,6 +11,7 @@ mod input;
 pub mod model;
 pub mod norm;
 pub mod tasks;
+pub mod tokenizer;
 pub mod weights;
 
 pub use activation::Activation;
@@ -21,4 +22,5 @@ pub use tasks::{
     HeadOutput, RoFormerForMaskedLM, RoFormerForSequenceClassification,
     RoFormerForTokenClassification,
 };
+pub use tokenizer::{Encoding, RoFormerTokenizer, TokenizerError};
 pub use weights::{Checkpoint, Format, Loaded};
