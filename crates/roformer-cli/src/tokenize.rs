@@ -1,10 +1,64 @@
-//! In progress: replaced by its issue's implementation.
+//! `roformer tokenize`: text to token ids with a checkpoint's tokenizer.
 
-/// Arguments (in progress).
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use roformer::{Encoding, RoFormerTokenizer};
+
+/// Arguments of `roformer tokenize`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Checkpoint directory: vocab.txt and, if present, tokenizer_config.json.
+    #[arg(long)]
+    model: PathBuf,
+    /// One JSON object per text and line: {"input_ids", "tokens", "offsets"}; offsets are
+    /// [start, end) char ranges in the text, [0, 0] for [CLS] and [SEP].
+    #[arg(long)]
+    json: bool,
+    /// Cut each text so that it has at most this many tokens, [CLS] and [SEP] included.
+    #[arg(long, value_name = "N")]
+    max_length: Option<usize>,
+    /// The texts, each encoded as [CLS] text [SEP].
+    #[arg(required = true, value_name = "TEXT")]
+    texts: Vec<String>,
+}
 
-/// Runs the command (in progress).
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("tokenize: in progress")
+/// Prints the ids of each text on a line of its own (space-separated), or JSON lines.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let tokenizer = RoFormerTokenizer::from_dir(&args.model)
+        .with_context(|| format!("loading the tokenizer of {}", args.model.display()))?;
+    let mut out = std::io::stdout().lock();
+    for text in &args.texts {
+        let encoding = match args.max_length {
+            Some(max_length) => tokenizer.encode_truncated(text, None, max_length)?,
+            None => tokenizer.encode(text),
+        };
+        writeln!(out, "{}", render(&encoding, args.json)?)?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// One output line for `encoding`.
+fn render(encoding: &Encoding, json: bool) -> anyhow::Result<String> {
+    if json {
+        let line = JsonLine {
+            input_ids: &encoding.ids,
+            tokens: &encoding.tokens,
+            offsets: &encoding.offsets,
+        };
+        Ok(serde_json::to_string(&line)?)
+    } else {
+        let ids: Vec<String> = encoding.ids.iter().map(u32::to_string).collect();
+        Ok(ids.join(" "))
+    }
+}
+
+/// The `--json` object, fields in this order; offsets serialise as `[start, end]`.
+#[derive(serde::Serialize)]
+struct JsonLine<'a> {
+    input_ids: &'a [u32],
+    tokens: &'a [String],
+    offsets: &'a [(usize, usize)],
 }

@@ -2,3 +2,4 @@
 
 mod common;
 mod rope_freqs;
+mod tokenize;
