@@ -8,6 +8,7 @@ mod bench;
 mod embed;
 mod fill_mask;
 mod forward;
+mod plot;
 mod rope_cmd;
 mod tokenize;
 

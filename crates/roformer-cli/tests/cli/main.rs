@@ -1,5 +1,7 @@
 //! End-to-end tests of the `roformer` binary: one module per command, one test binary.
 
+mod analyze_decay;
 mod common;
+mod plot_files;
 mod rope_freqs;
 mod tokenize;
