@@ -8,6 +8,7 @@ pub mod encoder;
 pub mod error;
 pub mod heads;
 mod input;
+pub mod linear_attention;
 pub mod model;
 pub mod norm;
 pub mod tasks;
