@@ -1,10 +1,114 @@
-//! In progress: replaced by its issue's implementation.
+//! `roformer forward`: run a checkpoint on token ids from a JSON file and write its outputs as
+//! safetensors.
 
-/// Arguments (in progress).
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use candle_core::{DType, Device, Tensor};
+use roformer::{ModelDir, RoFormerForMaskedLM, RoFormerModel};
+
+/// Arguments of `roformer forward`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Checkpoint directory: config.json and model.safetensors (or pytorch_model.bin).
+    #[arg(long)]
+    model: PathBuf,
+    /// JSON object with `input_ids` (list of equal-length lists of ids) and optionally
+    /// `attention_mask` (1 attend, 0 padding), `token_type_ids` and `position_ids` (the rotary
+    /// position of each token; default 0, 1, ... per sequence), each of the same shape.
+    #[arg(long, value_name = "INPUT.json")]
+    input: PathBuf,
+    /// Output safetensors file: f32 `last_hidden_state` [batch, seq, hidden] and, when the
+    /// checkpoint has a masked-LM head (`cls.predictions.*` tensors), `logits`
+    /// [batch, seq, vocab].
+    #[arg(long, value_name = "OUT.safetensors")]
+    output: PathBuf,
+}
 
-/// Runs the command (in progress).
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("forward: in progress")
+/// The input file.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Input {
+    input_ids: Vec<Vec<i64>>,
+    attention_mask: Option<Vec<Vec<i64>>>,
+    token_type_ids: Option<Vec<Vec<i64>>>,
+    position_ids: Option<Vec<Vec<i64>>>,
+}
+
+/// A `[rows, cols]` i64 tensor from a list of lists, which must be rectangular and non-empty.
+fn matrix(name: &str, rows: &[Vec<i64>]) -> anyhow::Result<Tensor> {
+    let Some(first) = rows.first() else {
+        bail!("{name} is empty: give at least one sequence");
+    };
+    let width = first.len();
+    if width == 0 {
+        bail!("{name}[0] is empty: give at least one token per sequence");
+    }
+    if let Some((i, row)) = rows.iter().enumerate().find(|(_, r)| r.len() != width) {
+        bail!(
+            "{name} is ragged: row {i} has {} entries, row 0 has {width} (pad the rows to one \
+             length and mark the padding in attention_mask)",
+            row.len()
+        );
+    }
+    let flat: Vec<i64> = rows.iter().flatten().copied().collect();
+    Ok(Tensor::from_vec(flat, (rows.len(), width), &Device::Cpu)?)
+}
+
+fn read_input(path: &Path) -> anyhow::Result<Input> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the input file {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{}: malformed input JSON", path.display()))
+}
+
+fn optional(name: &str, rows: &Option<Vec<Vec<i64>>>) -> anyhow::Result<Option<Tensor>> {
+    rows.as_deref().map(|r| matrix(name, r)).transpose()
+}
+
+/// Runs the model on the input file and writes the outputs.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let input = read_input(&args.input)?;
+    let ids = matrix("input_ids", &input.input_ids)?;
+    let mask = optional("attention_mask", &input.attention_mask)?;
+    let types = optional("token_type_ids", &input.token_type_ids)?;
+    let positions = optional("position_ids", &input.position_ids)?;
+
+    let dir = ModelDir::open(&args.model)
+        .with_context(|| format!("loading the model in {}", args.model.display()))?;
+    let device = Device::Cpu;
+    let mut outputs: HashMap<String, Tensor> = HashMap::new();
+    let unused = if dir.checkpoint.has_mlm_head() {
+        let loaded = dir.load::<RoFormerForMaskedLM>(DType::F32, &device)?;
+        let out = loaded
+            .model
+            .forward(&ids, types.as_ref(), mask.as_ref(), positions.as_ref())?;
+        outputs.insert("last_hidden_state".into(), out.last_hidden_state);
+        outputs.insert("logits".into(), out.logits);
+        loaded.unused
+    } else {
+        let loaded = dir.load::<RoFormerModel>(DType::F32, &device)?;
+        let h = loaded
+            .model
+            .forward(&ids, types.as_ref(), mask.as_ref(), positions.as_ref())?;
+        outputs.insert("last_hidden_state".into(), h);
+        loaded.unused
+    };
+    if !unused.is_empty() {
+        eprintln!(
+            "note: {} checkpoint tensor(s) not used by this model: {}",
+            unused.len(),
+            unused.join(", ")
+        );
+    }
+    let mut summary: Vec<String> = Vec::new();
+    for (name, t) in outputs.iter_mut() {
+        *t = t.to_dtype(DType::F32)?.contiguous()?;
+        summary.push(format!("{name} {:?}", t.dims()));
+    }
+    summary.sort();
+    candle_core::safetensors::save(&outputs, &args.output)
+        .with_context(|| format!("cannot write {}", args.output.display()))?;
+    println!("{}: {}", args.output.display(), summary.join(", "));
+    Ok(())
 }

@@ -2,6 +2,7 @@
 
 mod analyze_decay;
 mod common;
+mod forward;
 mod plot_files;
 mod rope_freqs;
 mod tokenize;
