@@ -37,6 +37,8 @@ pub mod analysis;
 pub mod apply;
 #[cfg(feature = "candle")]
 pub mod candle;
+#[cfg(feature = "candle")]
+pub mod candle_mixed;
 pub mod element;
 pub mod error;
 pub mod freqs;
@@ -50,6 +52,8 @@ pub mod table;
 
 #[cfg(feature = "candle")]
 pub use candle::{apply_rope, rotate_slow, rotate_tensor};
+#[cfg(feature = "candle")]
+pub use candle_mixed::mixed_rope;
 pub use apply::{rotate, rotate_inplace, rotate_qk_inplace, Direction, Order, Shape};
 pub use element::{DType, Element};
 pub use error::{Result, RopeError};
