@@ -91,7 +91,8 @@ impl Shape {
             .ok_or(RopeError::ShapeOverflow(self.dims()))
     }
 
-    fn check_len(&self, what: &'static str, len: usize) -> Result<usize> {
+    /// Checks that a slice of `len` elements holds exactly this shape; returns the count.
+    pub(crate) fn check_len(&self, what: &'static str, len: usize) -> Result<usize> {
         let expected = self.elements()?;
         if expected != len {
             return Err(RopeError::LengthMismatch {

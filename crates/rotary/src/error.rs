@@ -97,7 +97,25 @@ pub enum RopeError {
     /// A weight matrix handed to the layout conversion has the wrong size.
     #[error("projection: {0}")]
     Projection(String),
+    /// A buffer the arguments call for is larger than the allocator can provide (a table or a
+    /// permutation for absurd dimensions).
+    #[error("{what}: cannot allocate {elements} elements")]
+    Allocation {
+        /// What was being allocated.
+        what: &'static str,
+        /// Elements requested.
+        elements: usize,
+    },
 }
 
 /// Shorthand for results of this crate.
 pub type Result<T> = std::result::Result<T, RopeError>;
+
+/// An empty vector with room for `n` elements, or [`RopeError::Allocation`] where the
+/// allocator refuses (instead of the abort or panic of `Vec::with_capacity`).
+pub(crate) fn try_with_capacity<T>(what: &'static str, n: usize) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| RopeError::Allocation { what, elements: n })?;
+    Ok(v)
+}

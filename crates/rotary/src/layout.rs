@@ -1,6 +1,6 @@
 //! Pair layouts: which two dimensions of a head rotate together.
 
-use crate::error::{Result, RopeError};
+use crate::error::{try_with_capacity, Result, RopeError};
 use crate::freqs::check_rotary_dim;
 
 /// How the rotated dimensions of a head are paired.
@@ -44,21 +44,17 @@ impl Layout {
 /// `<R^to_m P q, R^to_n P k> = <R^from_m q, R^from_n k>`.
 ///
 /// # Errors
-/// [`RopeError::InvalidRotaryDim`] or [`RopeError::RotaryDimTooLarge`].
+/// [`RopeError::InvalidRotaryDim`] or [`RopeError::RotaryDimTooLarge`];
+/// [`RopeError::Allocation`] for a `head_dim` too large to hold.
 pub fn pair_permutation(
     head_dim: usize,
     rotary_dim: usize,
     from: Layout,
     to: Layout,
 ) -> Result<Vec<usize>> {
-    check_rotary_dim(rotary_dim)?;
-    if rotary_dim > head_dim {
-        return Err(RopeError::RotaryDimTooLarge {
-            rotary_dim,
-            head_dim,
-        });
-    }
-    let mut perm: Vec<usize> = (0..head_dim).collect();
+    check_dims(head_dim, rotary_dim)?;
+    let mut perm = try_with_capacity("permutation", head_dim)?;
+    perm.extend(0..head_dim);
     for i in 0..rotary_dim / 2 {
         let (a_to, b_to) = to.pair(i, rotary_dim);
         let (a_from, b_from) = from.pair(i, rotary_dim);
@@ -66,6 +62,18 @@ pub fn pair_permutation(
         perm[b_to] = b_from;
     }
     Ok(perm)
+}
+
+/// Checks that `rotary_dim` is even, non-zero and at most `head_dim`.
+fn check_dims(head_dim: usize, rotary_dim: usize) -> Result<()> {
+    check_rotary_dim(rotary_dim)?;
+    if rotary_dim > head_dim {
+        return Err(RopeError::RotaryDimTooLarge {
+            rotary_dim,
+            head_dim,
+        });
+    }
+    Ok(())
 }
 
 /// Converts the output rows of a q or k projection (a PyTorch `Linear` weight of shape
@@ -87,7 +95,7 @@ pub fn convert_projection<T: Copy>(
     from: Layout,
     to: Layout,
 ) -> Result<Vec<T>> {
-    let perm = pair_permutation(head_dim, rotary_dim, from, to)?;
+    check_dims(head_dim, rotary_dim)?;
     let expected = num_heads
         .checked_mul(head_dim)
         .and_then(|n| n.checked_mul(row_len));
@@ -97,6 +105,11 @@ pub fn convert_projection<T: Copy>(
             rows.len()
         )));
     }
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Here head_dim <= rows.len(): the permutation is no larger than the data.
+    let perm = pair_permutation(head_dim, rotary_dim, from, to)?;
     let mut out = Vec::with_capacity(rows.len());
     for head in rows.chunks_exact(head_dim * row_len) {
         for &src in &perm {

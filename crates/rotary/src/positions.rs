@@ -71,10 +71,11 @@ impl Positions<'_> {
     }
 
     /// Position of row `row` (`row < self.rows(..)`), as f64 (exact for integers below 2^53).
+    /// A range may run past `usize::MAX`: its positions are summed exactly and rounded once.
     #[inline]
     pub fn get(&self, row: usize) -> f64 {
         match self {
-            Positions::Range { offset } => (offset + row) as f64,
+            Positions::Range { offset } => (*offset as u128 + row as u128) as f64,
             Positions::Explicit(p) => f64::from(p[row]),
             Positions::Fractional(p) => p[row],
         }
@@ -85,7 +86,12 @@ impl Positions<'_> {
     pub fn integer_end(&self, rows: usize) -> Option<usize> {
         match self {
             Positions::Range { offset } => offset.checked_add(rows),
-            Positions::Explicit(p) => Some(p.iter().map(|&v| v as usize + 1).max().unwrap_or(0)),
+            Positions::Explicit(p) => Some(
+                p.iter()
+                    .map(|&v| (v as usize).saturating_add(1))
+                    .max()
+                    .unwrap_or(0),
+            ),
             Positions::Fractional(_) => None,
         }
     }

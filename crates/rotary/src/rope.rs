@@ -159,7 +159,9 @@ impl Rope {
             Err(poisoned) => poisoned.into_inner(),
         };
         if guard.rows() < want {
-            let target = want.next_power_of_two().clamp(MIN_TABLE_ROWS, cap).max(want);
+            // `want <= cap`, so the target covers it; the cap wins over the minimum size (it is
+            // below it for rotary dims above 2^15).
+            let target = want.next_power_of_two().max(MIN_TABLE_ROWS).min(cap);
             let mut grown = CosSin::clone(&guard);
             grown.extend_positions(&self.inv_freq, self.amplitude, target - grown.rows())?;
             *guard = Arc::new(grown);
@@ -228,6 +230,9 @@ impl Rope {
         direction: Direction,
     ) -> Result<()> {
         self.check_head_dim("x", &shape)?;
+        // Lengths before coefficients: a shape far larger than its slice must fail here, not
+        // after building a table for all its positions.
+        shape.check_len("x", x.len())?;
         let coefficients = self.coefficients(positions, shape.batch, shape.seq)?;
         rotate_inplace(x, shape, coefficients.view(), direction)
     }
@@ -245,6 +250,8 @@ impl Rope {
         direction: Direction,
     ) -> Result<()> {
         self.check_head_dim("src", &shape)?;
+        shape.check_len("src", src.len())?;
+        shape.check_len("dst", dst.len())?;
         let coefficients = self.coefficients(positions, shape.batch, shape.seq)?;
         rotate(src, dst, shape, coefficients.view(), direction)
     }
@@ -265,6 +272,8 @@ impl Rope {
     ) -> Result<()> {
         check_qk(&q_shape, &k_shape)?;
         self.check_head_dim("q", &q_shape)?;
+        q_shape.check_len("q", q.len())?;
+        k_shape.check_len("k", k.len())?;
         let coefficients = self.coefficients(positions, q_shape.batch, q_shape.seq)?;
         rotate_qk_inplace(q, q_shape, k, k_shape, coefficients.view(), direction)
     }

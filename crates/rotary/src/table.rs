@@ -2,7 +2,7 @@
 
 use rayon::prelude::*;
 
-use crate::error::{Result, RopeError};
+use crate::error::{try_with_capacity, Result, RopeError};
 use crate::freqs::check_rotary_dim;
 use crate::layout::Layout;
 
@@ -76,8 +76,10 @@ impl CosSin {
         let len = rows.checked_mul(rotary_dim).ok_or_else(|| {
             RopeError::TableMismatch(format!("{rows} rows of {rotary_dim} overflow"))
         })?;
-        let mut cos = vec![0f32; len];
-        let mut sin = vec![0f32; len];
+        let mut cos = try_with_capacity("cos table", len)?;
+        let mut sin = try_with_capacity("sin table", len)?;
+        cos.resize(len, 0f32);
+        sin.resize(len, 0f32);
         let fill = |(row, (c, s)): (usize, (&mut [f32], &mut [f32]))| -> Result<()> {
             fill_row(layout, c, s, |i| polar(row, i))
         };
@@ -122,7 +124,12 @@ impl CosSin {
     ///
     /// # Errors
     /// As [`CosSin::from_angles`].
-    pub fn extend_positions(&mut self, inv_freq: &[f64], amplitude: f64, extra: usize) -> Result<()> {
+    pub fn extend_positions(
+        &mut self,
+        inv_freq: &[f64],
+        amplitude: f64,
+        extra: usize,
+    ) -> Result<()> {
         let start = self.rows();
         let more = CosSin::from_positions(self.layout, inv_freq, amplitude, extra, |row| {
             (start + row) as f64
