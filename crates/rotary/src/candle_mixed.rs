@@ -8,7 +8,7 @@
 //!
 //! for coordinates `j < 2 * pairs` of each head (the rest pass through), with `sign = -1` on the
 //! first coordinate of each pair and `+1` on the second, in [`Layout::Interleaved`] or
-//! [`Layout::Half`] pairs: the rotation [`NdRope`](crate::NdRope) applies with the kernels,
+//! [`Layout::Half`] pairs: the rotation [`NdRope`] applies with the kernels,
 //! written with candle tensor ops (matmul, cos, sin, index_select, mul, add) so that candle's
 //! autograd reaches `omega` (and `positions`). Angles are computed in `omega`'s dtype (use f64
 //! for exact angles); cos and sin are then cast to `x`'s dtype.
