@@ -174,7 +174,8 @@ impl Rope {
     /// for fractional positions and positions beyond the table.
     ///
     /// # Errors
-    /// The errors of [`Positions::per_sequence`].
+    /// The errors of [`Positions::per_sequence`]; [`RopeError::NonFinite`] for a position whose
+    /// angle overflows f64; [`RopeError::Allocation`] when `batch * seq` rows cannot be held.
     pub fn coefficients(
         &self,
         positions: Positions<'_>,

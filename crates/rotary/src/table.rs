@@ -36,7 +36,8 @@ impl CosSin {
     ///
     /// # Errors
     /// [`RopeError::InvalidRotaryDim`] for an odd or zero `rotary_dim`; [`RopeError::NonFinite`]
-    /// if an angle or the amplitude is not finite.
+    /// if an angle or the amplitude is not finite; [`RopeError::TableMismatch`] or
+    /// [`RopeError::Allocation`] for more rows than memory can hold.
     pub fn from_angles<F>(
         layout: Layout,
         rotary_dim: usize,
@@ -67,7 +68,8 @@ impl CosSin {
     ///
     /// # Errors
     /// [`RopeError::InvalidRotaryDim`] for an odd or zero `rotary_dim`; [`RopeError::NonFinite`]
-    /// if an angle or a magnitude is not finite.
+    /// if an angle or a magnitude is not finite; [`RopeError::TableMismatch`] or
+    /// [`RopeError::Allocation`] for more rows than memory can hold.
     pub fn from_polar<F>(layout: Layout, rotary_dim: usize, rows: usize, polar: F) -> Result<Self>
     where
         F: Fn(usize, usize) -> (f64, f64) + Sync,
