@@ -1,8 +1,10 @@
 //! `roformer bench ...`: speed measured against peers in the same run.
 
+mod alloc;
 mod attention;
 mod model;
 mod rope;
+mod timing;
 
 /// Which benchmark to run.
 #[derive(Debug, clap::Subcommand)]

@@ -1,6 +1,7 @@
 //! End-to-end tests of the `roformer` binary: one module per command, one test binary.
 
 mod analyze_decay;
+mod bench_rope;
 mod common;
 mod forward;
 mod plot_files;

@@ -1,0 +1,50 @@
+//! A warm allocator for fair benchmarks.
+//!
+//! By default glibc serves every allocation above its mmap threshold (128 KiB, rising
+//! dynamically up to 32 MiB) with a fresh `mmap` and returns it with `munmap` on free, so an
+//! operation that allocates a large output page-faults every page of it on every call. A
+//! framework that allocates its outputs (candle) would then be timed mostly on page faults,
+//! while code that reuses buffers is not. Raising the mmap and trim thresholds makes freed
+//! memory reusable, as in a long-running program; the peer benchmarks
+//! (`shared/peers/README.md`) run with the same settings.
+//!
+//! The thresholds are read by glibc at start-up, from the environment, so the benchmark
+//! re-executes itself once with them set.
+
+use std::process::{Command, ExitStatus};
+
+use anyhow::Context;
+
+/// The environment that keeps freed memory in the heap: mmap threshold 4 GiB, trim threshold
+/// 64 GiB (glibc tunables).
+pub const WARM_ENV: [(&str, &str); 2] = [
+    ("MALLOC_MMAP_THRESHOLD_", "4294967296"),
+    ("MALLOC_TRIM_THRESHOLD_", "68719476736"),
+];
+
+/// Whether this process runs with the warm allocator settings (already set by the caller or by
+/// [`reexec_warm`]).
+pub fn is_warm() -> bool {
+    WARM_ENV
+        .iter()
+        .all(|(name, _)| std::env::var_os(name).is_some())
+}
+
+/// Runs this program again with the same arguments and [`WARM_ENV`] set, unless the settings
+/// are already in place. Returns the child's exit status, or `None` when this process is the
+/// one to do the work.
+///
+/// # Errors
+/// When the executable cannot be found or started.
+pub fn reexec_warm() -> anyhow::Result<Option<ExitStatus>> {
+    if is_warm() || !cfg!(all(target_os = "linux", target_env = "gnu")) {
+        return Ok(None);
+    }
+    let exe = std::env::current_exe().context("locating the roformer executable")?;
+    let status = Command::new(&exe)
+        .args(std::env::args_os().skip(1))
+        .envs(WARM_ENV)
+        .status()
+        .with_context(|| format!("re-running {} with a warm allocator", exe.display()))?;
+    Ok(Some(status))
+}
