@@ -157,9 +157,11 @@ fn push_tasks<'a, T: Element>(
         return Ok(());
     }
     // A slab is the data of one sequence that is contiguous in memory: [seq, heads, d] for
-    // token-major, [seq, d] for each head for head-major.
+    // token-major, [seq, d] for each head for head-major. With one token per sequence (a
+    // decode step) both orders are [heads, d] per sequence: one slab, one kernel call.
     let (rows_per_token, slabs_per_batch) = match order {
         Order::TokenMajor => (heads, 1),
+        Order::HeadMajor if seq == 1 => (heads, 1),
         Order::HeadMajor => (1, heads),
     };
     let token_len = rows_per_token * head_dim;

@@ -133,7 +133,7 @@ unsafe fn rows<S: Simd, T: Element, const INTERLEAVED: bool, const INVERSE: bool
                 } else {
                     half_row::<S, T, INVERSE>(x, y, c, s, r);
                 }
-                if !in_place {
+                if !in_place && r < d {
                     std::ptr::copy_nonoverlapping(x.add(r), y.add(r), d - r);
                 }
             }
