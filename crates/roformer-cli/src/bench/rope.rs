@@ -10,6 +10,10 @@
 //!   (interleaved) on the same data, cos/sin `[seq, head_dim / 2]` built once, called from the
 //!   main thread.
 //!
+//! Rotations other than 1D RoPE (axial 2D over a patch grid, YaRN) run through the same kernels
+//! on tables made from their angles; each default one shares its shape with a 1D case, so the
+//! GB/s compare directly, and candle-nn is handed the same cos/sin.
+//!
 //! Every implementation is credited with the same bytes, q and k read and written plus the
 //! cos/sin table read, `2 * (bytes(q) + bytes(k)) + seq * head_dim * elem_size`, the formula of
 //! the peer benchmarks in `shared/peers`, so GB/s compare across implementations and with them.
@@ -23,7 +27,10 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use candle_core::{Device, Tensor, WithDType};
 use rayon::prelude::*;
-use rotary::{DType, Direction, Element, Isa, Layout, Positions, Rope, Shape, DEFAULT_BASE};
+use rotary::{
+    rotate, rotate_qk_inplace, CosSin, DType, Direction, Element, Isa, Layout, NdPositions, NdRope,
+    Positions, Rope, RopeSpec, Shape, DEFAULT_BASE,
+};
 use serde_json::json;
 
 use super::alloc;
@@ -40,6 +47,21 @@ const DEFAULT_SHAPES: [[usize; 4]; 4] = [
 /// `--quick`: small shapes that still exercise threads and the decode path.
 const QUICK_SHAPES: [[usize; 4]; 2] = [[1, 8, 512, 64], [1, 8, 1, 64]];
 
+/// Default cases besides 1D RoPE on [`DEFAULT_SHAPES`], each on a shape that 1D RoPE also runs
+/// on (same bytes): a 64 x 64 patch grid (16 heads, dim 64) with axial 2D RoPE, and YaRN.
+const VARIANT_CASES: [(Rotation, [usize; 4]); 4] = [
+    (Rotation::Rope1d, [1, 16, 4096, 64]),
+    (Rotation::Axial2d, [1, 16, 4096, 64]),
+    (Rotation::Yarn, [1, 16, 4096, 64]),
+    (Rotation::Yarn, [1, 32, 4096, 128]),
+];
+
+/// `--quick`: the variants on the first quick shape (a 16 x 32 grid).
+const QUICK_VARIANT_CASES: [(Rotation, [usize; 4]); 2] = [
+    (Rotation::Axial2d, [1, 8, 512, 64]),
+    (Rotation::Yarn, [1, 8, 512, 64]),
+];
+
 /// Arguments of `roformer bench rope`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -50,6 +72,10 @@ pub struct Args {
     /// Shapes as BATCHxHEADSxSEQxHEAD_DIM, comma-separated [default: the four shapes]
     #[arg(long, value_delimiter = ',', value_parser = parse_shape)]
     shapes: Vec<[usize; 4]>,
+    /// Rotations (rope1d, axial2d, yarn), comma-separated [default: rope1d on --shapes; without
+    /// --shapes, rope1d on the default shapes plus the axial2d and yarn cases]
+    #[arg(long, value_delimiter = ',', value_parser = parse_rotation)]
+    rotations: Vec<Rotation>,
     /// Storage types (f32, f16, bf16), comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "f32,bf16", value_parser = parse_dtype)]
     dtypes: Vec<DType>,
@@ -85,6 +111,13 @@ fn parse_shape(s: &str) -> Result<[usize; 4], String> {
     }
 }
 
+fn parse_rotation(s: &str) -> Result<Rotation, String> {
+    Rotation::ALL
+        .into_iter()
+        .find(|r| r.name() == s)
+        .ok_or_else(|| format!("{s:?}: expected rope1d, axial2d or yarn"))
+}
+
 fn parse_dtype(s: &str) -> Result<DType, String> {
     [DType::F32, DType::F16, DType::BF16]
         .into_iter()
@@ -99,20 +132,41 @@ fn parse_layout(s: &str) -> Result<Layout, String> {
         .ok_or_else(|| format!("{s:?}: expected interleaved or half"))
 }
 
-/// Which rotation our side computes. Every rotation is compared with the same memcpy and the
-/// same-shape 1D candle-nn `rope`/`rope_i`, whose cost does not depend on the angles.
+/// Which rotation our side computes. Every rotation is compared with the same memcpy and
+/// candle-nn's `rope`/`rope_i` given the same cos/sin (its cost does not depend on the angles).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Rotation {
     /// The paper's 1D RoPE, base 10000, all dims rotated.
     Rope1d,
+    /// Seed 003's axial 2D RoPE over a `rows x cols` patch grid (`rows * cols = seq`, as square
+    /// as `seq` allows), base 10000, all dims rotated; its table is made once, as a vision model
+    /// makes it once per resolution.
+    Axial2d,
+    /// YaRN (factor 4 over 4096 pre-training positions, base 10000) read from a config, with
+    /// its attention factor as the amplitude.
+    Yarn,
 }
 
 impl Rotation {
+    const ALL: [Rotation; 3] = [Rotation::Rope1d, Rotation::Axial2d, Rotation::Yarn];
+
     fn name(self) -> &'static str {
         match self {
             Rotation::Rope1d => "rope1d",
+            Rotation::Axial2d => "axial2d",
+            Rotation::Yarn => "yarn",
         }
     }
+}
+
+/// The most square `rows x cols` grid of `seq` cells (`rows <= cols`).
+fn grid(seq: usize) -> (usize, usize) {
+    let rows = (1..=seq)
+        .take_while(|r| r * r <= seq)
+        .filter(|r| seq % r == 0)
+        .last()
+        .unwrap_or(1);
+    (rows, seq / rows)
 }
 
 /// One benchmark case.
@@ -143,42 +197,96 @@ impl Case {
     }
 }
 
-/// Every case of the run: rotations x shapes x dtypes x layouts.
+/// Every case of the run: (rotation, shape) pairs x dtypes x layouts.
 fn cases(args: &Args) -> Vec<Case> {
-    let shapes: Vec<[usize; 4]> = match (&args.shapes[..], args.quick) {
-        ([], true) => QUICK_SHAPES.to_vec(),
-        ([], false) => DEFAULT_SHAPES.to_vec(),
-        (given, _) => given.to_vec(),
+    let pairs: Vec<(Rotation, [usize; 4])> = match &args.shapes[..] {
+        [] => {
+            let (shapes, variants) = if args.quick {
+                (&QUICK_SHAPES[..], &QUICK_VARIANT_CASES[..])
+            } else {
+                (&DEFAULT_SHAPES[..], &VARIANT_CASES[..])
+            };
+            let wanted = |r: &Rotation| args.rotations.is_empty() || args.rotations.contains(r);
+            let ropes = shapes.iter().map(|&dims| (Rotation::Rope1d, dims));
+            ropes
+                .chain(variants.iter().copied())
+                .filter(|(r, _)| wanted(r))
+                .collect()
+        }
+        given => {
+            let rotations = match &args.rotations[..] {
+                [] => &[Rotation::Rope1d][..],
+                chosen => chosen,
+            };
+            let with = |r: Rotation| given.iter().map(move |&dims| (r, dims));
+            rotations.iter().flat_map(|&r| with(r)).collect()
+        }
     };
     let mut out = Vec::new();
-    for rotation in [Rotation::Rope1d] {
-        for &dims in &shapes {
-            for &dtype in &args.dtypes {
-                for &layout in &args.layouts {
-                    out.push(Case {
-                        rotation,
-                        dims,
-                        dtype,
-                        layout,
-                    });
-                }
+    for (rotation, dims) in pairs {
+        for &dtype in &args.dtypes {
+            for &layout in &args.layouts {
+                out.push(Case {
+                    rotation,
+                    dims,
+                    dtype,
+                    layout,
+                });
             }
         }
     }
     out
 }
 
-/// Our side of a case.
+/// Our side of a case: a cached 1D rope, or a table made once from N-D angles.
 enum Ours {
     Rope(Rope),
+    Table(CosSin),
 }
 
 impl Ours {
     fn build(case: &Case) -> Result<Ours> {
-        let d = case.dims[3];
+        let [_, _, t, d] = case.dims;
         Ok(match case.rotation {
             Rotation::Rope1d => Ours::Rope(Rope::new(d, d, DEFAULT_BASE, case.layout)?),
+            Rotation::Axial2d => {
+                let (rows, cols) = grid(t);
+                let rope = NdRope::axial_2d(d, d, DEFAULT_BASE, case.layout)?;
+                Ours::Table(rope.table(&NdPositions::grid_2d(rows, cols)?)?)
+            }
+            Rotation::Yarn => {
+                let config = json!({
+                    "head_dim": d, "rope_theta": DEFAULT_BASE,
+                    "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                     "original_max_position_embeddings": 4096},
+                });
+                Ours::Rope(RopeSpec::from_hf_config(&config)?.rope(case.layout, None)?)
+            }
         })
+    }
+
+    /// The cos and sin per pair (`[seq, d / 2]` each, row-major) of this rotation's table, for
+    /// candle-nn.
+    fn pair_coefficients(&self, layout: Layout, seq: usize) -> Result<(Vec<f32>, Vec<f32>)> {
+        let computed;
+        let view = match self {
+            Ours::Rope(rope) => {
+                computed = rope.coefficients(Positions::START, 1, seq)?;
+                computed.view()
+            }
+            Ours::Table(table) => table.view(),
+        };
+        let r = view.rotary_dim();
+        let (mut cos, mut sin) = (Vec::new(), Vec::new());
+        for row in 0..seq {
+            for i in 0..r / 2 {
+                // The second coordinate of a pair holds +sin.
+                let (a, b) = layout.pair(i, r);
+                cos.push(view.cos()[row * r + a]);
+                sin.push(view.sin()[row * r + b]);
+            }
+        }
+        Ok((cos, sin))
     }
 
     /// q and k in place, one fused call.
@@ -186,6 +294,9 @@ impl Ours {
         match self {
             Ours::Rope(rope) => {
                 rope.apply_qk_inplace(q, shape, k, shape, Positions::START, Direction::Forward)?
+            }
+            Ours::Table(table) => {
+                rotate_qk_inplace(q, shape, k, shape, table.view(), Direction::Forward)?
             }
         }
         Ok(())
@@ -202,6 +313,10 @@ impl Ours {
             Ours::Rope(rope) => {
                 rope.apply(q, q_out, shape, Positions::START, Direction::Forward)?;
                 rope.apply(k, k_out, shape, Positions::START, Direction::Forward)?;
+            }
+            Ours::Table(table) => {
+                rotate(q, q_out, shape, table.view(), Direction::Forward)?;
+                rotate(k, k_out, shape, table.view(), Direction::Forward)?;
             }
         }
         Ok(())
@@ -291,17 +406,16 @@ impl<'a, T: Element + WithDType> Bench<'a, T> {
             Tensor::from_slice(&src.0, (b, h, t, d), cpu)?,
             Tensor::from_slice(&src.1, (b, h, t, d), cpu)?,
         );
-        // cos/sin [seq, d/2] from f64 angles, as candle-nn users build them.
-        let inv_freq = rotary::inv_freqs(d, DEFAULT_BASE)?;
-        let angles = |f: fn(f64) -> f64| -> Vec<T> {
-            (0..t)
-                .flat_map(|p| inv_freq.iter().map(move |w| f(p as f64 * w)))
-                .map(|v| <T as WithDType>::from_f64(v as f32 as f64))
+        // cos/sin [seq, d/2]: our rotation's, from f64 angles rounded once to f32.
+        let (cos, sin) = ours.pair_coefficients(case.layout, t)?;
+        let to_t = |v: Vec<f32>| -> Vec<T> {
+            v.into_iter()
+                .map(|c| <T as WithDType>::from_f64(f64::from(c)))
                 .collect()
         };
         let candle_cs = (
-            Tensor::from_vec(angles(f64::cos), (t, d / 2), cpu)?,
-            Tensor::from_vec(angles(f64::sin), (t, d / 2), cpu)?,
+            Tensor::from_vec(to_t(cos), (t, d / 2), cpu)?,
+            Tensor::from_vec(to_t(sin), (t, d / 2), cpu)?,
         );
         Ok(Bench {
             case,

@@ -2,6 +2,7 @@
 
 mod analyze_decay;
 mod bench_rope;
+mod bench_rope_variants;
 mod common;
 mod forward;
 mod plot_files;
