@@ -52,7 +52,7 @@ pub enum Isa {
     Scalar,
     /// x86_64 AVX2 with F16C (8 f32 lanes; F16C converts f16).
     Avx2,
-    /// x86_64 AVX-512F (16 f32 lanes; converts f16 itself).
+    /// x86_64 AVX-512F and AVX-512BW (16 f32 lanes; converts f16 itself, permutes bf16 words).
     Avx512,
     /// aarch64 Advanced SIMD (4 f32 lanes).
     Neon,
@@ -106,7 +106,10 @@ impl Isa {
                     && std::arch::is_x86_feature_detected!("f16c")
             }
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+            Isa::Avx512 => {
+                std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512bw")
+            }
             #[cfg(target_arch = "aarch64")]
             Isa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
             #[allow(unreachable_patterns)]

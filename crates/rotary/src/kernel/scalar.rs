@@ -2,6 +2,7 @@
 
 use super::Geom;
 use crate::element::Element;
+use crate::layout::Layout;
 
 /// Rotates one chunk one element at a time (see the module docs of `kernel`).
 ///
@@ -39,6 +40,30 @@ pub(crate) unsafe fn rotate_chunk<T: Element>(
     }
 }
 
+/// Rotates pairs `pairs` of one row of `rotary_dim` rotated coordinates (the tails of the SIMD
+/// kernels).
+///
+/// # Safety
+/// As [`rotate_pair`] for every pair `layout.pair(i, rotary_dim)`, `i` in `pairs`.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn rotate_pairs<T: Element>(
+    x: *const T,
+    y: *mut T,
+    c: *const f32,
+    s: *const f32,
+    layout: Layout,
+    pairs: std::ops::Range<usize>,
+    rotary_dim: usize,
+    inverse: bool,
+) {
+    for i in pairs {
+        let (a, b) = layout.pair(i, rotary_dim);
+        // SAFETY: by the caller's contract.
+        unsafe { rotate_pair(x, y, c, s, a, b, inverse) };
+    }
+}
+
 /// Rotates the pair `(a, b)` of one row: `y[j] = x[j] C[j] +- x[partner(j)] S[j]` for
 /// `j = a, b`, two products and one sum each, in f32.
 ///
@@ -46,7 +71,7 @@ pub(crate) unsafe fn rotate_chunk<T: Element>(
 /// `x`, `y` valid for index `max(a, b)` and either equal or not overlapping; `c`, `s` valid for
 /// the same index. Both inputs are read before either output is written, so `x == y` is sound.
 #[inline(always)]
-pub(super) unsafe fn rotate_pair<T: Element>(
+unsafe fn rotate_pair<T: Element>(
     x: *const T,
     y: *mut T,
     c: *const f32,

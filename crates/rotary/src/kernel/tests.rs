@@ -394,7 +394,7 @@ fn avx512_conversions_match_half() {
     if Isa::Avx512.is_supported() {
         check_conversions::<super::avx512::Avx512>("avx512");
     } else {
-        eprintln!("skipped: this CPU lacks AVX-512F");
+        eprintln!("skipped: this CPU lacks AVX-512F + BW");
     }
 }
 
