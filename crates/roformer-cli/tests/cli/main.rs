@@ -1,6 +1,8 @@
 //! End-to-end tests of the `roformer` binary: one module per command, one test binary.
 
+mod analyze_attention_2d;
 mod analyze_decay;
+mod bench_attention;
 mod bench_rope;
 mod bench_rope_variants;
 mod common;
