@@ -101,6 +101,13 @@ impl Simd for Avx2 {
         // Within each 128-bit lane, take elements (1, 0, 3, 2).
         _mm256_permute_ps::<0b10_11_00_01>(v)
     }
+
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn prefetch(p: *const u8) {
+        // A hint: never faults, whatever `p` is.
+        _mm_prefetch::<_MM_HINT_T0>(p.cast());
+    }
 }
 
 /// The AVX2 chunk kernel.

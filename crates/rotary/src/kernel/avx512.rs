@@ -128,6 +128,13 @@ impl Simd for Avx512 {
         // Within each 128-bit lane, take elements (1, 0, 3, 2).
         _mm512_permute_ps::<0b10_11_00_01>(v)
     }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn prefetch(p: *const u8) {
+        // A hint: never faults, whatever `p` is.
+        _mm_prefetch::<_MM_HINT_T0>(p.cast());
+    }
 }
 
 /// The AVX-512F chunk kernel.

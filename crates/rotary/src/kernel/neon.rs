@@ -118,6 +118,20 @@ impl Simd for Neon {
         // Reverse the two f32 of each 64-bit half: (1, 0, 3, 2).
         vrev64q_f32(v)
     }
+
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn prefetch(p: *const u8) {
+        // SAFETY: PRFM is a hint: it never faults and has no architectural effect, whatever
+        // address it is given.
+        unsafe {
+            asm!(
+                "prfm pldl1keep, [{p}]",
+                p = in(reg) p,
+                options(nostack, readonly, preserves_flags)
+            );
+        }
+    }
 }
 
 /// The NEON chunk kernel.
