@@ -1,10 +1,186 @@
-//! In progress: replaced by its issue's implementation.
+//! `roformer fill-mask`: the most likely tokens behind each mask token of a text.
+//!
+//! The text is encoded as `[CLS] text [SEP]` by the checkpoint's tokenizer, run through
+//! [`RoFormerForMaskedLM`], and at each mask position the logits `z` over the vocabulary become
+//! probabilities `p_i = exp(z_i - max z) / sum_j exp(z_j - max z)` (in f64, so no exponential
+//! overflows); the `k` highest are printed.
 
-/// Arguments (in progress).
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{bail, ensure, Context};
+use candle_core::{DType, Device, Tensor};
+use roformer::{ModelDir, RoFormerForMaskedLM, RoFormerTokenizer};
+use serde::Serialize;
+
+/// Arguments of `roformer fill-mask`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Checkpoint directory: config.json, model.safetensors (or pytorch_model.bin) with a
+    /// masked-LM head, vocab.txt and, if present, tokenizer_config.json.
+    #[arg(long)]
+    model: PathBuf,
+    /// How many tokens to list per mask.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    top_k: u32,
+    /// One JSON object on one line: {"text", "masks": [{"position", "predictions": [{"id",
+    /// "token", "probability"}]}]}; position is the token index in [CLS] text [SEP].
+    #[arg(long)]
+    json: bool,
+    /// The text, with one or more mask tokens written as the tokenizer's mask token
+    /// (usually [MASK]).
+    #[arg(value_name = "TEXT")]
+    text: String,
+}
 
-/// Runs the command (in progress).
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("fill_mask: in progress")
+/// One candidate token for a mask.
+#[derive(Debug, Serialize)]
+struct Prediction {
+    id: u32,
+    /// `None` for an id that has no token in vocab.txt (a vocabulary smaller than the model's).
+    token: Option<String>,
+    probability: f64,
+}
+
+/// The candidates for the mask at token index `position`, most likely first.
+#[derive(Debug, Serialize)]
+struct Mask {
+    position: usize,
+    predictions: Vec<Prediction>,
+}
+
+#[derive(Debug, Serialize)]
+struct Report<'a> {
+    text: &'a str,
+    masks: Vec<Mask>,
+}
+
+/// Predicts the tokens behind each mask of the text and prints them.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let tokenizer = RoFormerTokenizer::from_dir(&args.model)
+        .with_context(|| format!("loading the tokenizer of {}", args.model.display()))?;
+    let mask_id = tokenizer.mask_token_id()?;
+    let encoding = tokenizer.encode(&args.text);
+    let positions: Vec<usize> = (0..encoding.len())
+        .filter(|&i| encoding.ids[i] == mask_id)
+        .collect();
+    if positions.is_empty() {
+        bail!(
+            "the text has no mask token: write {} where a token should be predicted",
+            tokenizer.config().mask_token
+        );
+    }
+
+    let dir = ModelDir::open(&args.model)
+        .with_context(|| format!("loading the model in {}", args.model.display()))?;
+    ensure!(
+        dir.checkpoint.has_mlm_head(),
+        "{} has no masked-LM head (no cls.predictions.* tensors): fill-mask needs a checkpoint \
+         saved from RoFormerForMaskedLM",
+        dir.checkpoint.path().display()
+    );
+    let model = dir
+        .load::<RoFormerForMaskedLM>(DType::F32, &Device::Cpu)?
+        .model;
+    let ids = Tensor::from_slice(&encoding.ids, (1, encoding.len()), &Device::Cpu)?;
+    let logits = model.forward(&ids, None, None, None)?.logits.squeeze(0)?; // [seq, vocab]
+
+    let mut masks = Vec::with_capacity(positions.len());
+    for position in positions {
+        let row: Vec<f32> = logits.get(position)?.to_dtype(DType::F32)?.to_vec1()?;
+        let predictions = top_k(&softmax(&row), args.top_k as usize)
+            .into_iter()
+            .map(|(id, probability)| Prediction {
+                id,
+                token: tokenizer.id_to_token(id).map(str::to_owned),
+                probability,
+            })
+            .collect();
+        masks.push(Mask {
+            position,
+            predictions,
+        });
+    }
+    let report = Report {
+        text: &args.text,
+        masks,
+    };
+
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string(&report)?)?;
+    } else {
+        print_table(&mut out, &report)?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// `softmax(z)_i = exp(z_i - m) / sum_j exp(z_j - m)` with `m = max z`, in f64: every exponent
+/// is at most 0, so nothing overflows and the largest term is exactly 1.
+fn softmax(logits: &[f32]) -> Vec<f64> {
+    let max = logits
+        .iter()
+        .map(|&z| f64::from(z))
+        .fold(f64::NEG_INFINITY, f64::max);
+    let exps: Vec<f64> = logits.iter().map(|&z| (f64::from(z) - max).exp()).collect();
+    let sum: f64 = exps.iter().sum();
+    exps.into_iter().map(|e| e / sum).collect()
+}
+
+/// The `k` largest probabilities with their ids, largest first (ties: lower id first).
+fn top_k(probs: &[f64], k: usize) -> Vec<(u32, f64)> {
+    let mut ranked: Vec<(u32, f64)> = probs
+        .iter()
+        .enumerate()
+        .map(|(i, &p)| (i as u32, p))
+        .collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    ranked.truncate(k);
+    ranked
+}
+
+/// One block per mask: rank, probability, id and token.
+fn print_table(out: &mut impl Write, report: &Report<'_>) -> anyhow::Result<()> {
+    let n = report.masks.len();
+    for (i, mask) in report.masks.iter().enumerate() {
+        if i > 0 {
+            writeln!(out)?;
+        }
+        writeln!(out, "mask {} of {n} (token {}):", i + 1, mask.position)?;
+        for (rank, p) in mask.predictions.iter().enumerate() {
+            let token = p.token.as_deref().unwrap_or("(no token in vocab.txt)");
+            writeln!(
+                out,
+                "{:>4}  {:.6}  {:>7}  {token}",
+                rank + 1,
+                p.probability,
+                p.id
+            )?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn softmax_is_stable_and_normalised() {
+        // exp(1000) overflows f64; shifted by the max it does not.
+        let p = softmax(&[1000.0, 999.0, -1000.0]);
+        let e = (-1f64).exp();
+        assert!((p[0] - 1.0 / (1.0 + e)).abs() < 1e-15);
+        assert!((p[1] - e / (1.0 + e)).abs() < 1e-15);
+        assert!(p[2] >= 0.0 && p[2] < 1e-300);
+        assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-15);
+    }
+
+    #[test]
+    fn top_k_sorts_descending_and_breaks_ties_by_id() {
+        let ranked = top_k(&[0.1, 0.3, 0.3, 0.05, 0.25], 3);
+        assert_eq!(ranked, vec![(1, 0.3), (2, 0.3), (4, 0.25)]);
+        assert_eq!(top_k(&[0.5, 0.5], 10).len(), 2);
+    }
 }

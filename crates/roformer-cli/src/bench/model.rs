@@ -1,10 +1,291 @@
-//! In progress: replaced by its issue's implementation.
+//! `roformer bench model`: forward throughput of [`RoFormerModel`] (f32, CPU, random weights).
+//!
+//! The configs are those of the peer benchmark (`shared/peers/roformer_bench.py`, transformers'
+//! `RoFormerModel` on PyTorch), so the figures can be set beside it:
+//! - `small`: hidden 384, 6 layers, 6 heads, intermediate 1536, vocab 50000;
+//! - `base`: hidden 768, 12 layers, 12 heads, intermediate 3072, vocab 50000;
+//! - `tiny`: hidden 32, 2 layers, 4 heads, intermediate 64, vocab 97 (a smoke test).
+//!
+//! Weights are drawn from `N(0, 0.02^2)` (norm weights 1, norm biases 0) by a var builder over
+//! random tensors: no file is read. Inputs, as in the peer script: token ids uniform in
+//! `1..vocab` and an all-ones attention mask. Each case runs one untimed warm-up forward,
+//! then at least `--min-reps` timed forwards and more until `--seconds` have passed; the
+//! figure is the median, and tokens/s = `batch * seq / median`. The benchmark re-executes
+//! itself with glibc's mmap and trim thresholds raised (see [`super::alloc`]), as the peer
+//! benchmarks run.
 
-/// Arguments (in progress).
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use candle_core::{DType, Device, Shape, Tensor};
+use candle_nn::var_builder::SimpleBackend;
+use candle_nn::{Init, VarBuilder};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rand_distr::{Distribution, Normal};
+use roformer::{RawConfig, RoFormerConfig, RoFormerModel};
+use serde_json::json;
+
+use super::alloc;
+use super::timing::{round_robin, Budget, Stats};
+
+/// A model size of the benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ConfigName {
+    /// Hidden 32, 2 layers, 4 heads, intermediate 64, vocab 97: a smoke test.
+    Tiny,
+    /// Hidden 384, 6 layers, 6 heads, intermediate 1536, vocab 50000.
+    Small,
+    /// Hidden 768, 12 layers, 12 heads, intermediate 3072, vocab 50000.
+    Base,
+}
+
+impl ConfigName {
+    fn name(self) -> &'static str {
+        match self {
+            ConfigName::Tiny => "tiny",
+            ConfigName::Small => "small",
+            ConfigName::Base => "base",
+        }
+    }
+
+    /// The validated config: transformers' defaults but for the sizes.
+    fn config(self) -> Result<RoFormerConfig> {
+        let (vocab, hidden, layers, heads, intermediate) = match self {
+            ConfigName::Tiny => (97, 32, 2, 4, 64),
+            ConfigName::Small => (50000, 384, 6, 6, 1536),
+            ConfigName::Base => (50000, 768, 12, 12, 3072),
+        };
+        let raw = RawConfig {
+            vocab_size: vocab,
+            hidden_size: hidden,
+            num_hidden_layers: layers,
+            num_attention_heads: heads,
+            intermediate_size: intermediate,
+            ..RawConfig::default()
+        };
+        Ok(RoFormerConfig::try_from(raw)?)
+    }
+}
+
+/// Arguments of `roformer bench model`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// One JSON object per case and line: impl, config, batch, seq, seconds (median per
+    /// forward), tokens_per_s, p10/p90 seconds, reps, params, threads, malloc_warm.
+    #[arg(long)]
+    json: bool,
+    /// Model sizes, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "small,base")]
+    configs: Vec<ConfigName>,
+    /// Input shapes as BATCHxSEQ, comma-separated.
+    #[arg(long, value_delimiter = ',', value_parser = parse_shape, default_value = "1x128,1x512,8x128,8x512")]
+    shapes: Vec<(usize, usize)>,
+    /// Keep timing a case until this many seconds have passed (after --min-reps forwards).
+    #[arg(long, default_value_t = 2.0)]
+    seconds: f64,
+    /// Fewest timed forwards per case.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    min_reps: u32,
+    /// Worker threads [default: one per core, or RAYON_NUM_THREADS]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    threads: Option<u32>,
+}
 
-/// Runs the command (in progress).
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("bench/model: in progress")
+fn parse_shape(s: &str) -> Result<(usize, usize), String> {
+    let parts: Vec<&str> = s.split('x').collect();
+    let [b, t] = parts[..] else {
+        return Err(format!("{s:?}: expected BATCHxSEQ"));
+    };
+    let parse = |x: &str| x.trim().parse::<usize>().map_err(|e| format!("{s:?}: {e}"));
+    match (parse(b)?, parse(t)?) {
+        (b, t) if b > 0 && t > 0 => Ok((b, t)),
+        _ => Err(format!("{s:?}: batch and seq must be at least 1")),
+    }
+}
+
+/// A var-builder backend that makes up every tensor asked for: the hinted constant for
+/// `Init::Const` (norm weights and biases), `N(0, 0.02^2)` otherwise, seeded by the tensor's
+/// name. Counts the elements it hands out.
+struct RandomWeights {
+    elements: Arc<AtomicUsize>,
+}
+
+impl SimpleBackend for RandomWeights {
+    fn get(
+        &self,
+        shape: Shape,
+        name: &str,
+        init: Init,
+        dtype: DType,
+        device: &Device,
+    ) -> candle_core::Result<Tensor> {
+        let n = shape.elem_count();
+        self.elements.fetch_add(n, Ordering::Relaxed);
+        let values: Vec<f32> = match init {
+            Init::Const(c) => vec![c as f32; n],
+            _ => {
+                let mut hasher = DefaultHasher::new();
+                name.hash(&mut hasher);
+                let mut rng = StdRng::seed_from_u64(hasher.finish());
+                let normal = Normal::new(0f32, 0.02).map_err(candle_core::Error::wrap)?;
+                (0..n).map(|_| normal.sample(&mut rng)).collect()
+            }
+        };
+        Tensor::from_vec(values, shape, device)?.to_dtype(dtype)
+    }
+
+    fn get_unchecked(
+        &self,
+        name: &str,
+        _dtype: DType,
+        _device: &Device,
+    ) -> candle_core::Result<Tensor> {
+        Err(candle_core::Error::Msg(format!(
+            "random weights need a shape: {name} was asked for without one"
+        )))
+    }
+
+    fn contains_tensor(&self, _name: &str) -> bool {
+        true
+    }
+}
+
+/// A model of `config` with random weights, and its number of parameters (the elements drawn).
+fn random_model(config: &RoFormerConfig) -> Result<(RoFormerModel, usize)> {
+    let elements = Arc::new(AtomicUsize::new(0));
+    let backend: Box<dyn SimpleBackend> = Box::new(RandomWeights {
+        elements: Arc::clone(&elements),
+    });
+    let vb = VarBuilder::from_backend(backend, DType::F32, Device::Cpu);
+    let model = RoFormerModel::load(vb, config)?;
+    Ok((model, elements.load(Ordering::Relaxed)))
+}
+
+/// One measured case.
+struct Record {
+    config: ConfigName,
+    batch: usize,
+    seq: usize,
+    stats: Stats,
+    params: usize,
+}
+
+impl Record {
+    fn tokens_per_s(&self) -> f64 {
+        (self.batch * self.seq) as f64 / self.stats.median
+    }
+}
+
+/// Times the forward pass of `model` on one random batch.
+fn time_case(model: &RoFormerModel, batch: usize, seq: usize, budget: &Budget) -> Result<Stats> {
+    let vocab = model.config().vocab_size as u32;
+    let mut rng = StdRng::seed_from_u64(1);
+    let ids: Vec<u32> = (0..batch * seq)
+        .map(|_| rng.random_range(1..vocab.max(2)))
+        .collect();
+    let ids = Tensor::from_vec(ids, (batch, seq), &Device::Cpu)?;
+    let mask = Tensor::ones((batch, seq), DType::U32, &Device::Cpu)?;
+    let stats = round_robin(1, budget, |_| {
+        model.forward(&ids, None, Some(&mask), None).map(drop)
+    })?;
+    Ok(stats[0])
+}
+
+/// Runs the benchmark.
+///
+/// # Errors
+/// Bad options, or a failing forward pass.
+pub fn run(args: Args) -> Result<()> {
+    if !(args.seconds.is_finite() && args.seconds >= 0.0) {
+        bail!("--seconds must be a finite number >= 0");
+    }
+    if let Some(status) = alloc::reexec_warm()? {
+        if status.success() {
+            return Ok(());
+        }
+        bail!("the benchmark (re-run with a warm allocator) failed: {status}");
+    }
+    if let Some(n) = args.threads {
+        // candle sizes its matrix products by this variable, rayon its pool by the builder.
+        std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n as usize)
+            .build_global()
+            .context("sizing the thread pool")?;
+    }
+    let threads = rayon::current_num_threads();
+    let malloc_warm = alloc::is_warm();
+    let budget = Budget {
+        warmup: 1,
+        min_rounds: args.min_reps as usize,
+        max_rounds: 10_000,
+        seconds: args.seconds,
+        sample: Duration::ZERO,
+    };
+    let mut out = std::io::stdout().lock();
+    if !args.json {
+        writeln!(
+            out,
+            "RoFormerModel forward, f32, {threads} thread(s), warm allocator: {}",
+            if malloc_warm { "yes" } else { "no" }
+        )?;
+        writeln!(
+            out,
+            "{:<6} {:>8} {:>5} {:>5} {:>5} {:>11} {:>21} {:>10}",
+            "config", "params_M", "batch", "seq", "reps", "median_ms", "p10..p90_ms", "tokens/s"
+        )?;
+        out.flush()?;
+    }
+    for &config_name in &args.configs {
+        let config = config_name.config()?;
+        let (model, params) = random_model(&config)?;
+        for &(batch, seq) in &args.shapes {
+            let stats = time_case(&model, batch, seq, &budget)?;
+            let record = Record {
+                config: config_name,
+                batch,
+                seq,
+                stats,
+                params,
+            };
+            if args.json {
+                let line = json!({
+                    "impl": "roformer-rs",
+                    "config": record.config.name(),
+                    "batch": batch,
+                    "seq": seq,
+                    "seconds": stats.median,
+                    "tokens_per_s": record.tokens_per_s(),
+                    "p10_seconds": stats.p10,
+                    "p90_seconds": stats.p90,
+                    "reps": stats.samples,
+                    "params": record.params,
+                    "threads": threads,
+                    "malloc_warm": malloc_warm,
+                });
+                writeln!(out, "{line}")?;
+            } else {
+                writeln!(
+                    out,
+                    "{:<6} {:>8.1} {:>5} {:>5} {:>5} {:>11.1} {:>21} {:>10.0}",
+                    record.config.name(),
+                    record.params as f64 / 1e6,
+                    batch,
+                    seq,
+                    stats.samples,
+                    stats.median * 1e3,
+                    format!("{:.1}..{:.1}", stats.p10 * 1e3, stats.p90 * 1e3),
+                    record.tokens_per_s()
+                )?;
+            }
+            out.flush()?;
+        }
+    }
+    Ok(())
 }

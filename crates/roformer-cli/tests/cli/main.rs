@@ -3,9 +3,12 @@
 mod analyze_attention_2d;
 mod analyze_decay;
 mod bench_attention;
+mod bench_model;
 mod bench_rope;
 mod bench_rope_variants;
 mod common;
+mod embed;
+mod fill_mask;
 mod forward;
 mod plot_files;
 mod rope_freqs;
