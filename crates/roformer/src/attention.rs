@@ -11,12 +11,15 @@
 //!
 //! The attention proper (scores and context from rotated q, k, v) is [`softmax_attention`],
 //! kept apart from the projections so that other attention kinds can take its place.
+//! With `attention_type: linear` in the config, [`crate::linear_attention`] takes it (eq. 19,
+//! on unrotated q and k, which it rotates after the feature map).
 
 use candle_core::{Tensor, D};
 use candle_nn::{Linear, Module, VarBuilder};
 use rotary::{rotate_tensor, Coefficients, Direction, Order};
 
-use crate::config::RoFormerConfig;
+use crate::config::{AttentionType, RoFormerConfig};
+use crate::linear_attention::{key_mask_from_additive, LinearAttention, Masking};
 use crate::norm::Norm;
 
 /// A dense layer `x W^T + b` of the encoder: with a bias unless the config has
@@ -46,6 +49,8 @@ pub struct SelfAttention {
     heads: usize,
     head_dim: usize,
     rotary_value: bool,
+    attention_type: AttentionType,
+    masking: Masking,
 }
 
 impl SelfAttention {
@@ -62,6 +67,12 @@ impl SelfAttention {
             heads: cfg.num_attention_heads,
             head_dim: cfg.head_dim(),
             rotary_value: cfg.rotary_value,
+            attention_type: cfg.attention_type,
+            masking: if cfg.is_decoder {
+                Masking::Causal
+            } else {
+                Masking::Bidirectional
+            },
         })
     }
 
@@ -90,15 +101,28 @@ impl SelfAttention {
         mask: Option<&Tensor>,
     ) -> candle_core::Result<Tensor> {
         let (b, t, hidden) = x.dims3()?;
-        let q = Self::rotate(&self.heads_of(&self.query, x)?, rope)?;
-        let k = Self::rotate(&self.heads_of(&self.key, x)?, rope)?;
+        let q = self.heads_of(&self.query, x)?;
+        let k = self.heads_of(&self.key, x)?;
         let v = self.heads_of(&self.value, x)?;
         let v = if self.rotary_value {
             Self::rotate(&v, rope)?
         } else {
             v.transpose(1, 2)?.contiguous()?
         };
-        let context = softmax_attention(&q, &k, &v, mask)?; // [b, h, t, d]
+        let context = match self.attention_type {
+            AttentionType::Softmax => {
+                softmax_attention(&Self::rotate(&q, rope)?, &Self::rotate(&k, rope)?, &v, mask)?
+            }
+            // Eq. 19 rotates phi(q), phi(k): it takes them unrotated, head-major.
+            AttentionType::Linear => LinearAttention::default().forward(
+                &q.transpose(1, 2)?.contiguous()?,
+                &k.transpose(1, 2)?.contiguous()?,
+                &v,
+                rope,
+                key_mask_from_additive(mask, b, t)?.as_ref(),
+                self.masking,
+            )?,
+        }; // [b, h, t, d]
         context.transpose(1, 2)?.reshape((b, t, hidden))
     }
 }

@@ -80,6 +80,9 @@ pub struct RawConfig {
     pub use_bias: bool,
     /// RoFormer-V2: activation of the pooler (default `tanh`).
     pub pooler_activation: String,
+    /// This crate's extension: `softmax` (default, as every checkpoint) or `linear` (the paper's
+    /// eq. 19, see [`crate::linear_attention`]).
+    pub attention_type: String,
 }
 
 impl Default for RawConfig {
@@ -111,6 +114,7 @@ impl Default for RawConfig {
             norm_type: "layer_norm".into(),
             use_bias: true,
             pooler_activation: "tanh".into(),
+            attention_type: "softmax".into(),
         }
     }
 }
@@ -122,6 +126,16 @@ pub enum NormType {
     LayerNorm,
     /// `x / sqrt(mean(x^2) + eps)` without weights (RoFormer-V2).
     RmsNorm,
+}
+
+/// How self-attention mixes the values (this crate's extension of the config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum AttentionType {
+    /// `softmax(q k^T / sqrt(d) + mask) v` on rotated q, k: RoFormer as trained.
+    #[default]
+    Softmax,
+    /// RoPE with linear attention (eq. 19), linear in the sequence length; the same weights.
+    Linear,
 }
 
 /// A validated RoFormer configuration.
@@ -180,6 +194,8 @@ pub struct RoFormerConfig {
     pub use_bias: bool,
     /// Activation of the V2 pooler.
     pub pooler_activation: Activation,
+    /// Softmax or linear self-attention.
+    pub attention_type: AttentionType,
 }
 
 impl RoFormerConfig {
@@ -247,7 +263,7 @@ impl TryFrom<RawConfig> for RoFormerConfig {
 
     /// Validates: sizes at least 1, `hidden_size` divisible by `num_attention_heads` with an
     /// even head dim (RoPE rotates pairs), a finite positive `layer_norm_eps`, known
-    /// activations and norm type, dropouts in [0, 1], integer label keys.
+    /// activations, norm type and attention type, dropouts in [0, 1], integer label keys.
     fn try_from(raw: RawConfig) -> Result<RoFormerConfig> {
         let hidden_size = positive("hidden_size", raw.hidden_size)?;
         let heads = positive("num_attention_heads", raw.num_attention_heads)?;
@@ -279,6 +295,16 @@ impl TryFrom<RawConfig> for RoFormerConfig {
                 return Err(invalid(
                     "norm_type",
                     format!("{other:?} is neither \"layer_norm\" nor \"rms_norm\""),
+                ))
+            }
+        };
+        let attention_type = match raw.attention_type.as_str() {
+            "softmax" => AttentionType::Softmax,
+            "linear" => AttentionType::Linear,
+            other => {
+                return Err(invalid(
+                    "attention_type",
+                    format!("{other:?} is neither \"softmax\" nor \"linear\""),
                 ))
             }
         };
@@ -327,6 +353,7 @@ impl TryFrom<RawConfig> for RoFormerConfig {
             norm_type,
             use_bias: raw.use_bias,
             pooler_activation: Activation::parse("pooler_activation", &raw.pooler_activation)?,
+            attention_type,
         })
     }
 }

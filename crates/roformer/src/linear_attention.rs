@@ -150,6 +150,31 @@ pub fn linear_attention_slow(
         .to_dtype(q.dtype())
 }
 
+/// The `[b, t]` keep-mask (1 attend, 0 padding) of the keys of an additive attention mask as
+/// the model builds it: broadcastable to `[b, h, t, t]`, 0 where a query may attend a key and
+/// a large negative value where it may not (`[b, 1, 1, t]` for padding, `[b, 1, t, t]` with the
+/// causal part). The keys the last query may attend are the unpadded ones (a causal mask hides
+/// none from it), so its row is read. `None` (nothing masked) gives `None`.
+///
+/// # Errors
+/// Candle errors when `mask` is not 4D or does not broadcast to `[b, 1, 1, t]`.
+pub fn key_mask_from_additive(
+    mask: Option<&Tensor>,
+    b: usize,
+    t: usize,
+) -> candle_core::Result<Option<Tensor>> {
+    let Some(mask) = mask else {
+        return Ok(None);
+    };
+    let rows = mask.dim(2)?;
+    let last = mask.narrow(2, rows.saturating_sub(1), rows.min(1))?;
+    let keep = last
+        .broadcast_as((b, 1, 1, t))?
+        .eq(0.0)?
+        .to_dtype(DType::F32)?;
+    Ok(Some(keep.reshape((b, t))?))
+}
+
 /// The feature map `phi(x) = elu(x) + 1`, positive everywhere.
 ///
 /// # Errors
