@@ -29,11 +29,11 @@ pub enum Order {
 /// Whether to apply `R_m` or its transpose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Direction {
-    /// `y = R_m x`.
+    /// `y = a R_m x`, with `a` the table's amplitude (1 for a pure rotation).
     #[default]
     Forward,
-    /// `y = R_m^T x = R_{-m} x`: undoes `Forward`, and is its backward pass (the gradient of
-    /// `y = R_m x` with respect to `x` is `R_m^T dy`).
+    /// The transpose `y = a R_m^T x = a R_{-m} x`: the backward pass of `Forward` (the gradient
+    /// of `y = a R_m x` with respect to `x` is `a R_m^T dy`), and its inverse when `a = 1`.
     Inverse,
 }
 

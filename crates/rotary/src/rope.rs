@@ -184,7 +184,7 @@ impl Rope {
     ) -> Result<Coefficients> {
         let rows = positions.rows(batch, seq)?;
         if let Some(end) = positions.integer_end(rows) {
-            if end <= self.max_table_rows() {
+            if end <= self.max_table_rows() && self.worth_growing_to(end, rows) {
                 let table = self.reserve(end)?;
                 return Ok(match positions {
                     Positions::Range { offset } => Coefficients::Cached {
@@ -205,6 +205,19 @@ impl Rope {
             rows,
             |row| positions.get(row),
         )?))
+    }
+
+    /// Whether a call needing `rows` rows with positions below `end` should be served from the
+    /// cached table (growing it if needed) rather than by rows computed for the call.
+    ///
+    /// Growth is worth it when it is amortised: the table at most doubles (decoding token by
+    /// token, growing sequences), or the call itself fills a fair share of the new rows (a
+    /// long prompt). A few tokens at a far position (one packed sequence deep into a
+    /// document) are computed directly instead of building every row below them.
+    fn worth_growing_to(&self, end: usize, rows: usize) -> bool {
+        let have = self.table().rows();
+        end <= have.max(MIN_TABLE_ROWS).saturating_mul(2)
+            || rows.saturating_mul(4) >= end.saturating_sub(have)
     }
 
     fn check_head_dim(&self, what: &'static str, shape: &Shape) -> Result<()> {
