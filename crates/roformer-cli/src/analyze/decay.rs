@@ -161,9 +161,13 @@ impl Figure for DecayFigure<'_> {
             .map_err(err)?
             .label("measured mean (right axis)")
             .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], RED.stroke_width(2)));
-        // The bound decays from the top and the measured curve is either decaying or flat and
-        // high: the middle right is free in both cases.
-        draw_legend(&mut chart, SeriesLabelPosition::MiddleRight)
+        // Both curves decay for k = q, leaving the upper right free; for independent vectors
+        // the measured curve runs flat along the top, and the middle right is free.
+        let position = match self.pairing {
+            Pairing::Same => SeriesLabelPosition::UpperRight,
+            Pairing::Independent => SeriesLabelPosition::MiddleRight,
+        };
+        draw_legend(&mut chart, position)
     }
 }
 
