@@ -43,13 +43,13 @@ pub(crate) fn encoder_linear(
 /// `attention.self`: the q, k, v projections and the rotary embedding.
 #[derive(Debug, Clone)]
 pub struct SelfAttention {
-    query: Linear,
-    key: Linear,
-    value: Linear,
-    heads: usize,
+    pub(crate) query: Linear,
+    pub(crate) key: Linear,
+    pub(crate) value: Linear,
+    pub(crate) heads: usize,
     head_dim: usize,
-    rotary_value: bool,
-    attention_type: AttentionType,
+    pub(crate) rotary_value: bool,
+    pub(crate) attention_type: AttentionType,
     masking: Masking,
 }
 
@@ -152,9 +152,9 @@ pub fn softmax_attention(
 /// `attention`: self-attention then `output.dense`, residual and norm.
 #[derive(Debug, Clone)]
 pub struct Attention {
-    self_attention: SelfAttention,
-    dense: Linear,
-    norm: Norm,
+    pub(crate) self_attention: SelfAttention,
+    pub(crate) dense: Linear,
+    pub(crate) norm: Norm,
 }
 
 impl Attention {

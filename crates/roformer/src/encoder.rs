@@ -6,6 +6,9 @@
 //! a = Attention(x)                                  (see `attention`)
 //! y = Norm(act(a W1 + b1) W2 + b2 + a)              intermediate.dense, output.dense, output.LayerNorm
 //! ```
+//!
+//! On the CPU in f32 with softmax attention the stack runs as the fused passes of
+//! [`crate::fused`]; elsewhere layer by layer, op by op, as written above.
 
 use candle_core::Tensor;
 use candle_nn::{Linear, Module, VarBuilder};
@@ -13,8 +16,9 @@ use rotary::{Layout, Positions, Rope, DEFAULT_BASE};
 
 use crate::activation::Activation;
 use crate::attention::{encoder_linear, Attention};
-use crate::config::RoFormerConfig;
+use crate::config::{AttentionType, RoFormerConfig};
 use crate::error::{ModelError, Result};
+use crate::fused::{self, LayerParts};
 use crate::norm::Norm;
 
 /// One encoder layer (`encoder.layer.{i}`).
@@ -25,6 +29,7 @@ pub struct Layer {
     activation: Activation,
     output: Linear,
     norm: Norm,
+    layer_norm_eps: f64,
 }
 
 impl Layer {
@@ -41,6 +46,7 @@ impl Layer {
             activation: cfg.hidden_act,
             output: encoder_linear(i, h, cfg, vb.pp("output").pp("dense"))?,
             norm: Norm::load(h, cfg, vb.pp("output").pp("LayerNorm"))?,
+            layer_norm_eps: cfg.layer_norm_eps,
         })
     }
 
@@ -57,6 +63,25 @@ impl Layer {
         let a = self.attention.forward(x, rope, mask)?;
         let inner = self.activation.forward(&self.intermediate.forward(&a)?)?;
         self.norm.forward(&(self.output.forward(&inner)? + a)?)
+    }
+
+    /// The layer's weights for [`fused::encoder_forward`], for softmax attention.
+    pub(crate) fn fusable(&self) -> Option<LayerParts<'_>> {
+        let sa = &self.attention.self_attention;
+        (sa.attention_type == AttentionType::Softmax).then_some(LayerParts {
+            query: &sa.query,
+            key: &sa.key,
+            value: &sa.value,
+            heads: sa.heads,
+            rotary_value: sa.rotary_value,
+            attention_dense: &self.attention.dense,
+            attention_norm: &self.attention.norm,
+            intermediate: &self.intermediate,
+            activation: self.activation,
+            output: &self.output,
+            output_norm: &self.norm,
+            layer_norm_eps: self.layer_norm_eps,
+        })
     }
 }
 
@@ -89,6 +114,11 @@ impl Encoder {
         Ok(Encoder { layers, rope })
     }
 
+    /// The layers.
+    pub fn layers(&self) -> &[Layer] {
+        &self.layers
+    }
+
     /// The rotary embedding of the layers.
     pub fn rope(&self) -> &Rope {
         &self.rope
@@ -111,9 +141,29 @@ impl Encoder {
             .rope
             .coefficients(positions, b, t)
             .map_err(|e| ModelError::Input(e.to_string()))?;
+        if let Some(parts) = self
+            .layers
+            .iter()
+            .map(Layer::fusable)
+            .collect::<Option<Vec<_>>>()
+        {
+            if let Some(h) = fused::encoder_forward(&parts, x, coefficients.view(), mask)? {
+                return Ok(h);
+            }
+        }
+        self.forward_ops(x, &coefficients, mask)
+    }
+
+    /// The layers op by op, on any device and dtype: the reference of the fused path.
+    pub(crate) fn forward_ops(
+        &self,
+        x: &Tensor,
+        coefficients: &rotary::Coefficients,
+        mask: Option<&Tensor>,
+    ) -> Result<Tensor> {
         let mut h = x.clone();
         for layer in &self.layers {
-            h = layer.forward(&h, &coefficients, mask)?;
+            h = layer.forward(&h, coefficients, mask)?;
         }
         Ok(h)
     }

@@ -6,6 +6,7 @@ pub mod config;
 pub mod embeddings;
 pub mod encoder;
 pub mod error;
+mod fused;
 pub mod heads;
 mod input;
 pub mod linear_attention;
