@@ -48,6 +48,18 @@ const MIN_TASK_ROWS: usize = 512;
 const MIN_BLOCK_ROWS: usize = 64;
 const MAX_BLOCK_ROWS: usize = 512;
 
+/// Below this many rows a batch spread over the threads splits its products by output
+/// columns instead of rows: each weight is then read once, not once per row block.
+const COLUMN_MODE_ROWS: usize = 1024;
+
+/// Column tasks per thread of a product split by columns (spare tasks let idle threads
+/// steal work), and the granularity of their widths.
+const COLUMN_TASKS_PER_THREAD: usize = 4;
+const COLUMN_ALIGN: usize = 64;
+
+/// Elements per task of an element-wise pass spread over the threads.
+const PASS_CHUNK: usize = 1 << 15;
+
 /// The parts of one encoder layer the fused path reads.
 pub(crate) struct LayerParts<'a> {
     pub query: &'a Linear,
@@ -384,6 +396,7 @@ impl Stack<'_> {
             rope,
             mask: self.mask,
             parallel: threads > 1,
+            columns: (threads > 1 && rows < COLUMN_MODE_ROWS).then_some(threads),
             blocks: row_blocks(rows, threads),
         };
         let input = &self.x[seqs.start * t * h..seqs.end * t * h];
@@ -416,13 +429,69 @@ struct Step<'a> {
     sequences: Range<usize>,
     rope: CosSinView<'a>,
     mask: Option<MaskView<'a>>,
+    /// Whether attention and the row blocks run on the threads.
     parallel: bool,
+    /// `Some(threads)`: products split by columns over that many threads, element-wise
+    /// passes over row chunks (few rows); `None`: everything but attention by row blocks.
+    columns: Option<usize>,
     blocks: Vec<Range<usize>>,
 }
 
 impl Step<'_> {
     /// The layer on `x` (`[n * t, hidden]`).
     fn layer(&self, p: &LayerPlan<'_>, x: &[f32]) -> candle_core::Result<Vec<f32>> {
+        match self.columns {
+            Some(threads) => self.layer_by_columns(p, x, threads),
+            None => self.layer_by_rows(p, x),
+        }
+    }
+
+    /// The layer with its products split by output columns over `threads` threads.
+    fn layer_by_columns(
+        &self,
+        p: &LayerPlan<'_>,
+        x: &[f32],
+        threads: usize,
+    ) -> candle_core::Result<Vec<f32>> {
+        let Geometry {
+            h, heads, inter, ..
+        } = *self.geometry;
+        let rows = self.sequences.len() * self.geometry.t;
+        let all = 0..rows;
+
+        let mut qk = filled(rows, 2 * h, None, &[p.query.1, p.key.1])?;
+        product_xwt_split(&mut qk, 2 * h, 0, x, h, p.query.0, threads)?;
+        product_xwt_split(&mut qk, 2 * h, h, x, h, p.key.0, threads)?;
+        self.rotate_rows(&mut qk, 2 * heads, &all)?;
+        let mut v = filled(rows, h, None, &[p.value.1])?;
+        product_xwt_split(&mut v, h, 0, x, h, p.value.0, threads)?;
+        if p.rotary_value {
+            self.rotate_rows(&mut v, heads, &all)?;
+        }
+
+        let context = self.attention(&qk, &v)?;
+        drop((qk, v));
+
+        let mut a = filled(rows, h, Some(x), &[p.dense.1])?;
+        product_xwt_split(&mut a, h, 0, &context, h, p.dense.0, threads)?;
+        drop(context);
+        normalize_rows_par(&mut a, h, &p.attention_norm);
+        let mut inner = filled(rows, inter, None, &[p.intermediate.1])?;
+        product_xwt_split(&mut inner, inter, 0, &a, h, p.intermediate.0, threads)?;
+        let inner = if p.activation == Activation::Gelu {
+            inner.par_chunks_mut(PASS_CHUNK).for_each(gelu_erf);
+            inner
+        } else {
+            activate(inner, rows, inter, p.activation)?
+        };
+        let mut y = filled(rows, h, Some(&a), &[p.output.1])?;
+        product_xwt_split(&mut y, h, 0, &inner, inter, p.output.0, threads)?;
+        normalize_rows_par(&mut y, h, &p.output_norm);
+        Ok(y)
+    }
+
+    /// The layer by row blocks, each block through every step but attention in one task.
+    fn layer_by_rows(&self, p: &LayerPlan<'_>, x: &[f32]) -> candle_core::Result<Vec<f32>> {
         let Geometry {
             h, heads, inter, ..
         } = *self.geometry;
@@ -585,15 +654,16 @@ impl Step<'_> {
     }
 }
 
-/// The context buffer, written by the attention tasks at disjoint (rows, head columns).
+/// An output buffer written by parallel tasks at disjoint elements: the attention context
+/// (rows, head columns) or a product split by columns.
 #[derive(Clone, Copy)]
 struct SharedOut {
     ptr: *mut f32,
     len: usize,
 }
 
-// SAFETY: the tasks that share it write disjoint elements (see `Step::attention`), and the
-// buffer outlives them.
+// SAFETY: the tasks that share it write disjoint elements (see `Step::attention` and
+// `product_xwt_split`), and the buffer outlives them.
 unsafe impl Send for SharedOut {}
 unsafe impl Sync for SharedOut {}
 
@@ -733,6 +803,57 @@ fn fill_row(row: &mut [MaybeUninit<f32>], base: Option<&[f32]>, biases: &[Option
     }
 }
 
+/// [`product_xwt`] spread over the threads: tasks of whole output columns (about
+/// [`COLUMN_TASKS_PER_THREAD`] per thread), each reading only its rows of `W`.
+fn product_xwt_split(
+    dst: &mut [f32],
+    dst_rs: usize,
+    col: usize,
+    x: &[f32],
+    k: usize,
+    w: &[f32],
+    threads: usize,
+) -> candle_core::Result<()> {
+    let m = dst.len() / dst_rs.max(1);
+    let n = w.len() / k.max(1);
+    let chunk = n
+        .div_ceil(COLUMN_TASKS_PER_THREAD * threads)
+        .next_multiple_of(COLUMN_ALIGN)
+        .min(n)
+        .max(1);
+    let out = SharedOut {
+        ptr: dst.as_mut_ptr(),
+        len: dst.len(),
+    };
+    (0..n.div_ceil(chunk)).into_par_iter().try_for_each(|c| {
+        let j0 = c * chunk;
+        product(
+            ProductDims {
+                m,
+                n: chunk.min(n - j0),
+                k,
+            },
+            // Each task writes its own columns j0..j0 + chunk of `dst`, borrowed exclusively
+            // by this call for the whole loop.
+            Dst::Shared(out, col + j0, dst_rs),
+            true,
+            Operand {
+                data: x,
+                offset: 0,
+                rs: k,
+                cs: 1,
+            },
+            Operand {
+                data: w,
+                offset: j0 * k,
+                rs: 1,
+                cs: k,
+            },
+            1.0,
+        )
+    })
+}
+
 /// `dst[:, col..col + n] += x W^T` on one thread, with `x` `[rows, k]` (`k` columns) and `W`
 /// `[n, k]` row-major; `dst` has `dst_rs` columns.
 fn product_xwt(
@@ -862,6 +983,13 @@ fn activate(
     }
     let t = Tensor::from_vec(x, (rows, width), &Device::Cpu)?;
     activation.forward(&t)?.flatten_all()?.to_vec1()
+}
+
+/// [`normalize_rows`] over chunks of rows on the threads.
+fn normalize_rows_par(x: &mut [f32], width: usize, norm: &RowNorm<'_>) {
+    let rows = (PASS_CHUNK / width.max(1)).max(1);
+    x.par_chunks_mut(rows * width.max(1))
+        .for_each(|chunk| normalize_rows(chunk, width, norm));
 }
 
 /// Normalises each row of `width` values in place.
@@ -1141,12 +1269,14 @@ mod tests {
     #[test]
     fn fused_matches_op_by_op_with_padding_on_any_thread_count() {
         let (encoder, cfg) = random_encoder(tiny("gelu"));
-        // b = 3 runs as one task over the threads; b = 4 as sequence tasks on 2 threads;
-        // t = 300 takes two score tiles; t = 37 and 130 give uneven row blocks.
+        // b = 3 runs as one task over the threads (products split by columns); b = 4 as
+        // sequence tasks on 2 threads; t = 300 takes two score tiles; 1100 rows make a single
+        // task of uneven row blocks.
         for (b, t, pad) in [
             (3, 37, vec![0, 5, 36]),
             (4, 130, vec![0, 1, 2, 129]),
             (1, 300, vec![7]),
+            (1, 1100, vec![3]),
         ] {
             let mask = padding_mask(t, &pad);
             for threads in [1, 2, 3] {
