@@ -17,10 +17,14 @@
 //! a tile of scores in cache), the head transposes (the products read q, k, v and write the
 //! context through strides), separate passes for biases, scaling, mask, residuals and the
 //! normalisation, the zero-fill of every product's output, libm's scalar `exp`/`erf`
-//! (vectorised polynomials here, within a few 1e-7 of them), and most synchronisation: every
-//! step but attention works on rows independently, so each runs on blocks of rows, one block
-//! per task, with single-threaded products; whole sequences run through the whole stack in
-//! one task when the batch splits evenly over the threads.
+//! (vectorised polynomials here, within a few 1e-7 of them), and most synchronisation. Every
+//! product runs single-threaded inside a task (no barrier inside a product), and the tasks
+//! are, by batch shape:
+//! - whole sequences through the whole stack, when the batch splits evenly over the threads
+//!   (no synchronisation inside the stack at all);
+//! - otherwise, per layer, blocks of rows through every step but attention (every step but
+//!   attention works on rows independently), then attention tasks per (sequence, head, tile);
+//! - for few rows, products split by output columns instead, so that each weight is read once.
 //!
 //! It runs when the input and every weight are contiguous f32 on the CPU; otherwise
 //! [`encoder_forward`] returns `None` and the encoder runs op by op, which stays the reference
@@ -38,8 +42,8 @@ use rotary::{rotate_inplace, CosSinView, Direction, Shape};
 use crate::activation::Activation;
 use crate::norm::Norm;
 
-/// Elements of the score tile one attention task holds (256 KiB of f32: in L2 cache).
-const SCORE_TILE_ELEMENTS: usize = 1 << 16;
+/// Elements of the score tile one attention task holds (1 MiB of f32: in L2 cache).
+const SCORE_TILE_ELEMENTS: usize = 1 << 18;
 
 /// Rows a task of sequences should have at least, so that its products stay efficient.
 const MIN_TASK_ROWS: usize = 512;
