@@ -10,7 +10,7 @@ pub const DEFAULT_BASE: f64 = 10_000.0;
 /// # Errors
 /// [`RopeError::InvalidRotaryDim`] otherwise.
 pub fn check_rotary_dim(rotary_dim: usize) -> Result<()> {
-    if rotary_dim == 0 || rotary_dim % 2 != 0 {
+    if rotary_dim == 0 || !rotary_dim.is_multiple_of(2) {
         return Err(RopeError::InvalidRotaryDim(rotary_dim));
     }
     Ok(())

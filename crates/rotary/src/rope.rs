@@ -184,8 +184,15 @@ impl Rope {
     ) -> Result<Coefficients> {
         let rows = positions.rows(batch, seq)?;
         if let Some(end) = positions.integer_end(rows) {
-            if end <= self.max_table_rows() && self.worth_growing_to(end, rows) {
-                let table = self.reserve(end)?;
+            let current = self.table();
+            let cached = if end <= current.rows() {
+                Some(current)
+            } else if end <= self.max_table_rows() && worth_growing(current.rows(), end, rows) {
+                Some(self.reserve(end)?)
+            } else {
+                None
+            };
+            if let Some(table) = cached {
                 return Ok(match positions {
                     Positions::Range { offset } => Coefficients::Cached {
                         table,
@@ -205,19 +212,6 @@ impl Rope {
             rows,
             |row| positions.get(row),
         )?))
-    }
-
-    /// Whether a call needing `rows` rows with positions below `end` should be served from the
-    /// cached table (growing it if needed) rather than by rows computed for the call.
-    ///
-    /// Growth is worth it when it is amortised: the table at most doubles (decoding token by
-    /// token, growing sequences), or the call itself fills a fair share of the new rows (a
-    /// long prompt). A few tokens at a far position (one packed sequence deep into a
-    /// document) are computed directly instead of building every row below them.
-    fn worth_growing_to(&self, end: usize, rows: usize) -> bool {
-        let have = self.table().rows();
-        end <= have.max(MIN_TABLE_ROWS).saturating_mul(2)
-            || rows.saturating_mul(4) >= end.saturating_sub(have)
     }
 
     fn check_head_dim(&self, what: &'static str, shape: &Shape) -> Result<()> {
@@ -291,4 +285,16 @@ impl Rope {
         let coefficients = self.coefficients(positions, q_shape.batch, q_shape.seq)?;
         rotate_qk_inplace(q, q_shape, k, k_shape, coefficients.view(), direction)
     }
+}
+
+/// Whether a call needing `rows` rows with positions below `end` should grow a cached table of
+/// `have` rows rather than get rows computed for the call.
+///
+/// Growth is worth it when it is amortised: the table at most doubles (decoding token by token,
+/// growing sequences), or the call itself fills a fair share of the new rows (a long prompt). A
+/// few tokens at a far position (one packed sequence deep into a document) are computed directly
+/// instead of building every row below them.
+fn worth_growing(have: usize, end: usize, rows: usize) -> bool {
+    end <= have.max(MIN_TABLE_ROWS).saturating_mul(2)
+        || rows.saturating_mul(4) >= end.saturating_sub(have)
 }

@@ -103,7 +103,7 @@ impl NdRope {
     /// [`RopeError::NdFrequencies`] for zero axes or a length that is not a non-zero multiple of
     /// `axes`, [`RopeError::RotaryDimTooLarge`], [`RopeError::NonFinite`].
     pub fn new(head_dim: usize, layout: Layout, axes: usize, omega: Vec<f64>) -> Result<NdRope> {
-        if axes == 0 || omega.is_empty() || omega.len() % axes > 0 {
+        if axes == 0 || omega.is_empty() || !omega.len().is_multiple_of(axes) {
             return Err(RopeError::NdFrequencies(format!(
                 "{} omega values do not make a non-empty pairs x {axes} axes matrix",
                 omega.len()
@@ -170,7 +170,7 @@ impl NdRope {
         base: f64,
         layout: Layout,
     ) -> Result<NdRope> {
-        if rotary_dim % 4 > 0 {
+        if !rotary_dim.is_multiple_of(4) {
             return Err(RopeError::InvalidRotaryDim(rotary_dim));
         }
         let half = rotary_dim / 2;
@@ -227,7 +227,7 @@ impl NdRope {
         theta: f64,
         direction: f64,
     ) -> Result<NdRope> {
-        if rotary_dim % 4 > 0 {
+        if !rotary_dim.is_multiple_of(4) {
             return Err(RopeError::InvalidRotaryDim(rotary_dim));
         }
         // inv_freqs(rotary_dim / 2, theta)[t] = theta^(-2t / (rotary_dim / 2)) = r_t.

@@ -23,7 +23,7 @@ impl NdPositions {
         if axes == 0 {
             return Err(RopeError::NdPositions("zero axes".into()));
         }
-        if coords.len() % axes > 0 {
+        if !coords.len().is_multiple_of(axes) {
             return Err(RopeError::NdPositions(format!(
                 "{} coordinates do not make whole rows of {axes} axes",
                 coords.len()

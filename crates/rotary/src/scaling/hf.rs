@@ -284,7 +284,7 @@ fn scaling(top: &Section<'_>, params: &Section<'_>, dim: usize) -> Result<Scalin
         }
     };
     let even_dim = || -> Result<()> {
-        if dim % 2 > 0 {
+        if !dim.is_multiple_of(2) {
             let problem = format!("{rope_type} needs an even rotary dim, got {dim}");
             return Err(top.invalid("partial_rotary_factor", problem));
         }
