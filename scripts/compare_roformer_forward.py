@@ -3,7 +3,9 @@
 PyTorch (the peer script ../shared/peers/roformer_bench.py), measured in one session.
 
 The two run alternately, ROUNDS times each (ours, theirs, ours, theirs, ...), so that slow
-phases of a shared machine hit both alike; each run is a separate process with the same warm
+phases of a shared machine hit both alike; with --quiet, each run starts only once the
+machine has been that idle for 3 s (from /proc/stat; up to --max-wait seconds, then it runs
+anyway and says so). Each run is a separate process with the same warm
 glibc allocator settings (the peers' README), the same thread count, the same configs and
 shapes, random weights and all-ones attention masks. Per case the script reports the median
 over rounds of each side's per-run median, tokens/s and the ratio ours / PyTorch, as a
@@ -22,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,6 +35,25 @@ WARM = {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": "68719
 def uptime():
     with open("/proc/loadavg") as f:
         return f.read().split()[0]
+
+
+def cpu_times():
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return fields[3] + fields[4], sum(fields)  # idle + iowait, total
+
+
+def wait_quiet(threshold, max_wait, window=3.0):
+    """Waits until the CPUs were at least `threshold` idle over `window` seconds; returns
+    whether that happened within `max_wait` seconds."""
+    start = time.monotonic()
+    while time.monotonic() - start < max_wait:
+        idle0, total0 = cpu_times()
+        time.sleep(window)
+        idle1, total1 = cpu_times()
+        if total1 > total0 and (idle1 - idle0) / (total1 - total0) >= threshold:
+            return True
+    return False
 
 
 def run_ours(args, shapes):
@@ -70,13 +92,23 @@ def main():
     ap.add_argument("--min-reps", type=int, default=3)
     ap.add_argument("--min-time", type=float, default=1.0)
     ap.add_argument("--json", help="write every run's medians here")
+    ap.add_argument("--quiet", type=float, default=0.0,
+                    help="idle fraction (e.g. 0.95) to wait for before each run; 0: no wait")
+    ap.add_argument("--max-wait", type=float, default=300.0)
     args = ap.parse_args()
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
 
-    runs = {"ours": [], "torch": [], "load": []}
+    runs = {"ours": [], "torch": [], "load": [], "quiet": []}
+
+    def settle():
+        if args.quiet > 0:
+            runs["quiet"].append(wait_quiet(args.quiet, args.max_wait))
+
     for r in range(args.rounds):
         runs["load"].append(uptime())
+        settle()
         runs["ours"].append(run_ours(args, shapes))
+        settle()
         runs["torch"].append(run_torch(args, shapes))
         print(f"round {r + 1}/{args.rounds} done (load average before: {runs['load'][-1]})",
               file=sys.stderr, flush=True)
@@ -93,9 +125,16 @@ def main():
         print(f"| {config} | {b} | {t} | {ours * 1e3:.1f} | {torch * 1e3:.1f} | "
               f"{b * t / ours:.0f} | {b * t / torch:.0f} | {torch / ours:.2f} |")
     print(f"\nload average (1 min) before each round: {', '.join(runs['load'])}")
+    if args.quiet > 0:
+        print(f"runs that started after {args.quiet:.0%} idle for 3 s: "
+              f"{sum(runs['quiet'])} of {len(runs['quiet'])}")
+    print("ratio per round: " + "; ".join(
+        f"{c} {b}x{t}: " + "/".join(f"{torch_run[(c, b, t)] / ours_run[(c, b, t)]:.2f}"
+                                    for ours_run, torch_run in zip(runs["ours"], runs["torch"]))
+        for (c, b, t) in runs["ours"][0] if (c, b, t) in runs["torch"][0]))
     if args.json:
         serial = {k: [{"/".join(map(str, key)): v for key, v in run.items()} for run in runs[k]]
-                  if k != "load" else runs[k] for k in runs}
+                  if k in ("ours", "torch") else runs[k] for k in runs}
         Path(args.json).write_text(json.dumps(serial, indent=1))
 
 
