@@ -102,7 +102,7 @@ pub(crate) fn encoder_forward(
         return Ok(None);
     };
     let heads = first.heads;
-    if heads == 0 || h % heads != 0 || layers.iter().any(|l| l.heads != heads) {
+    if heads == 0 || !h.is_multiple_of(heads) || layers.iter().any(|l| l.heads != heads) {
         return Ok(None);
     }
     let geometry = Geometry {
@@ -170,7 +170,7 @@ fn sequences_per_task(b: usize, t: usize, threads: usize) -> usize {
         .div_ceil(t.max(1))
         .clamp(1, b.div_ceil(threads));
     let tasks = b.div_ceil(group);
-    if tasks % threads == 0 || tasks >= 4 * threads {
+    if tasks.is_multiple_of(threads) || tasks >= 4 * threads {
         group
     } else {
         b
