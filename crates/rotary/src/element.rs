@@ -42,7 +42,9 @@ mod sealed {
 /// An element the kernels can load, widen to f32, and store back rounded to nearest even.
 ///
 /// Sealed: implemented for `f32`, `half::f16` and `half::bf16` only.
-pub trait Element: Copy + Send + Sync + Default + std::fmt::Debug + 'static + sealed::Sealed {
+pub trait Element:
+    Copy + Send + Sync + Default + std::fmt::Debug + 'static + sealed::Sealed
+{
     /// The matching [`DType`].
     const DTYPE: DType;
     /// Exact widening to f32.

@@ -50,11 +50,11 @@ pub mod rope;
 pub mod scaling;
 pub mod table;
 
+pub use apply::{rotate, rotate_inplace, rotate_qk_inplace, Direction, Order, Shape};
 #[cfg(feature = "candle")]
 pub use candle::{apply_rope, rotate_slow, rotate_tensor};
 #[cfg(feature = "candle")]
 pub use candle_mixed::mixed_rope;
-pub use apply::{rotate, rotate_inplace, rotate_qk_inplace, Direction, Order, Shape};
 pub use element::{DType, Element};
 pub use error::{Result, RopeError};
 pub use freqs::{inv_freqs, DEFAULT_BASE};

@@ -105,7 +105,7 @@ fn mean_map(
 
 fn compute(args: &Args) -> anyhow::Result<Maps> {
     let (rows, cols) = args.grid;
-    if args.dim % 4 != 0 || args.dim == 0 {
+    if !args.dim.is_multiple_of(4) || args.dim == 0 {
         bail!(
             "--dim must be a positive multiple of 4 (two halves of pairs), got {}",
             args.dim

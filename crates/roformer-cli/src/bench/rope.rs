@@ -163,7 +163,7 @@ impl Rotation {
 fn grid(seq: usize) -> (usize, usize) {
     let rows = (1..=seq)
         .take_while(|r| r * r <= seq)
-        .filter(|r| seq % r == 0)
+        .filter(|r| seq.is_multiple_of(*r))
         .last()
         .unwrap_or(1);
     (rows, seq / rows)
