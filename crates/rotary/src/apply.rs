@@ -94,6 +94,18 @@ impl Shape {
             .ok_or(RopeError::ShapeOverflow(self.dims()))
     }
 
+    /// Checks that the data's head dim is the rotation's `expected` one.
+    pub(crate) fn check_head_dim(&self, what: &'static str, expected: usize) -> Result<()> {
+        if self.head_dim != expected {
+            return Err(RopeError::HeadDimMismatch {
+                what,
+                expected,
+                got: self.head_dim,
+            });
+        }
+        Ok(())
+    }
+
     /// Checks that a slice of `len` elements holds exactly this shape; returns the count.
     pub(crate) fn check_len(&self, what: &'static str, len: usize) -> Result<usize> {
         let expected = self.elements()?;

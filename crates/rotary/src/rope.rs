@@ -214,17 +214,6 @@ impl Rope {
         )?))
     }
 
-    fn check_head_dim(&self, what: &'static str, shape: &Shape) -> Result<()> {
-        if shape.head_dim != self.head_dim {
-            return Err(RopeError::HeadDimMismatch {
-                what,
-                expected: self.head_dim,
-                got: shape.head_dim,
-            });
-        }
-        Ok(())
-    }
-
     /// Rotates `x` (of `shape`) in place by the positions given.
     ///
     /// # Errors
@@ -237,7 +226,7 @@ impl Rope {
         positions: Positions<'_>,
         direction: Direction,
     ) -> Result<()> {
-        self.check_head_dim("x", &shape)?;
+        shape.check_head_dim("x", self.head_dim)?;
         // Lengths before coefficients: a shape far larger than its slice must fail here, not
         // after building a table for all its positions.
         shape.check_len("x", x.len())?;
@@ -257,7 +246,7 @@ impl Rope {
         positions: Positions<'_>,
         direction: Direction,
     ) -> Result<()> {
-        self.check_head_dim("src", &shape)?;
+        shape.check_head_dim("src", self.head_dim)?;
         shape.check_len("src", src.len())?;
         shape.check_len("dst", dst.len())?;
         let coefficients = self.coefficients(positions, shape.batch, shape.seq)?;
@@ -279,7 +268,7 @@ impl Rope {
         direction: Direction,
     ) -> Result<()> {
         check_qk(&q_shape, &k_shape)?;
-        self.check_head_dim("q", &q_shape)?;
+        q_shape.check_head_dim("q", self.head_dim)?;
         q_shape.check_len("q", q.len())?;
         k_shape.check_len("k", k.len())?;
         let coefficients = self.coefficients(positions, q_shape.batch, q_shape.seq)?;

@@ -321,17 +321,6 @@ impl NdRope {
         )
     }
 
-    fn check_head_dim(&self, what: &'static str, shape: &Shape) -> Result<()> {
-        if shape.head_dim != self.head_dim {
-            return Err(RopeError::HeadDimMismatch {
-                what,
-                expected: self.head_dim,
-                got: shape.head_dim,
-            });
-        }
-        Ok(())
-    }
-
     /// Rotates `x` (of `shape`) in place; `positions` holds `seq` rows shared by the batch or
     /// `batch * seq` rows.
     ///
@@ -345,7 +334,7 @@ impl NdRope {
         positions: &NdPositions,
         direction: Direction,
     ) -> Result<()> {
-        self.check_head_dim("x", &shape)?;
+        shape.check_head_dim("x", self.head_dim)?;
         rotate_inplace(x, shape, self.table(positions)?.view(), direction)
     }
 
@@ -361,7 +350,7 @@ impl NdRope {
         positions: &NdPositions,
         direction: Direction,
     ) -> Result<()> {
-        self.check_head_dim("src", &shape)?;
+        shape.check_head_dim("src", self.head_dim)?;
         rotate(src, dst, shape, self.table(positions)?.view(), direction)
     }
 
@@ -379,7 +368,7 @@ impl NdRope {
         direction: Direction,
     ) -> Result<()> {
         check_qk(&q_shape, &k_shape)?;
-        self.check_head_dim("q", &q_shape)?;
+        q_shape.check_head_dim("q", self.head_dim)?;
         let table = self.table(positions)?;
         rotate_qk_inplace(q, q_shape, k, k_shape, table.view(), direction)
     }
