@@ -1,0 +1,174 @@
+//! `roformer bench attention`: one attention layer, softmax against linear (eq. 19), by
+//! sequence length.
+//!
+//! A layer here is everything between the q/k/v projections and the output projection, for
+//! one batch of `heads` heads of `head_dim`, inputs `[1, heads, N, head_dim]`:
+//! - softmax: `R q`, `R k` through the rotary kernels, then the model's
+//!   [`softmax_attention`]: `softmax(R q (R k)^T / sqrt(d) + mask) v`, with an additive padding
+//!   mask `[1, 1, 1, N]` (bidirectional) or a causal mask `[N, N]` built in the call;
+//! - linear: [`LinearAttention::forward`] (rotation of `phi(q)`, `phi(k)` included), bidirectional
+//!   through the `d x d` summary or causal through chunked prefix sums.
+//!
+//! Every case runs in a fresh child process (this binary, re-executed with a hidden `--case`),
+//! with glibc's mmap and trim thresholds raised as for the other benchmarks
+//! ([`super::alloc::WARM_ENV`]) so that timed calls reuse freed memory. Peak memory is read from
+//! Linux's `/proc/self/status`: the child builds its inputs, resets the high-water mark
+//! (`/proc/self/clear_refs`), runs the layer once and reports `VmHWM - VmRSS(before)`: the
+//! resident memory the call added at its peak (inputs excluded, output included). Time is the
+//! median over rounds after that call. Softmax lengths whose `N x N` score matrix alone would
+//! exceed `--memory-budget-mib` are skipped and reported as skipped.
+//!
+//! [`softmax_attention`]: roformer::attention::softmax_attention
+
+mod cases;
+mod figure;
+mod measure;
+mod report;
+#[cfg(test)]
+mod tests;
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{ensure, Context};
+use roformer::linear_attention::{LinearAttention, DEFAULT_CHUNK};
+
+use crate::plot;
+use cases::{masking_name, Case, Kind, MaskingArg};
+use figure::BenchFigure;
+use measure::{measure, run_child};
+use report::{crossover, print_table, Crossover, Record};
+
+/// Arguments of `roformer bench attention`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// One JSON object per line: a record per case (or skipped case), then the crossover
+    /// lengths per masking.
+    #[arg(long)]
+    json: bool,
+    /// Write a plot of time and peak memory against length to this file (.png or .svg).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Shortest sequence length; lengths double from here.
+    #[arg(long, default_value_t = 64)]
+    min_len: usize,
+    /// Longest sequence length.
+    #[arg(long, default_value_t = 65536)]
+    max_len: usize,
+    /// Attention heads.
+    #[arg(long, default_value_t = 1)]
+    heads: usize,
+    /// Dimensions per head (even).
+    #[arg(long, default_value_t = 64)]
+    head_dim: usize,
+    /// Which attention masks to measure.
+    #[arg(long, value_enum, default_value_t = MaskingArg::Both)]
+    masking: MaskingArg,
+    /// Skip softmax lengths whose N x N f32 score matrix (all heads) exceeds this many MiB.
+    #[arg(long, default_value_t = 512)]
+    memory_budget_mib: u64,
+    /// Seconds of timed rounds per case (at least 3 rounds run).
+    #[arg(long, default_value_t = 0.3)]
+    seconds: f64,
+    /// Tokens per chunk of the causal linear attention.
+    #[arg(long, default_value_t = DEFAULT_CHUNK)]
+    chunk: usize,
+    /// Internal: run one case in this process (`KIND:MASKING:LEN`) and print its measurement.
+    #[arg(long, hide = true)]
+    case: Option<String>,
+}
+
+/// The lengths measured: doubling from `min_len` up to `max_len`.
+fn lengths(args: &Args) -> Vec<usize> {
+    std::iter::successors(Some(args.min_len), |&n| n.checked_mul(2))
+        .take_while(|&n| n <= args.max_len)
+        .collect()
+}
+
+/// Runs `roformer bench attention`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    if let Some(spec) = &args.case {
+        return run_child(spec, &args);
+    }
+    ensure!(args.min_len >= 1, "--min-len must be at least 1");
+    ensure!(args.min_len <= args.max_len, "--min-len exceeds --max-len");
+    ensure!(args.heads >= 1, "--heads must be at least 1");
+    ensure!(args.seconds >= 0.0, "--seconds must not be negative");
+    LinearAttention::new(args.chunk)?;
+    rotary::inv_freqs(args.head_dim, rotary::DEFAULT_BASE).context("--head-dim")?;
+    if let Some(path) = &args.out {
+        plot::Format::from_path(path)?;
+    }
+    let budget_bytes = args.memory_budget_mib.saturating_mul(1 << 20);
+    let mut records = Vec::new();
+    let mut out = std::io::stdout().lock();
+    for masking in args.masking.list() {
+        for len in lengths(&args) {
+            for kind in Kind::ALL {
+                let case = Case { kind, masking, len };
+                let mut record = Record {
+                    attention: kind.name(),
+                    masking: masking_name(masking),
+                    len,
+                    heads: args.heads,
+                    head_dim: args.head_dim,
+                    status: "ok",
+                    measurement: None,
+                    reason: None,
+                };
+                let scores = (args.heads as u64)
+                    .saturating_mul(len as u64)
+                    .saturating_mul(len as u64)
+                    .saturating_mul(4);
+                if kind == Kind::Softmax && scores > budget_bytes {
+                    record.status = "skipped";
+                    record.reason = Some(format!(
+                        "the {len} x {len} score matrix needs {} MiB, over the {} MiB budget \
+                         (--memory-budget-mib)",
+                        scores >> 20,
+                        args.memory_budget_mib
+                    ));
+                } else {
+                    match measure(case, &args)? {
+                        Ok(m) => record.measurement = Some(m),
+                        Err(reason) => {
+                            record.status = "failed";
+                            record.reason = Some(reason);
+                        }
+                    }
+                }
+                if args.json {
+                    writeln!(out, "{}", serde_json::to_string(&record)?)?;
+                    out.flush()?;
+                }
+                records.push(record);
+            }
+        }
+    }
+    let crossovers: Vec<Crossover> = args
+        .masking
+        .list()
+        .into_iter()
+        .map(|m| crossover(m, &records))
+        .collect();
+    if args.json {
+        for c in &crossovers {
+            writeln!(out, "{}", serde_json::json!({ "crossover": c }))?;
+        }
+    } else {
+        print_table(&mut out, &records, &crossovers, &args)?;
+    }
+    if let Some(path) = &args.out {
+        let figure = BenchFigure {
+            records: &records,
+            crossovers: &crossovers,
+            heads: args.heads,
+            head_dim: args.head_dim,
+        };
+        plot::save(&figure, path, (1200, 520))?;
+        if !args.json {
+            writeln!(out, "plot written to {}", path.display())?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,159 @@
+//! One layer applied to some sequences: by row blocks or with products split by columns.
+
+use std::ops::Range;
+
+use rayon::prelude::*;
+use rotary::{rotate_inplace, CosSinView, Direction, Shape};
+
+use super::buffers::{build_rows, filled};
+use super::held::{LayerPlan, MaskView};
+use super::math::{activate, gelu_erf, normalize_rows, normalize_rows_par, PASS_CHUNK};
+use super::products::{product_xwt, product_xwt_split};
+use super::Geometry;
+use crate::activation::Activation;
+
+/// One layer applied to some sequences.
+pub(super) struct Step<'a> {
+    pub(super) geometry: &'a Geometry,
+    pub(super) sequences: Range<usize>,
+    pub(super) rope: CosSinView<'a>,
+    pub(super) mask: Option<MaskView<'a>>,
+    /// Whether attention and the row blocks run on the threads.
+    pub(super) parallel: bool,
+    /// `Some(threads)`: products split by columns over that many threads, element-wise
+    /// passes over row chunks (few rows); `None`: everything but attention by row blocks.
+    pub(super) columns: Option<usize>,
+    pub(super) blocks: Vec<Range<usize>>,
+}
+
+impl Step<'_> {
+    /// The layer on `x` (`[n * t, hidden]`).
+    pub(super) fn layer(&self, p: &LayerPlan<'_>, x: &[f32]) -> candle_core::Result<Vec<f32>> {
+        match self.columns {
+            Some(threads) => self.layer_by_columns(p, x, threads),
+            None => self.layer_by_rows(p, x),
+        }
+    }
+
+    /// The layer with its products split by output columns over `threads` threads.
+    fn layer_by_columns(
+        &self,
+        p: &LayerPlan<'_>,
+        x: &[f32],
+        threads: usize,
+    ) -> candle_core::Result<Vec<f32>> {
+        let Geometry {
+            h, heads, inter, ..
+        } = *self.geometry;
+        let rows = self.sequences.len() * self.geometry.t;
+        let all = 0..rows;
+
+        let mut qk = filled(rows, 2 * h, None, &[p.query.1, p.key.1])?;
+        product_xwt_split(&mut qk, 2 * h, 0, x, h, p.query.0, threads)?;
+        product_xwt_split(&mut qk, 2 * h, h, x, h, p.key.0, threads)?;
+        self.rotate_rows(&mut qk, 2 * heads, &all)?;
+        let mut v = filled(rows, h, None, &[p.value.1])?;
+        product_xwt_split(&mut v, h, 0, x, h, p.value.0, threads)?;
+        if p.rotary_value {
+            self.rotate_rows(&mut v, heads, &all)?;
+        }
+
+        let context = self.attention(&qk, &v)?;
+        drop((qk, v));
+
+        let mut a = filled(rows, h, Some(x), &[p.dense.1])?;
+        product_xwt_split(&mut a, h, 0, &context, h, p.dense.0, threads)?;
+        drop(context);
+        normalize_rows_par(&mut a, h, &p.attention_norm);
+        let mut inner = filled(rows, inter, None, &[p.intermediate.1])?;
+        product_xwt_split(&mut inner, inter, 0, &a, h, p.intermediate.0, threads)?;
+        let inner = if p.activation == Activation::Gelu {
+            inner.par_chunks_mut(PASS_CHUNK).for_each(gelu_erf);
+            inner
+        } else {
+            activate(inner, rows, inter, p.activation)?
+        };
+        let mut y = filled(rows, h, Some(&a), &[p.output.1])?;
+        product_xwt_split(&mut y, h, 0, &inner, inter, p.output.0, threads)?;
+        normalize_rows_par(&mut y, h, &p.output_norm);
+        Ok(y)
+    }
+
+    /// The layer by row blocks, each block through every step but attention in one task.
+    fn layer_by_rows(&self, p: &LayerPlan<'_>, x: &[f32]) -> candle_core::Result<Vec<f32>> {
+        let Geometry {
+            h, heads, inter, ..
+        } = *self.geometry;
+        let rows = self.sequences.len() * self.geometry.t;
+        let x_rows = |r: &Range<usize>| &x[r.start * h..r.end * h];
+
+        // [q | k] rotated; v (rotated if rotary_value).
+        let qk = build_rows(rows, 2 * h, &self.blocks, self.parallel, |r, out| {
+            let qk = out.init(None, &[p.query.1, p.key.1]);
+            product_xwt(qk, 2 * h, 0, x_rows(r), h, p.query.0)?;
+            product_xwt(qk, 2 * h, h, x_rows(r), h, p.key.0)?;
+            self.rotate_rows(qk, 2 * heads, r)
+        })?;
+        let v = build_rows(rows, h, &self.blocks, self.parallel, |r, out| {
+            let v = out.init(None, &[p.value.1]);
+            product_xwt(v, h, 0, x_rows(r), h, p.value.0)?;
+            if p.rotary_value {
+                self.rotate_rows(v, heads, r)?;
+            }
+            Ok(())
+        })?;
+
+        let context = self.attention(&qk, &v)?;
+        drop((qk, v));
+
+        build_rows(rows, h, &self.blocks, self.parallel, |r, out| {
+            // a = Norm(x + bo + c Wo^T)
+            let mut a = filled(r.len(), h, Some(x_rows(r)), &[p.dense.1])?;
+            product_xwt(&mut a, h, 0, &context[r.start * h..r.end * h], h, p.dense.0)?;
+            normalize_rows(&mut a, h, &p.attention_norm);
+            // y = Norm(a + b2 + act(a W1^T + b1) W2^T)
+            let mut inner = filled(r.len(), inter, None, &[p.intermediate.1])?;
+            product_xwt(&mut inner, inter, 0, &a, h, p.intermediate.0)?;
+            let inner = activate(inner, r.len(), inter, p.activation)?;
+            let y = out.init(Some(&a), &[p.output.1]);
+            product_xwt(y, h, 0, &inner, inter, p.output.0)?;
+            normalize_rows(y, h, &p.output_norm);
+            Ok(())
+        })
+    }
+
+    /// Rotates `buf`, the rows `rows` (of this step's sequences) with `heads` heads of `d`
+    /// each, in place: one rotary call per sequence the rows touch.
+    fn rotate_rows(
+        &self,
+        buf: &mut [f32],
+        heads: usize,
+        rows: &Range<usize>,
+    ) -> candle_core::Result<()> {
+        let Geometry { t, d, .. } = *self.geometry;
+        let width = heads * d;
+        let mut row = rows.start;
+        while row < rows.end {
+            let (s, i) = (row / t, row % t);
+            let len = (t - i).min(rows.end - row);
+            let table_row = if self.rope.rows() == t { i } else { s * t + i };
+            let table = self.rope.slice(table_row, len).ok_or_else(|| {
+                candle_core::Error::Msg(format!(
+                    "fused encoder: no rotary rows {table_row}..{} in a table of {}",
+                    table_row + len,
+                    self.rope.rows()
+                ))
+            })?;
+            let offset = (row - rows.start) * width;
+            rotate_inplace(
+                &mut buf[offset..offset + len * width],
+                Shape::token_major(1, len, heads, d),
+                table,
+                Direction::Forward,
+            )
+            .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+            row += len;
+        }
+        Ok(())
+    }
+}

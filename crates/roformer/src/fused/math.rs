@@ -1,0 +1,198 @@
+//! Vectorised element-wise maths: activations, row norms, `exp`, and sums in lanes.
+
+use candle_core::{Device, Tensor};
+use rayon::prelude::*;
+
+use super::held::RowNorm;
+use crate::activation::Activation;
+
+/// Elements per task of an element-wise pass spread over the threads.
+pub(super) const PASS_CHUNK: usize = 1 << 15;
+
+/// Applies the activation to `[rows, width]` values: in place for the erf GELU, through
+/// [`Activation::forward`] for the others.
+pub(super) fn activate(
+    mut x: Vec<f32>,
+    rows: usize,
+    width: usize,
+    activation: Activation,
+) -> candle_core::Result<Vec<f32>> {
+    if activation == Activation::Gelu {
+        gelu_erf(&mut x);
+        return Ok(x);
+    }
+    let t = Tensor::from_vec(x, (rows, width), &Device::Cpu)?;
+    activation.forward(&t)?.flatten_all()?.to_vec1()
+}
+
+/// [`normalize_rows`] over chunks of rows on the threads.
+pub(super) fn normalize_rows_par(x: &mut [f32], width: usize, norm: &RowNorm<'_>) {
+    let rows = (PASS_CHUNK / width.max(1)).max(1);
+    x.par_chunks_mut(rows * width.max(1))
+        .for_each(|chunk| normalize_rows(chunk, width, norm));
+}
+
+/// Normalises each row of `width` values in place.
+pub(super) fn normalize_rows(x: &mut [f32], width: usize, norm: &RowNorm<'_>) {
+    for row in x.chunks_exact_mut(width.max(1)) {
+        match norm {
+            RowNorm::Layer { weight, bias, eps } => layer_norm_row(row, weight, bias, *eps),
+            RowNorm::Rms { eps } => rms_norm_row(row, *eps),
+        }
+    }
+}
+
+macro_rules! multiversion {
+    ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)? $body:block) => {
+        $(#[$meta])*
+        $vis fn $name($($arg: $ty),*) $(-> $ret)? {
+            #[inline(always)]
+            fn body($($arg: $ty),*) $(-> $ret)? $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f")]
+                fn avx512($($arg: $ty),*) $(-> $ret)? { body($($arg),*) }
+                #[target_feature(enable = "avx2,fma")]
+                fn avx2($($arg: $ty),*) $(-> $ret)? { body($($arg),*) }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    // SAFETY: the CPU has AVX-512F.
+                    return unsafe { avx512($($arg),*) };
+                }
+                if std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+                {
+                    // SAFETY: the CPU has AVX2 and FMA.
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            body($($arg),*)
+        }
+    };
+}
+
+/// Lanes of the partial sums and maxima (a multiple of every vector width).
+const LANES: usize = 16;
+
+/// Below this, `exp` is 0 in f32 (and the polynomial's scaling would underflow).
+pub(super) const EXP_MIN: f32 = -87.336_55;
+
+/// `exp(x)` for `x <= 88`, within about 2 ulp: `x = n ln 2 + r` with `|r| <= ln 2 / 2`,
+/// Cephes' degree-6 polynomial for `exp(r)`, times `2^n` built in the exponent bits; exactly 0
+/// below [`EXP_MIN`].
+#[inline(always)]
+pub(super) fn exp_approx(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    let xc = x.clamp(EXP_MIN, 88.0);
+    let shifted = xc * LOG2E + ROUND;
+    let n = shifted - ROUND;
+    let r = xc - n * LN2_HI - n * LN2_LO;
+    let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
+        + 1.666_666_5e-1)
+        * r
+        + 0.5;
+    let e = p * r * r + r + 1.0;
+    let n_int = shifted.to_bits() as i32 - ROUND.to_bits() as i32;
+    let scale = f32::from_bits(((n_int + 127) << 23) as u32);
+    if x < EXP_MIN {
+        0.0
+    } else {
+        e * scale
+    }
+}
+
+multiversion! {
+    /// Adds the mask to the row of scores (if any) and returns the row's maximum.
+    pub(super) fn add_mask_max(row: &mut [f32], mask: Option<&[f32]>) -> f32 {
+        if let Some(mask) = mask {
+            for (s, m) in row.iter_mut().zip(mask) {
+                *s += *m;
+            }
+        }
+        let mut lanes = [f32::NEG_INFINITY; LANES];
+        let mut chunks = row.chunks_exact(LANES);
+        for chunk in &mut chunks {
+            for (l, &s) in lanes.iter_mut().zip(chunk) {
+                *l = if s > *l { s } else { *l };
+            }
+        }
+        let rest = chunks.remainder().iter().copied();
+        lanes.into_iter().chain(rest).fold(f32::NEG_INFINITY, |a, s| if s > a { s } else { a })
+    }
+}
+
+multiversion! {
+    /// Replaces each score `s` of the row by `exp(s - max)` and returns their sum.
+    pub(super) fn exp_sum(row: &mut [f32], max: f32) -> f32 {
+        let mut lanes = [0f32; LANES];
+        let mut chunks = row.chunks_exact_mut(LANES);
+        for chunk in &mut chunks {
+            for (l, s) in lanes.iter_mut().zip(chunk.iter_mut()) {
+                *s = exp_approx(*s - max);
+                *l += *s;
+            }
+        }
+        let mut sum: f32 = lanes.iter().sum();
+        for s in chunks.into_remainder() {
+            *s = exp_approx(*s - max);
+            sum += *s;
+        }
+        sum
+    }
+}
+
+multiversion! {
+    /// `x <- 0.5 x (1 + erf(x / sqrt 2))` (transformers' `gelu`), with Abramowitz and Stegun's
+    /// 7.1.26 for erf (absolute error below 1.5e-7).
+    pub(super) fn gelu_erf(x: &mut [f32]) {
+        for v in x.iter_mut() {
+            let z = *v * std::f32::consts::FRAC_1_SQRT_2;
+            let a = z.abs();
+            let t = 1.0 / (1.0 + 0.327_591_1 * a);
+            let poly = ((((1.061_405_4 * t - 1.453_152) * t + 1.421_413_8) * t - 0.284_496_72)
+                * t
+                + 0.254_829_6)
+                * t;
+            let erf_abs = 1.0 - poly * exp_approx(-a * a);
+            let erf = if z < 0.0 { -erf_abs } else { erf_abs };
+            *v = 0.5 * *v * (1.0 + erf);
+        }
+    }
+}
+
+multiversion! {
+    /// `row <- (row - mean) / sqrt(var + eps) * weight + bias` (biased variance, two passes).
+    pub(super) fn layer_norm_row(row: &mut [f32], weight: &[f32], bias: &[f32], eps: f32) {
+        let n = row.len() as f32;
+        let mean = lane_sum(row, |x| x) / n;
+        let var = lane_sum(row, |x| (x - mean) * (x - mean)) / n;
+        let inv = 1.0 / (var + eps).sqrt();
+        for ((x, w), b) in row.iter_mut().zip(weight).zip(bias) {
+            *x = (*x - mean) * inv * *w + *b;
+        }
+    }
+}
+
+multiversion! {
+    /// `row <- row / sqrt(mean(row^2) + eps)`.
+    pub(super) fn rms_norm_row(row: &mut [f32], eps: f32) {
+        let mean_square = lane_sum(row, |x| x * x) / row.len() as f32;
+        let inv = 1.0 / (mean_square + eps).sqrt();
+        row.iter_mut().for_each(|x| *x *= inv);
+    }
+}
+
+/// `sum f(x)` over `row` in [`LANES`] partial sums.
+#[inline(always)]
+fn lane_sum(row: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut lanes = [0f32; LANES];
+    let mut chunks = row.chunks_exact(LANES);
+    for chunk in &mut chunks {
+        for (l, &x) in lanes.iter_mut().zip(chunk) {
+            *l += f(x);
+        }
+    }
+    lanes.iter().sum::<f32>() + chunks.remainder().iter().map(|&x| f(x)).sum::<f32>()
+}

@@ -1,0 +1,274 @@
+//! The fused path against the op-by-op encoder, and its maths against references.
+
+use candle_nn::{VarBuilder, VarMap};
+use rotary::Positions;
+
+use super::math::{exp_approx, gelu_erf, layer_norm_row, rms_norm_row, EXP_MIN};
+use super::*;
+use crate::config::{RawConfig, RoFormerConfig};
+use crate::encoder::Encoder;
+
+/// An encoder of `raw` with random weights: the var map's initialisers for the dense
+/// layers, and N(1, 0.2^2) / N(0, 0.2^2) layer norm weights and biases (not the identity,
+/// so that a mix-up of norm parameters shows).
+fn random_encoder(raw: RawConfig) -> (Encoder, RoFormerConfig) {
+    let cfg = RoFormerConfig::try_from(raw).unwrap();
+    let varmap = VarMap::new();
+    let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
+    let encoder = Encoder::load(vb.pp("encoder"), &cfg).unwrap();
+    for (name, var) in varmap.data().lock().unwrap().iter() {
+        if name.contains("LayerNorm") {
+            let shape = var.shape().clone();
+            let mean = if name.ends_with("weight") { 1.0 } else { 0.0 };
+            var.set(&Tensor::randn(mean, 0.2f32, shape, &Device::Cpu).unwrap())
+                .unwrap();
+        }
+    }
+    (encoder, cfg)
+}
+
+/// An additive mask `[b, 1, 1, t]` hiding the last `pad[s]` keys of sequence `s`.
+fn padding_mask(t: usize, pad: &[usize]) -> Tensor {
+    let values: Vec<f32> = pad
+        .iter()
+        .flat_map(|&p| (0..t).map(move |j| if j + p >= t { f32::MIN } else { 0.0 }))
+        .collect();
+    Tensor::from_vec(values, (pad.len(), 1, 1, t), &Device::Cpu).unwrap()
+}
+
+/// An additive causal mask `[1, 1, t, t]`.
+fn causal_mask(t: usize) -> Tensor {
+    let values: Vec<f32> = (0..t)
+        .flat_map(|i| (0..t).map(move |j| if j > i { f32::MIN } else { 0.0 }))
+        .collect();
+    Tensor::from_vec(values, (1, 1, t, t), &Device::Cpu).unwrap()
+}
+
+fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar()
+        .unwrap()
+}
+
+/// Runs `encoder` fused (asserting the fused path ran) and op by op on random `[b, t,
+/// hidden]` inputs, on `threads` threads, and returns the largest difference.
+fn fused_vs_ops(
+    encoder: &Encoder,
+    cfg: &RoFormerConfig,
+    b: usize,
+    t: usize,
+    positions: Positions<'_>,
+    mask: Option<&Tensor>,
+    threads: usize,
+) -> f32 {
+    let x = Tensor::randn(0f32, 1.0, (b, t, cfg.hidden_size), &Device::Cpu).unwrap();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    pool.install(|| {
+        let coefficients = encoder.rope().coefficients(positions, b, t).unwrap();
+        let parts: Vec<LayerParts<'_>> = encoder
+            .layers()
+            .iter()
+            .map(|l| l.fusable().unwrap())
+            .collect();
+        let fused = encoder_forward(&parts, &x, coefficients.view(), mask)
+            .unwrap()
+            .expect("the fused path applies");
+        let ops = encoder.forward_ops(&x, &coefficients, mask).unwrap();
+        assert_eq!(fused.dims(), ops.dims());
+        max_abs_diff(&fused, &ops)
+    })
+}
+
+fn tiny(hidden_act: &str) -> RawConfig {
+    RawConfig {
+        vocab_size: 10,
+        hidden_size: 48,
+        num_hidden_layers: 2,
+        num_attention_heads: 4,
+        intermediate_size: 96,
+        hidden_act: hidden_act.into(),
+        layer_norm_eps: 1e-12,
+        ..RawConfig::default()
+    }
+}
+
+// Tolerance: both paths compute in f32 with different summation orders (blocked products
+// against candle's, row sums in 16 lanes) and the polynomial exp/erf here (within a few
+// 1e-7 of libm): differences of a few 1e-6 on layer-normed outputs of size ~1. A wrong
+// head, position, mask row or bias moves outputs by ~0.1 or more.
+const TOLERANCE: f32 = 1e-4;
+
+#[test]
+fn fused_matches_op_by_op_with_padding_on_any_thread_count() {
+    let (encoder, cfg) = random_encoder(tiny("gelu"));
+    // b = 3 runs as one task over the threads (products split by columns); b = 4 as
+    // sequence tasks on 2 threads; t = 300 takes two score tiles; 1100 rows make a single
+    // task of uneven row blocks.
+    for (b, t, pad) in [
+        (3, 37, vec![0, 5, 36]),
+        (4, 130, vec![0, 1, 2, 129]),
+        (1, 300, vec![7]),
+        (1, 1100, vec![3]),
+    ] {
+        let mask = padding_mask(t, &pad);
+        for threads in [1, 2, 3] {
+            let diff = fused_vs_ops(&encoder, &cfg, b, t, Positions::START, Some(&mask), threads);
+            assert!(diff <= TOLERANCE, "b {b} t {t} threads {threads}: {diff}");
+        }
+    }
+}
+
+#[test]
+fn fused_matches_op_by_op_causal_relu_without_mask() {
+    let (encoder, cfg) = random_encoder(RawConfig {
+        is_decoder: true,
+        ..tiny("relu")
+    });
+    let mask = causal_mask(20);
+    assert!(fused_vs_ops(&encoder, &cfg, 2, 20, Positions::START, Some(&mask), 2) <= TOLERANCE);
+    assert!(fused_vs_ops(&encoder, &cfg, 5, 9, Positions::START, None, 2) <= TOLERANCE);
+}
+
+#[test]
+fn fused_matches_op_by_op_rotary_value_and_explicit_positions() {
+    let (encoder, cfg) = random_encoder(RawConfig {
+        rotary_value: true,
+        ..tiny("silu")
+    });
+    let (b, t) = (4, 11);
+    // Per-sequence positions (left padding, a far offset), then shared ones.
+    let own: Vec<u32> = (0..b as u32)
+        .flat_map(|s| (0..t as u32).map(move |i| s * 1000 + i * (s + 1)))
+        .collect();
+    let shared: Vec<u32> = (0..t as u32).map(|i| 3 * i + 5).collect();
+    for positions in [Positions::Explicit(&own), Positions::Explicit(&shared)] {
+        for threads in [1, 2] {
+            let diff = fused_vs_ops(&encoder, &cfg, b, t, positions, None, threads);
+            assert!(diff <= TOLERANCE, "{diff}");
+        }
+    }
+}
+
+#[test]
+fn fused_matches_op_by_op_for_rms_norm_without_biases() {
+    let (encoder, cfg) = random_encoder(RawConfig {
+        norm_type: "rms_norm".into(),
+        use_bias: false,
+        ..tiny("gelu")
+    });
+    let mask = padding_mask(16, &[3, 0]);
+    assert!(fused_vs_ops(&encoder, &cfg, 2, 16, Positions::START, Some(&mask), 2) <= TOLERANCE);
+}
+
+#[test]
+fn other_masks_devices_and_dtypes_take_the_op_path() {
+    let (encoder, cfg) = random_encoder(tiny("gelu"));
+    let parts: Vec<LayerParts<'_>> = encoder
+        .layers()
+        .iter()
+        .map(|l| l.fusable().unwrap())
+        .collect();
+    let x = Tensor::randn(0f32, 1.0, (2, 5, cfg.hidden_size), &Device::Cpu).unwrap();
+    let c = encoder.rope().coefficients(Positions::START, 2, 5).unwrap();
+    // A per-head mask [b, heads, t, t] is not a shape the fused path reads.
+    let per_head = Tensor::zeros((2, 4, 5, 5), DType::F32, &Device::Cpu).unwrap();
+    assert!(encoder_forward(&parts, &x, c.view(), Some(&per_head))
+        .unwrap()
+        .is_none());
+    let f64_x = x.to_dtype(DType::F64).unwrap();
+    assert!(encoder_forward(&parts, &f64_x, c.view(), None)
+        .unwrap()
+        .is_none());
+}
+
+#[test]
+fn exp_approx_is_within_a_few_ulp() {
+    for i in 0..=200_000 {
+        let x = (-100.0 + i as f32 * 1e-3 * 0.94).min(88.0); // -100 ..= 88
+        let got = f64::from(exp_approx(x));
+        if x < EXP_MIN {
+            assert_eq!(got, 0.0, "{x}");
+            continue;
+        }
+        let want = f64::from(x).exp();
+        // 2^-126 is the smallest normal f32: below it only absolute accuracy is possible.
+        let err = (got - want).abs() / want.max(f64::from(f32::MIN_POSITIVE));
+        assert!(err < 3e-7, "exp({x}) = {got}, want {want}: rel {err}");
+    }
+}
+
+#[test]
+fn gelu_erf_matches_libm_erf() {
+    let xs: Vec<f32> = (0..=40_000).map(|i| -10.0 + i as f32 * 5e-4).collect();
+    let mut got = xs.clone();
+    gelu_erf(&mut got);
+    let want: Vec<f32> = Tensor::new(xs.as_slice(), &Device::Cpu)
+        .unwrap()
+        .gelu_erf()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    for ((x, g), w) in xs.iter().zip(&got).zip(&want) {
+        // Abramowitz-Stegun 7.1.26 is within 1.5e-7 of erf; gelu scales it by x / 2.
+        let tolerance = 2e-7 * (1.0 + x.abs()) + 2.0 * f32::EPSILON * w.abs();
+        assert!((g - w).abs() <= tolerance, "gelu({x}) = {g}, want {w}");
+    }
+}
+
+#[test]
+fn norms_match_a_double_precision_reference() {
+    let row: Vec<f32> = (0..389)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+        .collect();
+    let weight: Vec<f32> = (0..389).map(|i| 1.0 + (i % 7) as f32 / 10.0).collect();
+    let bias: Vec<f32> = (0..389).map(|i| (i % 5) as f32 / 10.0 - 0.2).collect();
+    let n = row.len() as f64;
+    let mean = row.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
+    let var = row
+        .iter()
+        .map(|&x| (f64::from(x) - mean).powi(2))
+        .sum::<f64>()
+        / n;
+    let mut got = row.clone();
+    layer_norm_row(&mut got, &weight, &bias, 1e-5);
+    for i in 0..row.len() {
+        let want = (f64::from(row[i]) - mean) / (var + 1e-5).sqrt() * f64::from(weight[i])
+            + f64::from(bias[i]);
+        assert!((f64::from(got[i]) - want).abs() < 1e-5, "{i}");
+    }
+    let ms = row.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>() / n;
+    let mut got = row.clone();
+    rms_norm_row(&mut got, 1e-6);
+    for i in 0..row.len() {
+        let want = f64::from(row[i]) / (ms + 1e-6).sqrt();
+        assert!((f64::from(got[i]) - want).abs() < 1e-5, "{i}");
+    }
+}
+
+#[test]
+fn blocks_cover_the_rows_and_tasks_split_the_batch() {
+    for rows in [1, 63, 64, 65, 1000, 5000] {
+        for threads in [1, 2, 3, 8] {
+            let blocks = row_blocks(rows, threads);
+            assert_eq!(blocks.first().unwrap().start, 0);
+            assert_eq!(blocks.last().unwrap().end, rows);
+            assert!(blocks.windows(2).all(|w| w[0].end == w[1].start));
+            assert!(blocks.iter().all(|b| !b.is_empty()));
+        }
+    }
+    assert_eq!(sequences_per_task(8, 512, 2), 1);
+    assert_eq!(sequences_per_task(8, 128, 2), 4);
+    assert_eq!(sequences_per_task(3, 512, 2), 3); // 3 tasks on 2 threads: one task
+    assert_eq!(sequences_per_task(1, 512, 2), 1);
+    assert_eq!(sequences_per_task(8, 512, 1), 8);
+}
