@@ -8,7 +8,7 @@
 //! ```
 //!
 //! On the CPU in f32 with softmax attention the stack runs as the fused passes of
-//! [`crate::fused`]; elsewhere layer by layer, op by op, as written above.
+//! `fused`; elsewhere layer by layer, op by op, as written above.
 
 use candle_core::Tensor;
 use candle_nn::{Linear, Module, VarBuilder};

@@ -88,7 +88,7 @@ impl MlmHead {
 }
 
 /// The sequence classification head `classifier` (transformers' `RoFormerClassificationHead`):
-/// `logits = act(h[:, 0] W1 + b1) W2 + b2`, on the first ([CLS]) token, with the config's
+/// `logits = act(h[:, 0] W1 + b1) W2 + b2`, on the first (`[CLS]`) token, with the config's
 /// `hidden_act`.
 #[derive(Debug, Clone)]
 pub struct ClassificationHead {

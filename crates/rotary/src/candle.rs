@@ -12,7 +12,7 @@
 //! ([`Order::HeadMajor`]) or `[batch, seq, heads, head_dim]` ([`Order::TokenMajor`]), of dtype
 //! f32, f16 or bf16.
 //!
-//! On the CPU the rotation runs through this crate's kernels ([`rotate`](crate::rotate)) on the
+//! On the CPU the rotation runs through this crate's kernels ([`rotate`]) on the
 //! tensor's contiguous storage. On other devices it falls back to [`rotate_slow`], the same
 //! formula as plain candle tensor ops (multiply, add, `index_select`), which is also the
 //! reference the kernels are tested against.

@@ -1,5 +1,5 @@
 //! The model inputs of one text: ids, tokens, offsets, token types, attention mask; and how
-//! sequences are truncated, framed with [CLS]/[SEP] and padded.
+//! sequences are truncated, framed with `[CLS]`/`[SEP]` and padded.
 
 use super::error::TokenizerError;
 
@@ -19,11 +19,11 @@ pub struct Encoding {
     /// Token texts, `[n]` (WordPiece continuations keep their `##`).
     pub tokens: Vec<String>,
     /// `(start, end)` of each token in the text it came from, in chars (Unicode scalar values),
-    /// as transformers' `return_offsets_mapping` reports them; `(0, 0)` for [CLS], [SEP],
-    /// [PAD]. In a pair, offsets of the second text's tokens are into the second text.
+    /// as transformers' `return_offsets_mapping` reports them; `(0, 0)` for `[CLS]`, `[SEP]`,
+    /// `[PAD]`. In a pair, offsets of the second text's tokens are into the second text.
     pub offsets: Vec<(usize, usize)>,
-    /// Token type ids, `[n]`: 0 for [CLS], the first text and its [SEP]; 1 for the second text
-    /// and its [SEP]; 0 for padding.
+    /// Token type ids, `[n]`: 0 for `[CLS]`, the first text and its `[SEP]`; 1 for the second text
+    /// and its `[SEP]`; 0 for padding.
     pub type_ids: Vec<u32>,
     /// 1 for real tokens, 0 for padding, `[n]`.
     pub attention_mask: Vec<u32>,

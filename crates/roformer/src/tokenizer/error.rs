@@ -49,7 +49,7 @@ pub enum TokenizerError {
     MaxLengthTooSmall {
         /// The requested length.
         max_length: usize,
-        /// [CLS] and [SEP] (2) or [CLS], [SEP], [SEP] (3).
+        /// `[CLS]` and `[SEP]` (2) or `[CLS]`, `[SEP]`, `[SEP]` (3).
         special: usize,
     },
     /// A token id outside the vocabulary.
