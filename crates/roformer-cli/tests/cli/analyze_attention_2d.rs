@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::common::roformer;
+use crate::common::{assert_each_fails, roformer, roformer_ok};
 use crate::plot_files::{assert_png, assert_svg, out_path};
 
 fn maps(args: &[&str]) -> Value {
@@ -93,7 +93,7 @@ fn axial_treats_both_axes_alike_and_flat_does_not() {
 #[test]
 fn writes_png_and_svg_plots() {
     let png = out_path("analyze_attention_2d", "maps.png");
-    let out = roformer(&[
+    roformer_ok(&[
         "analyze",
         "attention-2d",
         "--samples",
@@ -101,15 +101,10 @@ fn writes_png_and_svg_plots() {
         "--out",
         png.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert_png(&png, 1280, 600, 20_000);
 
     let svg = out_path("analyze_attention_2d", "maps.svg");
-    let out = roformer(&[
+    roformer_ok(&[
         "analyze",
         "attention-2d",
         "--grid",
@@ -119,11 +114,6 @@ fn writes_png_and_svg_plots() {
         "--out",
         svg.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let text = assert_svg(&svg, &["axial 2D RoPE", "flattened index", "column"]);
     // 2 maps of 4 x 6 cells, each a filled rectangle.
     assert!(text.matches("<rect").count() >= 48);
@@ -131,20 +121,14 @@ fn writes_png_and_svg_plots() {
 
 #[test]
 fn bad_arguments_fail_with_a_message() {
-    for args in [
-        vec!["--dim", "30"],
-        vec!["--grid", "0x4"],
-        vec!["--grid", "16"],
-        vec!["--samples", "0"],
-        vec!["--out", "maps.bmp"],
-    ] {
-        let mut all = vec!["analyze", "attention-2d"];
-        all.extend_from_slice(&args);
-        let out = roformer(&all);
-        assert!(!out.status.success(), "{args:?} succeeded");
-        assert!(
-            String::from_utf8_lossy(&out.stderr).contains("error"),
-            "{args:?}"
-        );
-    }
+    assert_each_fails(
+        &["analyze", "attention-2d"],
+        &[
+            &["--dim", "30"],
+            &["--grid", "0x4"],
+            &["--grid", "16"],
+            &["--samples", "0"],
+            &["--out", "maps.bmp"],
+        ],
+    );
 }

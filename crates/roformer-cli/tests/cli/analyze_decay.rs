@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::common::roformer;
+use crate::common::{roformer, roformer_ok};
 use crate::plot_files::{assert_png, assert_svg, out_path};
 
 /// Runs the command with `args` plus `--json` and returns the rows.
@@ -95,7 +95,7 @@ fn measured_scores_decay_for_equal_vectors_only() {
 #[test]
 fn writes_png_and_svg_plots() {
     let png = out_path("analyze_decay", "decay.png");
-    let out = roformer(&[
+    roformer_ok(&[
         "analyze",
         "decay",
         "--measured",
@@ -104,20 +104,10 @@ fn writes_png_and_svg_plots() {
         "--out",
         png.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert_png(&png, 900, 560, 20_000);
 
     let svg = out_path("analyze_decay", "decay.svg");
-    let out = roformer(&["analyze", "decay", "--out", svg.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    roformer_ok(&["analyze", "decay", "--out", svg.to_str().unwrap()]);
     assert_svg(
         &svg,
         &["relative distance", "relative upper bound", "<polyline"],

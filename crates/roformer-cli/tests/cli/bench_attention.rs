@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::common::roformer;
+use crate::common::{assert_each_fails, roformer};
 use crate::plot_files::{assert_png, out_path};
 
 /// Runs the benchmark with `args` plus `--json` and splits its lines into case records and
@@ -105,20 +105,14 @@ fn softmax_over_the_memory_budget_is_skipped() {
 
 #[test]
 fn bad_arguments_fail_with_a_message() {
-    for args in [
-        vec!["--min-len", "0"],
-        vec!["--min-len", "128", "--max-len", "64"],
-        vec!["--head-dim", "7"],
-        vec!["--chunk", "0"],
-        vec!["--out", "bench.gif"],
-    ] {
-        let mut all = vec!["bench", "attention"];
-        all.extend_from_slice(&args);
-        let out = roformer(&all);
-        assert!(!out.status.success(), "{args:?} succeeded");
-        assert!(
-            String::from_utf8_lossy(&out.stderr).contains("error"),
-            "{args:?}"
-        );
-    }
+    assert_each_fails(
+        &["bench", "attention"],
+        &[
+            &["--min-len", "0"],
+            &["--min-len", "128", "--max-len", "64"],
+            &["--head-dim", "7"],
+            &["--chunk", "0"],
+            &["--out", "bench.gif"],
+        ],
+    );
 }

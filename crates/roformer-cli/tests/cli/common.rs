@@ -9,3 +9,28 @@ pub fn roformer(args: &[&str]) -> Output {
         .output()
         .expect("the roformer binary runs")
 }
+
+/// Runs `roformer` with `args`, asserting that it succeeds (showing its stderr if not).
+pub fn roformer_ok(args: &[&str]) -> Output {
+    let out = roformer(args);
+    assert!(
+        out.status.success(),
+        "roformer {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Runs `command` followed by each of `cases`, asserting that every run fails with a
+/// non-zero status and a message that says `error`.
+pub fn assert_each_fails(command: &[&str], cases: &[&[&str]]) {
+    for args in cases {
+        let all: Vec<&str> = command.iter().chain(args.iter()).copied().collect();
+        let out = roformer(&all);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("error"),
+            "{args:?}"
+        );
+    }
+}
