@@ -105,14 +105,7 @@ impl RoFormerModel {
         attention_mask: Option<&Tensor>,
         position_ids: Option<&Tensor>,
     ) -> Result<Tensor> {
-        let batch = validate(
-            &self.config,
-            &self.device,
-            input_ids,
-            token_type_ids,
-            attention_mask,
-            position_ids,
-        )?;
+        let batch = self.validate(input_ids, token_type_ids, attention_mask, position_ids)?;
         self.forward_batch(&batch)
     }
 

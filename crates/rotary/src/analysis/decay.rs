@@ -17,12 +17,12 @@
 //! whose second factor, divided by `d/2`, is the "relative upper bound" of Figure 2: it depends
 //! only on the distance `r = m - n` and the schedule, and decays (with oscillation) as `r` grows.
 
-use crate::apply::{Direction, Shape};
+use super::attention_map::scores_against_row;
 use crate::error::{Result, RopeError};
 use crate::freqs::{check_finite, check_rotary_dim};
 use crate::layout::Layout;
-use crate::positions::Positions;
 use crate::rope::Rope;
+use crate::table::CosSin;
 
 /// Checks a frequency list: non-empty and finite.
 fn check_inv_freq(inv_freq: &[f64]) -> Result<()> {
@@ -131,8 +131,9 @@ pub fn pair_bound(
 /// differs from that by rounding only.
 ///
 /// # Errors
-/// [`RopeError::HeadDimMismatch`] when `q` or `k` is not one head, and the errors of
-/// [`Rope::apply`].
+/// [`RopeError::ShapeOverflow`] for an unrepresentable distance, and the errors of
+/// [`CosSin::from_positions`] and [`scores_against_row`] ([`RopeError::HeadDimMismatch`] when
+/// `q` or `k` is not one head).
 pub fn scores_by_distance(
     rope: &Rope,
     q: &[f32],
@@ -141,47 +142,19 @@ pub fn scores_by_distance(
     max_distance: usize,
 ) -> Result<Vec<f64>> {
     let d = rope.head_dim();
-    for (what, v) in [("q", q), ("k", k)] {
-        if v.len() != d {
-            return Err(RopeError::HeadDimMismatch {
-                what,
-                expected: d,
-                got: v.len(),
-            });
-        }
-    }
     let count = max_distance
         .checked_add(1)
         .ok_or(RopeError::ShapeOverflow([1, 1, max_distance, d]))?;
-    let offset = Positions::Range {
-        offset: query_position,
-    };
-    let mut q_rot = vec![0f32; d];
-    rope.apply(
-        q,
-        &mut q_rot,
-        Shape::head_major(1, 1, 1, d),
-        offset,
-        Direction::Forward,
+    // Rows for positions m..=m + max_distance: the same f64 angles, rounded once, as the rows
+    // of `rope`'s own table.
+    let table = CosSin::from_positions(
+        rope.layout(),
+        rope.inv_freq(),
+        rope.amplitude(),
+        count,
+        |r| query_position as f64 + r as f64,
     )?;
-    let keys: Vec<f32> = k.iter().copied().cycle().take(count * d).collect();
-    let mut k_rot = vec![0f32; keys.len()];
-    rope.apply(
-        &keys,
-        &mut k_rot,
-        Shape::head_major(1, 1, count, d),
-        offset,
-        Direction::Forward,
-    )?;
-    Ok(k_rot
-        .chunks_exact(d)
-        .map(|kr| {
-            kr.iter()
-                .zip(&q_rot)
-                .map(|(&a, &b)| f64::from(a) * f64::from(b))
-                .sum()
-        })
-        .collect())
+    scores_against_row(&table, d, q, k, 0)
 }
 
 #[cfg(test)]

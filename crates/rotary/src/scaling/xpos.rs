@@ -124,13 +124,7 @@ impl Xpos {
         center: f64,
     ) -> Result<()> {
         check_qk(&q_shape, &k_shape)?;
-        if q_shape.head_dim != self.head_dim {
-            return Err(RopeError::HeadDimMismatch {
-                what: "q",
-                expected: self.head_dim,
-                got: q_shape.head_dim,
-            });
-        }
+        q_shape.check_head_dim("q", self.head_dim)?;
         let (q_table, k_table) = self.tables(positions, q_shape.batch, q_shape.seq, center)?;
         rotate_inplace(q, q_shape, q_table.view(), Direction::Forward)?;
         rotate_inplace(k, k_shape, k_table.view(), Direction::Forward)
