@@ -16,7 +16,8 @@ Two references, each in its own virtualenv:
       # own, so that its transformers 4.x wins over the peers' 5.x:
       echo ~/.cache/roformer-peers/venv/lib/python3.11/site-packages \\
           > ~/.cache/roformer-v2-venv/lib/python3.11/site-packages/zz_peers.pth
-      (requests' own small deps come from the peers' site-packages too.)
+      (requests' own small deps come from the peers' site-packages too; where those lack
+      them, add them to this venv: pip install --no-deps urllib3 charset_normalizer certifi.)
 
   (roformer 0.4.3 imports `SequenceSummary`, which transformers removed after 4.4x.)
 
