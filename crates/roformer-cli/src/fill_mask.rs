@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, ensure, Context};
 use candle_core::{DType, Device, Tensor};
-use roformer::{ModelDir, RoFormerForMaskedLM, RoFormerTokenizer};
+use roformer::{HeadModel, ModelDir, RoFormerForMaskedLM, RoFormerTokenizer};
 use serde::Serialize;
 
 /// Arguments of `roformer fill-mask`.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use candle_core::{DType, Device, Tensor};
-use roformer::{ModelDir, RoFormerForMaskedLM, RoFormerModel};
+use roformer::{HeadModel, ModelDir, RoFormerForMaskedLM, RoFormerModel};
 
 /// Arguments of `roformer forward`.
 #[derive(Debug, clap::Args)]

@@ -102,6 +102,15 @@ impl Activation {
         NAMES.iter().map(|(n, _)| *n).collect()
     }
 
+    /// The canonical transformers name of the activation (the first of [`NAMES`] that means
+    /// it), as written back to `config.json`.
+    pub fn name(self) -> &'static str {
+        NAMES
+            .iter()
+            .find(|(_, a)| *a == self)
+            .map_or("linear", |(n, _)| *n)
+    }
+
     /// Applies the activation element-wise (computed in f32 for f16/bf16 inputs).
     ///
     /// # Errors

@@ -5,9 +5,13 @@
 //! ```text
 //! q, k, v = x Wq + bq, x Wk + bk, x Wv + bv          split into heads: [b, t, h, d]
 //! q, k (, v) <- R_m q, R_m k (, R_m v)                interleaved pairs, through the rotary kernels
-//! context = softmax(q k^T / sqrt(d) + mask) v         [b, h, t, d]
-//! out = Norm(context Wo + bo + x)
+//! context = Dropout(softmax(q k^T / sqrt(d) + mask)) v     [b, h, t, d]
+//! out = Norm(Dropout(context Wo + bo) + x)
 //! ```
+//!
+//! Without rotary positions (BERT's absolute table, sinusoidal, none: positions, if any, were
+//! added to the embeddings) q, k and v are not rotated: transformers' `BertSelfAttention`.
+//! Dropout runs in training only ([`Mode::Train`]).
 //!
 //! The attention proper (scores and context from rotated q, k, v) is [`softmax_attention`],
 //! kept apart from the projections so that other attention kinds can take its place.
@@ -18,8 +22,10 @@ use candle_core::{Tensor, D};
 use candle_nn::{Linear, Module, VarBuilder};
 use rotary::{rotate_tensor, Coefficients, Direction, Order};
 
+use crate::autograd;
 use crate::config::{AttentionType, RoFormerConfig};
 use crate::linear_attention::{key_mask_from_additive, LinearAttention, Masking};
+use crate::mode::Mode;
 use crate::norm::Norm;
 
 /// A dense layer `x W^T + b` of the encoder: with a bias unless the config has
@@ -51,6 +57,7 @@ pub struct SelfAttention {
     pub(crate) rotary_value: bool,
     pub(crate) attention_type: AttentionType,
     masking: Masking,
+    dropout: f64,
 }
 
 impl SelfAttention {
@@ -73,6 +80,7 @@ impl SelfAttention {
             } else {
                 Masking::Bidirectional
             },
+            dropout: cfg.attention_probs_dropout_prob,
         })
     }
 
@@ -89,31 +97,44 @@ impl SelfAttention {
             .contiguous()
     }
 
+    /// Token-major heads `[b, t, h, d]` made head-major `[b, h, t, d]`, rotated when the
+    /// positions are rotary (`rope` given).
+    fn positioned(x: &Tensor, rope: Option<&Coefficients>) -> candle_core::Result<Tensor> {
+        match rope {
+            Some(rope) => Self::rotate(x, rope),
+            None => x.transpose(1, 2)?.contiguous(),
+        }
+    }
+
     /// The context vectors `[b, t, hidden]` of `x` (`[b, t, hidden]`), with the tokens'
-    /// rotary coefficients and an additive mask broadcastable to `[b, h, t, t]`.
+    /// rotary coefficients (`None` when positions are not rotary) and an additive mask
+    /// broadcastable to `[b, h, t, t]`.
     ///
     /// # Errors
     /// Candle errors only.
     pub fn forward(
         &self,
         x: &Tensor,
-        rope: &Coefficients,
+        rope: Option<&Coefficients>,
         mask: Option<&Tensor>,
+        mode: Mode<'_>,
     ) -> candle_core::Result<Tensor> {
         let (b, t, hidden) = x.dims3()?;
         let q = self.heads_of(&self.query, x)?;
         let k = self.heads_of(&self.key, x)?;
         let v = self.heads_of(&self.value, x)?;
-        let v = if self.rotary_value {
-            Self::rotate(&v, rope)?
-        } else {
-            v.transpose(1, 2)?.contiguous()?
-        };
+        let v = Self::positioned(&v, rope.filter(|_| self.rotary_value))?;
         let context = match self.attention_type {
-            AttentionType::Softmax => {
-                softmax_attention(&Self::rotate(&q, rope)?, &Self::rotate(&k, rope)?, &v, mask)?
-            }
-            // Eq. 19 rotates phi(q), phi(k): it takes them unrotated, head-major.
+            AttentionType::Softmax => softmax_attention(
+                &Self::positioned(&q, rope)?,
+                &Self::positioned(&k, rope)?,
+                &v,
+                mask,
+                mode,
+                self.dropout,
+            )?,
+            // Eq. 19 rotates phi(q), phi(k): it takes them unrotated, head-major. It has no
+            // attention probabilities to drop.
             AttentionType::Linear => LinearAttention::default().forward(
                 &q.transpose(1, 2)?.contiguous()?,
                 &k.transpose(1, 2)?.contiguous()?,
@@ -128,8 +149,10 @@ impl SelfAttention {
 }
 
 /// Scaled dot-product attention over head-major `q`, `k`, `v` (`[b, h, t, d]`):
-/// `softmax(q k^T / sqrt(d) + mask) v`, with `mask` additive and broadcastable to
-/// `[b, h, t, t]`. Returns `[b, h, t, d]`.
+/// `Dropout(softmax(q k^T / sqrt(d) + mask)) v`, with `mask` additive and broadcastable to
+/// `[b, h, t, t]` and dropout of probability `dropout` on the probabilities in training.
+/// Returns `[b, h, t, d]`. In training the softmax is [`autograd::softmax_last_dim`], which
+/// carries gradients.
 ///
 /// # Errors
 /// Candle errors only.
@@ -138,6 +161,8 @@ pub fn softmax_attention(
     k: &Tensor,
     v: &Tensor,
     mask: Option<&Tensor>,
+    mode: Mode<'_>,
+    dropout: f64,
 ) -> candle_core::Result<Tensor> {
     let d = q.dim(D::Minus1)?;
     let scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?; // [b, h, t, t]
@@ -145,7 +170,11 @@ pub fn softmax_attention(
         Some(m) => scores.broadcast_add(m)?,
         None => scores,
     };
-    let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+    let probs = if mode.is_train() {
+        mode.dropout(&autograd::softmax_last_dim(&scores)?, dropout)?
+    } else {
+        candle_nn::ops::softmax_last_dim(&scores)?
+    };
     probs.matmul(v)
 }
 
@@ -155,6 +184,7 @@ pub struct Attention {
     pub(crate) self_attention: SelfAttention,
     pub(crate) dense: Linear,
     pub(crate) norm: Norm,
+    dropout: f64,
 }
 
 impl Attention {
@@ -168,20 +198,23 @@ impl Attention {
             self_attention: SelfAttention::load(vb.pp("self"), cfg)?,
             dense: encoder_linear(h, h, cfg, vb.pp("output").pp("dense"))?,
             norm: Norm::load(h, cfg, vb.pp("output").pp("LayerNorm"))?,
+            dropout: cfg.hidden_dropout_prob,
         })
     }
 
-    /// `Norm(SelfAttention(x) Wo + bo + x)`, `[b, t, hidden]` in and out.
+    /// `Norm(Dropout(SelfAttention(x) Wo + bo) + x)`, `[b, t, hidden]` in and out.
     ///
     /// # Errors
     /// Candle errors only.
     pub fn forward(
         &self,
         x: &Tensor,
-        rope: &Coefficients,
+        rope: Option<&Coefficients>,
         mask: Option<&Tensor>,
+        mode: Mode<'_>,
     ) -> candle_core::Result<Tensor> {
-        let context = self.self_attention.forward(x, rope, mask)?;
-        self.norm.forward(&(self.dense.forward(&context)? + x)?)
+        let context = self.self_attention.forward(x, rope, mask, mode)?;
+        let projected = mode.dropout(&self.dense.forward(&context)?, self.dropout)?;
+        self.norm.forward(&(projected + x)?, mode)
     }
 }

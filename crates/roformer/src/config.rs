@@ -8,13 +8,13 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::activation::Activation;
 use crate::error::{ModelError, Result};
 
 /// `eos_token_id`: one id or several.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum TokenIds {
     /// A single id.
@@ -24,9 +24,17 @@ pub enum TokenIds {
 }
 
 /// `config.json` as written, with transformers' defaults for absent fields.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default)]
 pub struct RawConfig {
+    /// `roformer` (default) or `bert`; a `bert` config defaults to learned absolute positions.
+    pub model_type: Option<String>,
+    /// The head classes the checkpoint was saved from (written back, not read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub architectures: Option<Vec<String>>,
+    /// How positions enter: `rotary` (RoFormer's default), `absolute` (BERT's learned table),
+    /// `sinusoidal` (Vaswani et al.'s fixed table) or `none`.
+    pub position_embedding_type: Option<String>,
     /// Word vocabulary size (default 50000).
     pub vocab_size: usize,
     /// Width of the word embeddings; `None` means `hidden_size`.
@@ -74,6 +82,9 @@ pub struct RawConfig {
     pub num_labels: Option<usize>,
     /// Label names by index (as strings, like transformers writes them).
     pub id2label: Option<BTreeMap<String, String>>,
+    /// Label indices by name (written back for transformers; not read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label2id: Option<BTreeMap<String, usize>>,
     /// RoFormer-V2: `layer_norm` (default) or `rms_norm` (weightless).
     pub norm_type: String,
     /// RoFormer-V2: biases in the encoder's dense layers (default true).
@@ -88,6 +99,9 @@ pub struct RawConfig {
 impl Default for RawConfig {
     fn default() -> Self {
         RawConfig {
+            model_type: None,
+            architectures: None,
+            position_embedding_type: None,
             vocab_size: 50000,
             embedding_size: None,
             hidden_size: 768,
@@ -111,6 +125,7 @@ impl Default for RawConfig {
             tie_word_embeddings: true,
             num_labels: None,
             id2label: None,
+            label2id: None,
             norm_type: "layer_norm".into(),
             use_bias: true,
             pooler_activation: "tanh".into(),
@@ -136,6 +151,55 @@ pub enum AttentionType {
     Softmax,
     /// RoPE with linear attention (eq. 19), linear in the sequence length; the same weights.
     Linear,
+}
+
+/// How token positions enter the model: the one switch between RoFormer and BERT (everything
+/// else is shared), and two controls for comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum PositionEmbeddingType {
+    /// RoPE: q and k of every layer rotated by `m * theta_i` (RoFormer).
+    #[default]
+    Rotary,
+    /// A learned table `P[m]` added to the word embeddings (BERT); positions must stay below
+    /// `max_position_embeddings`. Saved and loaded as a Hugging Face `bert` checkpoint.
+    Absolute,
+    /// The fixed table of Vaswani et al. added to the word embeddings:
+    /// `P[m, 2i] = sin(m / 10000^(2i/e))`, `P[m, 2i+1] = cos(m / 10000^(2i/e))`, `e` the
+    /// embedding width; any position.
+    Sinusoidal,
+    /// No position information at all (a bag of tokens, the ablation).
+    None,
+}
+
+impl PositionEmbeddingType {
+    /// The `config.json` spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PositionEmbeddingType::Rotary => "rotary",
+            PositionEmbeddingType::Absolute => "absolute",
+            PositionEmbeddingType::Sinusoidal => "sinusoidal",
+            PositionEmbeddingType::None => "none",
+        }
+    }
+
+    /// Parses the `config.json` spelling.
+    ///
+    /// # Errors
+    /// [`ModelError::InvalidConfig`] naming the accepted values.
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "rotary" => Ok(PositionEmbeddingType::Rotary),
+            "absolute" => Ok(PositionEmbeddingType::Absolute),
+            "sinusoidal" => Ok(PositionEmbeddingType::Sinusoidal),
+            "none" => Ok(PositionEmbeddingType::None),
+            other => Err(invalid(
+                "position_embedding_type",
+                format!(
+                    "{other:?} is not one of \"rotary\", \"absolute\", \"sinusoidal\", \"none\""
+                ),
+            )),
+        }
+    }
 }
 
 /// A validated RoFormer configuration.
@@ -196,9 +260,79 @@ pub struct RoFormerConfig {
     pub pooler_activation: Activation,
     /// Softmax or linear self-attention.
     pub attention_type: AttentionType,
+    /// How positions enter (rotary unless the config says otherwise, absolute for `bert`).
+    pub position_embedding_type: PositionEmbeddingType,
 }
 
 impl RoFormerConfig {
+    /// The scope of the encoder's tensors in a head model's checkpoint: `bert` for absolute
+    /// positions (a Hugging Face BERT), `roformer` otherwise.
+    pub fn base_prefix(&self) -> &'static str {
+        match self.position_embedding_type {
+            PositionEmbeddingType::Absolute => "bert",
+            _ => crate::weights::BASE_PREFIX,
+        }
+    }
+
+    /// The Hugging Face `model_type`: `bert` for absolute positions, `roformer` otherwise.
+    pub fn model_type(&self) -> &'static str {
+        self.base_prefix()
+    }
+
+    /// The `config.json` fields of this config, for a checkpoint saved from the head class
+    /// `architecture` (e.g. `RoFormerForMaskedLM`, `BertForMaskedLM`): what
+    /// [`RoFormerConfig::try_from`] reads back to an equal config.
+    pub fn to_raw(&self, architecture: &str) -> RawConfig {
+        let bert = self.position_embedding_type == PositionEmbeddingType::Absolute;
+        let id2label = (!self.id2label.is_empty()).then(|| {
+            self.id2label
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect()
+        });
+        let label2id = (!self.id2label.is_empty())
+            .then(|| self.id2label.iter().map(|(k, v)| (v.clone(), *k)).collect());
+        RawConfig {
+            model_type: Some(self.model_type().into()),
+            architectures: Some(vec![architecture.into()]),
+            position_embedding_type: Some(self.position_embedding_type.as_str().into()),
+            vocab_size: self.vocab_size,
+            embedding_size: (!bert).then_some(self.embedding_size),
+            hidden_size: self.hidden_size,
+            num_hidden_layers: self.num_hidden_layers,
+            num_attention_heads: self.num_attention_heads,
+            intermediate_size: self.intermediate_size,
+            hidden_act: self.hidden_act.name().into(),
+            hidden_dropout_prob: self.hidden_dropout_prob,
+            attention_probs_dropout_prob: self.attention_probs_dropout_prob,
+            max_position_embeddings: self.max_position_embeddings,
+            type_vocab_size: self.type_vocab_size,
+            initializer_range: self.initializer_range,
+            layer_norm_eps: self.layer_norm_eps,
+            pad_token_id: self.pad_token_id,
+            bos_token_id: self.bos_token_id,
+            eos_token_id: self.eos_token_id.clone(),
+            rotary_value: self.rotary_value,
+            use_cache: self.use_cache,
+            is_decoder: self.is_decoder,
+            add_cross_attention: self.add_cross_attention,
+            tie_word_embeddings: self.tie_word_embeddings,
+            num_labels: Some(self.num_labels),
+            id2label,
+            label2id,
+            norm_type: match self.norm_type {
+                NormType::LayerNorm => "layer_norm".into(),
+                NormType::RmsNorm => "rms_norm".into(),
+            },
+            use_bias: self.use_bias,
+            pooler_activation: self.pooler_activation.name().into(),
+            attention_type: match self.attention_type {
+                AttentionType::Softmax => "softmax".into(),
+                AttentionType::Linear => "linear".into(),
+            },
+        }
+    }
+
     /// Elements per attention head: `hidden_size / num_attention_heads`.
     pub fn head_dim(&self) -> usize {
         self.hidden_size / self.num_attention_heads
@@ -308,6 +442,37 @@ impl TryFrom<RawConfig> for RoFormerConfig {
                 ))
             }
         };
+        let bert = raw.model_type.as_deref() == Some("bert");
+        let position_embedding_type = match raw.position_embedding_type.as_deref() {
+            None if bert => PositionEmbeddingType::Absolute,
+            None => PositionEmbeddingType::Rotary,
+            Some(name) => PositionEmbeddingType::parse(name)?,
+        };
+        if bert && position_embedding_type != PositionEmbeddingType::Absolute {
+            return Err(invalid(
+                "position_embedding_type",
+                format!(
+                    "a bert config must use \"absolute\" positions, got {:?}",
+                    position_embedding_type.as_str()
+                ),
+            ));
+        }
+        if position_embedding_type == PositionEmbeddingType::Absolute
+            && raw.embedding_size.is_some_and(|e| e != hidden_size)
+        {
+            return Err(invalid(
+                "embedding_size",
+                "absolute (BERT) positions need embedding_size == hidden_size",
+            ));
+        }
+        if position_embedding_type == PositionEmbeddingType::Absolute
+            && raw.max_position_embeddings == 0
+        {
+            return Err(invalid(
+                "max_position_embeddings",
+                "absolute positions need a table of at least 1 position",
+            ));
+        }
         let id2label = raw
             .id2label
             .unwrap_or_default()
@@ -354,6 +519,7 @@ impl TryFrom<RawConfig> for RoFormerConfig {
             use_bias: raw.use_bias,
             pooler_activation: Activation::parse("pooler_activation", &raw.pooler_activation)?,
             attention_type,
+            position_embedding_type,
         })
     }
 }

@@ -1,34 +1,73 @@
-//! Token embeddings: transformers' `RoFormerEmbeddings` and `embeddings_project`.
+//! Token embeddings: transformers' `RoFormerEmbeddings` and `embeddings_project`, and
+//! `BertEmbeddings` when positions are absolute.
 //!
 //! ```text
-//! e = Norm(word[input_ids] + token_type[token_type_ids])      [b, t, embedding_size]
-//! e = e Wp + bp          when embedding_size != hidden_size    [b, t, hidden_size]
+//! e = Norm(word[input_ids] + token_type[token_type_ids] (+ P[position_ids]))   [b, t, embedding_size]
+//! e = Dropout(e)                                                                (training)
+//! e = e Wp + bp          when embedding_size != hidden_size                     [b, t, hidden_size]
 //! ```
 //!
-//! There is no absolute position embedding: positions enter through the rotary embedding in
-//! attention.
+//! `P` is the learned table `embeddings.position_embeddings` (absolute, BERT) or the fixed
+//! sinusoidal table (sinusoidal); with rotary (RoFormer) or no positions nothing is added here:
+//! rotary positions enter through the attention.
 
-use candle_core::{Tensor, D};
+use candle_core::{Device, Tensor, D};
 use candle_nn::{Embedding, Linear, Module, VarBuilder};
 
-use crate::config::RoFormerConfig;
+use crate::config::{PositionEmbeddingType, RoFormerConfig};
+use crate::error::{ModelError, Result};
+use crate::mode::Mode;
 use crate::norm::Norm;
 
-/// The embedding block of the `roformer` scope.
+/// The positions table added to the word embeddings, if any.
+#[derive(Debug, Clone)]
+enum PositionTable {
+    /// Nothing added (rotary or no positions).
+    None,
+    /// `embeddings.position_embeddings.weight`, `[max_position_embeddings, embedding_size]`.
+    Learned(Embedding),
+    /// Vaswani et al.'s table, computed for the positions asked for.
+    Sinusoidal,
+}
+
+/// The embedding block of the encoder scope (`roformer` or `bert`).
 #[derive(Debug, Clone)]
 pub struct Embeddings {
     word: Embedding,
     token_type: Embedding,
+    positions: PositionTable,
     norm: Norm,
+    dropout: f64,
     project: Option<Linear>,
+}
+
+/// The fixed sinusoidal position table of Vaswani et al. for `positions`, `[n, width]`:
+/// `P[m, 2i] = sin(m w_i)`, `P[m, 2i+1] = cos(m w_i)`, `w_i = 10000^(-2i / width)`; angles in
+/// f64, rounded once to f32. An odd `width` leaves the last column as `sin`.
+///
+/// # Errors
+/// Candle errors only.
+pub fn sinusoidal_table(positions: &[u32], width: usize, device: &Device) -> Result<Tensor> {
+    let inv: Vec<f64> = (0..width.div_ceil(2))
+        .map(|i| 10000f64.powf(-((2 * i) as f64) / width as f64))
+        .collect();
+    let mut data = Vec::with_capacity(positions.len() * width);
+    for &m in positions {
+        for c in 0..width {
+            let angle = f64::from(m) * inv[c / 2];
+            data.push(if c % 2 == 0 { angle.sin() } else { angle.cos() } as f32);
+        }
+    }
+    Ok(Tensor::from_vec(data, (positions.len(), width), device)?)
 }
 
 impl Embeddings {
     /// Loads `embeddings.word_embeddings` (`[vocab_size, embedding_size]`),
     /// `embeddings.token_type_embeddings` (`[type_vocab_size, embedding_size]`),
-    /// `embeddings.LayerNorm` and, when `embedding_size != hidden_size`, `embeddings_project`
-    /// (`[hidden_size, embedding_size]` weight with bias), all under `vb` (the `roformer`
-    /// scope).
+    /// `embeddings.position_embeddings` (`[max_position_embeddings, embedding_size]`, absolute
+    /// positions only), `embeddings.LayerNorm` and, when `embedding_size != hidden_size`,
+    /// `embeddings_project` (`[hidden_size, embedding_size]` weight with bias), all under `vb`
+    /// (the encoder scope).
     ///
     /// # Errors
     /// Candle errors from the var builder.
@@ -44,6 +83,15 @@ impl Embeddings {
         } else {
             None
         };
+        let positions = match cfg.position_embedding_type {
+            PositionEmbeddingType::Absolute => PositionTable::Learned(candle_nn::embedding(
+                cfg.max_position_embeddings,
+                e,
+                emb.pp("position_embeddings"),
+            )?),
+            PositionEmbeddingType::Sinusoidal => PositionTable::Sinusoidal,
+            PositionEmbeddingType::Rotary | PositionEmbeddingType::None => PositionTable::None,
+        };
         Ok(Embeddings {
             word: candle_nn::embedding(cfg.vocab_size, e, emb.pp("word_embeddings"))?,
             token_type: candle_nn::embedding(
@@ -51,7 +99,9 @@ impl Embeddings {
                 e,
                 emb.pp("token_type_embeddings"),
             )?,
+            positions,
             norm: Norm::load(e, cfg, emb.pp("LayerNorm"))?,
+            dropout: cfg.hidden_dropout_prob,
             project,
         })
     }
@@ -61,15 +111,62 @@ impl Embeddings {
         self.word.embeddings()
     }
 
-    /// Embeds validated `u32` ids `[b, t]` (type ids `None` means all 0) into `[b, t, hidden]`.
+    /// The added position embeddings `[b or 1, t, embedding_size]` of the tokens, or `None`
+    /// when positions do not enter here. `positions` holds one position per token
+    /// (sequence-major), `None` meaning `0..t` for every sequence.
+    fn position_embeddings(
+        &self,
+        positions: Option<&[u32]>,
+        b: usize,
+        t: usize,
+        device: &Device,
+    ) -> Result<Option<Tensor>> {
+        let width = self.word.embeddings().dim(D::Minus1)?;
+        let default: Vec<u32>;
+        let (ids, rows) = match positions {
+            Some(p) => (p, b),
+            None => {
+                let t32 = u32::try_from(t).map_err(|_| {
+                    ModelError::Input(format!("{t} tokens do not fit u32 positions"))
+                })?;
+                default = (0..t32).collect();
+                (&default[..], 1)
+            }
+        };
+        match &self.positions {
+            PositionTable::None => Ok(None),
+            PositionTable::Sinusoidal => Ok(Some(
+                sinusoidal_table(ids, width, device)?.reshape((rows, t, width))?,
+            )),
+            PositionTable::Learned(table) => {
+                let limit = table.embeddings().dim(0)?;
+                if let Some(i) = ids.iter().position(|&p| p as usize >= limit) {
+                    return Err(ModelError::Input(format!(
+                        "position {} of token {i} is past the absolute position table \
+                         (max_position_embeddings = {limit}); rotary or sinusoidal positions \
+                         have no such limit",
+                        ids[i]
+                    )));
+                }
+                let ids = Tensor::from_slice(ids, (rows, t), device)?;
+                Ok(Some(table.forward(&ids)?))
+            }
+        }
+    }
+
+    /// Embeds validated `u32` ids `[b, t]` (type ids `None` means all 0) at `positions` (one
+    /// per token, sequence-major; `None` means `0..t`) into `[b, t, hidden]`.
     ///
     /// # Errors
-    /// Candle errors only (ids are checked by the caller).
+    /// [`ModelError::Input`] for a position past an absolute table, candle errors otherwise.
     pub fn forward(
         &self,
         input_ids: &Tensor,
         token_type_ids: Option<&Tensor>,
-    ) -> candle_core::Result<Tensor> {
+        positions: Option<&[u32]>,
+        mode: Mode<'_>,
+    ) -> Result<Tensor> {
+        let (b, t) = input_ids.dims2()?;
         let words = self.word.forward(input_ids)?;
         let types = match token_type_ids {
             Some(t) => self.token_type.forward(t)?,
@@ -81,9 +178,13 @@ impl Embeddings {
                     .reshape((1, 1, e))?
             }
         };
-        let e = self.norm.forward(&words.broadcast_add(&types)?)?;
+        let mut sum = words.broadcast_add(&types)?;
+        if let Some(p) = self.position_embeddings(positions, b, t, input_ids.device())? {
+            sum = sum.broadcast_add(&p.to_dtype(sum.dtype())?)?;
+        }
+        let e = mode.dropout(&self.norm.forward(&sum, mode)?, self.dropout)?;
         match &self.project {
-            Some(p) => p.forward(&e),
+            Some(p) => Ok(p.forward(&e)?),
             None => Ok(e),
         }
     }

@@ -4,11 +4,12 @@
 //!
 //! ```text
 //! a = Attention(x)                                  (see `attention`)
-//! y = Norm(act(a W1 + b1) W2 + b2 + a)              intermediate.dense, output.dense, output.LayerNorm
+//! y = Norm(Dropout(act(a W1 + b1) W2 + b2) + a)     intermediate.dense, output.dense, output.LayerNorm
 //! ```
 //!
-//! On the CPU in f32 with softmax attention the stack runs as the fused passes of
-//! `fused`; elsewhere layer by layer, op by op, as written above.
+//! At inference ([`Mode::Inference`]) on the CPU in f32 with rotary softmax attention the stack
+//! runs as the fused passes of `fused`; in training ([`Mode::Train`]), and elsewhere, layer by
+//! layer, op by op, as written above, every op carrying gradients.
 
 use candle_core::Tensor;
 use candle_nn::{Linear, Module, VarBuilder};
@@ -16,9 +17,10 @@ use rotary::{Layout, Positions, Rope, DEFAULT_BASE};
 
 use crate::activation::Activation;
 use crate::attention::{encoder_linear, Attention};
-use crate::config::{AttentionType, RoFormerConfig};
+use crate::config::{AttentionType, PositionEmbeddingType, RoFormerConfig};
 use crate::error::{ModelError, Result};
 use crate::fused::{self, LayerParts};
+use crate::mode::Mode;
 use crate::norm::Norm;
 
 /// One encoder layer (`encoder.layer.{i}`).
@@ -30,6 +32,7 @@ pub struct Layer {
     output: Linear,
     norm: Norm,
     layer_norm_eps: f64,
+    dropout: f64,
 }
 
 impl Layer {
@@ -47,22 +50,25 @@ impl Layer {
             output: encoder_linear(i, h, cfg, vb.pp("output").pp("dense"))?,
             norm: Norm::load(h, cfg, vb.pp("output").pp("LayerNorm"))?,
             layer_norm_eps: cfg.layer_norm_eps,
+            dropout: cfg.hidden_dropout_prob,
         })
     }
 
-    /// Runs the layer on `x` (`[b, t, hidden]`).
+    /// Runs the layer on `x` (`[b, t, hidden]`), rotating by `rope` when positions are rotary.
     ///
     /// # Errors
     /// Candle errors only.
     pub fn forward(
         &self,
         x: &Tensor,
-        rope: &rotary::Coefficients,
+        rope: Option<&rotary::Coefficients>,
         mask: Option<&Tensor>,
+        mode: Mode<'_>,
     ) -> candle_core::Result<Tensor> {
-        let a = self.attention.forward(x, rope, mask)?;
+        let a = self.attention.forward(x, rope, mask, mode)?;
         let inner = self.activation.forward(&self.intermediate.forward(&a)?)?;
-        self.norm.forward(&(self.output.forward(&inner)? + a)?)
+        let out = mode.dropout(&self.output.forward(&inner)?, self.dropout)?;
+        self.norm.forward(&(out + a)?, mode)
     }
 
     /// The layer's weights for [`fused::encoder_forward`], for softmax attention.
@@ -87,11 +93,12 @@ impl Layer {
 
 /// The layer stack and its rotary embedding: pair `i` of a head at position `m` rotates by
 /// `m * 10000^(-2i / head_dim)` (interleaved pairs), the table transformers builds in
-/// `RoFormerSinusoidalPositionalEmbedding`, computed here for any position.
+/// `RoFormerSinusoidalPositionalEmbedding`, computed here for any position. Without rotary
+/// positions there is no rotation (`rope` is `None`).
 #[derive(Debug)]
 pub struct Encoder {
     layers: Vec<Layer>,
-    rope: Rope,
+    rope: Option<Rope>,
 }
 
 impl Encoder {
@@ -105,12 +112,17 @@ impl Encoder {
             .map(|i| Layer::load(vb.pp("layer").pp(i), cfg))
             .collect::<candle_core::Result<Vec<_>>>()?;
         let d = cfg.head_dim();
-        let rope = Rope::new(d, d, DEFAULT_BASE, Layout::Interleaved).map_err(|e| {
-            ModelError::InvalidConfig {
-                field: "num_attention_heads",
-                reason: e.to_string(),
-            }
-        })?;
+        let rope = match cfg.position_embedding_type {
+            PositionEmbeddingType::Rotary => Some(
+                Rope::new(d, d, DEFAULT_BASE, Layout::Interleaved).map_err(|e| {
+                    ModelError::InvalidConfig {
+                        field: "num_attention_heads",
+                        reason: e.to_string(),
+                    }
+                })?,
+            ),
+            _ => None,
+        };
         Ok(Encoder { layers, rope })
     }
 
@@ -119,13 +131,14 @@ impl Encoder {
         &self.layers
     }
 
-    /// The rotary embedding of the layers.
-    pub fn rope(&self) -> &Rope {
-        &self.rope
+    /// The rotary embedding of the layers (`None` when positions are not rotary).
+    pub fn rope(&self) -> Option<&Rope> {
+        self.rope.as_ref()
     }
 
     /// Runs every layer on `x` (`[b, t, hidden]`) with the tokens at `positions` and an
-    /// additive mask broadcastable to `[b, heads, t, t]`.
+    /// additive mask broadcastable to `[b, heads, t, t]`. At inference the fused CPU path runs
+    /// where it applies; in training never.
     ///
     /// # Errors
     /// Rotary errors for positions that do not fit the batch (as [`ModelError::Input`]), and
@@ -135,35 +148,43 @@ impl Encoder {
         x: &Tensor,
         positions: Positions<'_>,
         mask: Option<&Tensor>,
+        mode: Mode<'_>,
     ) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
-        let coefficients = self
-            .rope
-            .coefficients(positions, b, t)
-            .map_err(|e| ModelError::Input(e.to_string()))?;
-        if let Some(parts) = self
-            .layers
-            .iter()
-            .map(Layer::fusable)
-            .collect::<Option<Vec<_>>>()
-        {
-            if let Some(h) = fused::encoder_forward(&parts, x, coefficients.view(), mask)? {
-                return Ok(h);
+        let coefficients = match &self.rope {
+            Some(rope) => Some(
+                rope.coefficients(positions, b, t)
+                    .map_err(|e| ModelError::Input(e.to_string()))?,
+            ),
+            None => None,
+        };
+        if let (Mode::Inference, Some(c)) = (mode, &coefficients) {
+            if let Some(parts) = self
+                .layers
+                .iter()
+                .map(Layer::fusable)
+                .collect::<Option<Vec<_>>>()
+            {
+                if let Some(h) = fused::encoder_forward(&parts, x, c.view(), mask)? {
+                    return Ok(h);
+                }
             }
         }
-        self.forward_ops(x, &coefficients, mask)
+        self.forward_ops(x, coefficients.as_ref(), mask, mode)
     }
 
-    /// The layers op by op, on any device and dtype: the reference of the fused path.
+    /// The layers op by op, on any device and dtype: the reference of the fused path, and the
+    /// training path.
     pub(crate) fn forward_ops(
         &self,
         x: &Tensor,
-        coefficients: &rotary::Coefficients,
+        coefficients: Option<&rotary::Coefficients>,
         mask: Option<&Tensor>,
+        mode: Mode<'_>,
     ) -> Result<Tensor> {
         let mut h = x.clone();
         for layer in &self.layers {
-            h = layer.forward(&h, coefficients, mask)?;
+            h = layer.forward(&h, coefficients, mask, mode)?;
         }
         Ok(h)
     }

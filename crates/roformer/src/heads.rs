@@ -6,6 +6,7 @@ use candle_nn::{Linear, Module, VarBuilder};
 use crate::activation::Activation;
 use crate::config::{NormType, RoFormerConfig};
 use crate::error::{ModelError, Result};
+use crate::mode::Mode;
 use crate::norm::Norm;
 
 /// The masked-LM head `cls.predictions`.
@@ -74,40 +75,73 @@ impl MlmHead {
         })
     }
 
-    /// Logits `[b, t, vocab]` from hidden states `[b, t, hidden]`.
+    /// Logits `[..., vocab]` from hidden states `[..., hidden]` (`[b, t, hidden]`, or the
+    /// `[n, hidden]` rows of the masked tokens only). The head has no dropout.
     ///
     /// # Errors
     /// Candle errors only.
-    pub fn forward(&self, hidden: &Tensor) -> candle_core::Result<Tensor> {
+    pub fn forward(&self, hidden: &Tensor, mode: Mode<'_>) -> candle_core::Result<Tensor> {
         let x = match &self.transform {
-            Some((dense, act, norm)) => norm.forward(&act.forward(&dense.forward(hidden)?)?)?,
+            Some((dense, act, norm)) => {
+                norm.forward(&act.forward(&dense.forward(hidden)?)?, mode)?
+            }
             None => hidden.clone(),
         };
         self.decoder.forward(&x)
     }
 }
 
-/// The sequence classification head `classifier` (transformers' `RoFormerClassificationHead`):
-/// `logits = act(h[:, 0] W1 + b1) W2 + b2`, on the first (`[CLS]`) token, with the config's
-/// `hidden_act`.
+/// A sequence classification head on the first (`[CLS]`) token `h0`, with dropout `p`
+/// (`hidden_dropout_prob`) in training.
 #[derive(Debug, Clone)]
-pub struct ClassificationHead {
-    dense: Linear,
-    activation: Activation,
-    out_proj: Linear,
+pub enum ClassificationHead {
+    /// transformers' `RoFormerClassificationHead` (`classifier.dense`, `classifier.out_proj`):
+    /// `logits = Dropout(act(Dropout(h0) W1 + b1)) W2 + b2`, with the config's `hidden_act`.
+    RoFormer {
+        /// `classifier.dense`, `[hidden, hidden]`.
+        dense: Linear,
+        /// The config's `hidden_act`.
+        activation: Activation,
+        /// `classifier.out_proj`, `[num_labels, hidden]`.
+        out_proj: Linear,
+        /// The dropout probability.
+        dropout: f64,
+    },
+    /// BERT's pooler and classifier (`bert.pooler.dense`, `classifier`), as
+    /// `BertForSequenceClassification`: `logits = Dropout(tanh(h0 Wp + bp)) Wc + bc`.
+    Bert {
+        /// `bert.pooler.dense`, `[hidden, hidden]`.
+        pooler: Linear,
+        /// `classifier`, `[num_labels, hidden]`.
+        classifier: Linear,
+        /// The dropout probability.
+        dropout: f64,
+    },
 }
 
 impl ClassificationHead {
-    /// Loads `dense` (`[hidden, hidden]`) and `out_proj` (`[num_labels, hidden]`) under `vb`.
+    /// Loads the head from `vb` (the checkpoint's top level): `classifier.dense` and
+    /// `classifier.out_proj` for RoFormer, `bert.pooler.dense` and `classifier` when positions
+    /// are absolute (BERT).
     ///
     /// # Errors
     /// Var builder errors.
     pub fn load(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> Result<Self> {
-        let h = cfg.hidden_size;
-        Ok(ClassificationHead {
+        let (h, n) = (cfg.hidden_size, cfg.num_labels);
+        let dropout = cfg.hidden_dropout_prob;
+        if cfg.base_prefix() == "bert" {
+            return Ok(ClassificationHead::Bert {
+                pooler: candle_nn::linear(h, h, vb.pp("bert").pp("pooler").pp("dense"))?,
+                classifier: candle_nn::linear(h, n, vb.pp("classifier"))?,
+                dropout,
+            });
+        }
+        let vb = vb.pp("classifier");
+        Ok(ClassificationHead::RoFormer {
             dense: candle_nn::linear(h, h, vb.pp("dense"))?,
             activation: cfg.hidden_act,
-            out_proj: candle_nn::linear(h, cfg.num_labels, vb.pp("out_proj"))?,
+            out_proj: candle_nn::linear(h, n, vb.pp("out_proj"))?,
+            dropout,
         })
     }
 
@@ -115,9 +149,26 @@ impl ClassificationHead {
     ///
     /// # Errors
     /// Candle errors only.
-    pub fn forward(&self, hidden: &Tensor) -> candle_core::Result<Tensor> {
+    pub fn forward(&self, hidden: &Tensor, mode: Mode<'_>) -> candle_core::Result<Tensor> {
         let first = hidden.narrow(1, 0, 1)?.squeeze(1)?;
-        let x = self.activation.forward(&self.dense.forward(&first)?)?;
-        self.out_proj.forward(&x)
+        match self {
+            ClassificationHead::RoFormer {
+                dense,
+                activation,
+                out_proj,
+                dropout,
+            } => {
+                let x = dense.forward(&mode.dropout(&first, *dropout)?)?;
+                out_proj.forward(&mode.dropout(&activation.forward(&x)?, *dropout)?)
+            }
+            ClassificationHead::Bert {
+                pooler,
+                classifier,
+                dropout,
+            } => {
+                let pooled = pooler.forward(&first)?.tanh()?;
+                classifier.forward(&mode.dropout(&pooled, *dropout)?)
+            }
+        }
     }
 }

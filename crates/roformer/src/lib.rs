@@ -2,6 +2,7 @@
 
 pub mod activation;
 pub mod attention;
+pub mod autograd;
 pub mod config;
 pub mod embeddings;
 pub mod encoder;
@@ -10,18 +11,21 @@ mod fused;
 pub mod heads;
 mod input;
 pub mod linear_attention;
+pub mod mode;
 pub mod model;
 pub mod norm;
 pub mod tasks;
 pub mod tokenizer;
+pub mod train;
 pub mod weights;
 
 pub use activation::Activation;
-pub use config::{NormType, RawConfig, RoFormerConfig};
+pub use config::{NormType, PositionEmbeddingType, RawConfig, RoFormerConfig};
 pub use error::{ModelError, WeightProblem, WeightProblems};
+pub use mode::{Dropout, Mode};
 pub use model::{load_from_dir, Architecture, ModelDir, RoFormerModel};
 pub use tasks::{
-    HeadOutput, RoFormerForMaskedLM, RoFormerForSequenceClassification,
+    HeadModel, HeadOutput, RoFormerForMaskedLM, RoFormerForSequenceClassification,
     RoFormerForTokenClassification,
 };
 pub use tokenizer::{Encoding, RoFormerTokenizer, TokenizerError};

@@ -91,7 +91,8 @@ impl LinearAttention {
     /// (`[b, h, t, d_v]`); returns `[b, h, t, d_v]` in `q`'s dtype.
     ///
     /// - `rope`: the rotation coefficients of the `t` tokens (`t` rows shared by the batch, or
-    ///   `b * t`), applied to `phi(q)` and `phi(k)`;
+    ///   `b * t`), applied to `phi(q)` and `phi(k)`; `None` for plain linear attention (no
+    ///   rotation, `R = I`), the baseline of the paper's Figure 3 (right);
     /// - `key_mask`: `[b, t]`, 1 for keys to attend and 0 for padding (`None`: all keys);
     /// - `masking`: all keys or keys `n <= m`.
     ///
@@ -106,7 +107,7 @@ impl LinearAttention {
         q: &Tensor,
         k: &Tensor,
         v: &Tensor,
-        rope: &Coefficients,
+        rope: Option<&Coefficients>,
         key_mask: Option<&Tensor>,
         masking: Masking,
     ) -> candle_core::Result<Tensor> {
@@ -131,7 +132,7 @@ pub fn linear_attention_slow(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
-    rope: &Coefficients,
+    rope: Option<&Coefficients>,
     key_mask: Option<&Tensor>,
     masking: Masking,
 ) -> candle_core::Result<Tensor> {
@@ -203,7 +204,7 @@ impl Features {
         q: &Tensor,
         k: &Tensor,
         v: &Tensor,
-        rope: &Coefficients,
+        rope: Option<&Coefficients>,
         key_mask: Option<&Tensor>,
     ) -> candle_core::Result<Self> {
         let (b, h, t, d) = q.dims4()?;
@@ -224,8 +225,11 @@ impl Features {
         if d == 0 {
             return Err(shape_error("head dim 0".into()));
         }
-        let rotate = |x: &Tensor| {
-            rotate_tensor(x, rope.clone(), Order::HeadMajor, Direction::Forward)?.contiguous()
+        let rotate = |x: &Tensor| match rope {
+            Some(rope) => {
+                rotate_tensor(x, rope.clone(), Order::HeadMajor, Direction::Forward)?.contiguous()
+            }
+            None => Ok(x.clone()),
         };
         let fq = feature_map(&q.to_dtype(DType::F32)?)?.contiguous()?;
         let mut fk = feature_map(&k.to_dtype(DType::F32)?)?;

@@ -12,7 +12,8 @@ use crate::embeddings::Embeddings;
 use crate::encoder::Encoder;
 use crate::error::{ModelError, Result};
 use crate::input::{additive_mask, validate, Batch};
-use crate::weights::{Checkpoint, Loaded, BASE_PREFIX};
+use crate::mode::{Dropout, Mode};
+use crate::weights::{Checkpoint, Loaded};
 
 /// The RoFormer encoder without a head: token ids in, last hidden states out.
 ///
@@ -69,6 +70,16 @@ impl RoFormerModel {
         &self.config
     }
 
+    /// The embedding block.
+    pub fn embeddings(&self) -> &Embeddings {
+        &self.embeddings
+    }
+
+    /// The layer stack.
+    pub fn encoder(&self) -> &Encoder {
+        &self.encoder
+    }
+
     /// The word embedding matrix, `[vocab_size, embedding_size]`.
     pub fn word_embeddings(&self) -> &Tensor {
         self.embeddings.word_embeddings()
@@ -106,19 +117,41 @@ impl RoFormerModel {
         position_ids: Option<&Tensor>,
     ) -> Result<Tensor> {
         let batch = self.validate(input_ids, token_type_ids, attention_mask, position_ids)?;
-        self.forward_batch(&batch)
+        self.forward_batch(&batch, Mode::Inference)
     }
 
-    pub(crate) fn forward_batch(&self, batch: &Batch) -> Result<Tensor> {
-        let h0 = self
-            .embeddings
-            .forward(&batch.input_ids, batch.token_type_ids.as_ref())?;
+    /// [`RoFormerModel::forward`] in training mode: the differentiable op-by-op path, with
+    /// dropout where transformers puts it, drawn from `dropout` (use [`Dropout::disabled`] for
+    /// deterministic gradients). Build the model from trainable variables
+    /// (`crate::train::TrainableModel`) for the gradients to reach the weights.
+    ///
+    /// # Errors
+    /// As [`RoFormerModel::forward`].
+    pub fn forward_train(
+        &self,
+        input_ids: &Tensor,
+        token_type_ids: Option<&Tensor>,
+        attention_mask: Option<&Tensor>,
+        position_ids: Option<&Tensor>,
+        dropout: &Dropout,
+    ) -> Result<Tensor> {
+        let batch = self.validate(input_ids, token_type_ids, attention_mask, position_ids)?;
+        self.forward_batch(&batch, Mode::Train(dropout))
+    }
+
+    pub(crate) fn forward_batch(&self, batch: &Batch, mode: Mode<'_>) -> Result<Tensor> {
+        let h0 = self.embeddings.forward(
+            &batch.input_ids,
+            batch.token_type_ids.as_ref(),
+            batch.positions.as_deref(),
+            mode,
+        )?;
         let mask = additive_mask(batch, self.config.is_decoder, self.dtype, &self.device)?;
         let positions = match &batch.positions {
             Some(p) => Positions::Explicit(p),
             None => Positions::START,
         };
-        self.encoder.forward(&h0, positions, mask.as_ref())
+        self.encoder.forward(&h0, positions, mask.as_ref(), mode)
     }
 
     pub(crate) fn validate(
@@ -141,7 +174,7 @@ impl RoFormerModel {
 
 impl Architecture for RoFormerModel {
     fn load_root(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> Result<Self> {
-        RoFormerModel::load(vb.pp(BASE_PREFIX), cfg)
+        RoFormerModel::load(vb.pp(cfg.base_prefix()), cfg)
     }
 }
 

@@ -1,15 +1,25 @@
 //! The normalisation of a block: transformers' `LayerNorm`, or RoFormer-V2's weightless RMS norm.
 
 use candle_core::{DType, Tensor, D};
-use candle_nn::{LayerNorm, LayerNormConfig, Module, VarBuilder};
+use candle_nn::VarBuilder;
 
+use crate::autograd;
 use crate::config::{NormType, RoFormerConfig};
+use crate::mode::Mode;
 
 /// A normalisation over the last dimension.
 #[derive(Debug, Clone)]
 pub enum Norm {
-    /// `(x - mean) / sqrt(var + eps) * weight + bias` (`nn.LayerNorm`; tensors `weight`, `bias`).
-    Layer(LayerNorm),
+    /// `(x - mean) / sqrt(var + eps) * weight + bias`, population variance (`nn.LayerNorm`;
+    /// tensors `weight`, `bias`).
+    Layer {
+        /// The scale, `[size]`.
+        weight: Tensor,
+        /// The shift, `[size]`.
+        bias: Tensor,
+        /// The epsilon.
+        eps: f64,
+    },
     /// `x / sqrt(mean(x^2) + eps)`, without weights (JunnYu's `Norm` in RoFormer-V2).
     Rms {
         /// The epsilon.
@@ -42,20 +52,28 @@ impl Norm {
     /// # Errors
     /// Candle errors from the var builder.
     pub fn layer_norm(size: usize, eps: f64, vb: VarBuilder<'_>) -> candle_core::Result<Norm> {
-        let config = LayerNormConfig {
+        Ok(Norm::Layer {
+            weight: vb.get_with_hints(size, "weight", candle_nn::Init::Const(1.0))?,
+            bias: vb.get_with_hints(size, "bias", candle_nn::Init::Const(0.0))?,
             eps,
-            ..LayerNormConfig::default()
-        };
-        Ok(Norm::Layer(candle_nn::layer_norm(size, config, vb)?))
+        })
     }
 
-    /// Normalises `x` (`[..., size]`) over its last dimension.
+    /// Normalises `x` (`[..., size]`) over its last dimension. At inference candle-nn's fused
+    /// layer norm runs; in training [`autograd::layer_norm`] / [`autograd::rms_norm`], which
+    /// carry gradients to `x`, the weight and the bias.
     ///
     /// # Errors
     /// Candle errors only.
-    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+    pub fn forward(&self, x: &Tensor, mode: Mode<'_>) -> candle_core::Result<Tensor> {
         match self {
-            Norm::Layer(ln) => ln.forward(&x.contiguous()?),
+            Norm::Layer { weight, bias, eps } if mode.is_train() => {
+                autograd::layer_norm(x, weight, bias, *eps)
+            }
+            Norm::Layer { weight, bias, eps } => {
+                candle_nn::ops::layer_norm(&x.contiguous()?, weight, bias, *eps as f32)
+            }
+            Norm::Rms { eps } if mode.is_train() => autograd::rms_norm(x, *eps),
             Norm::Rms { eps } => {
                 let dtype = x.dtype();
                 let x = match dtype {

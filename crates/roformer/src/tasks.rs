@@ -1,5 +1,6 @@
-//! The encoder with a task head, as transformers' `RoFormerFor*` classes (encoder tensors under
-//! `roformer.`, head tensors at the top level).
+//! The encoder with a task head, as transformers' `RoFormerFor*` (and, with absolute
+//! positions, `BertFor*`) classes: encoder tensors under `roformer.` (`bert.`), head tensors at
+//! the top level.
 
 use std::path::Path;
 
@@ -9,8 +10,8 @@ use candle_nn::{Linear, Module, VarBuilder};
 use crate::config::RoFormerConfig;
 use crate::error::Result;
 use crate::heads::{ClassificationHead, MlmHead};
+use crate::mode::{Dropout, Mode};
 use crate::model::{load_from_dir, Architecture, RoFormerModel};
-use crate::weights::BASE_PREFIX;
 
 /// What a head model returns.
 #[derive(Debug, Clone)]
@@ -22,56 +23,103 @@ pub struct HeadOutput {
     pub logits: Tensor,
 }
 
-/// Defines `load_from_dir`, `roformer()` and `forward` for a head model whose head maps the
-/// last hidden states to logits with `$head.forward`.
-macro_rules! head_model {
-    ($name:ident) => {
-        impl $name {
-            /// Loads `config.json` and the checkpoint of a model directory.
-            ///
-            /// # Errors
-            /// As [`crate::ModelDir::open`] and [`crate::ModelDir::load`].
-            pub fn load_from_dir(dir: &Path, device: &Device, dtype: DType) -> Result<Self> {
-                load_from_dir(dir, device, dtype)
-            }
+/// An encoder with a head mapping its last hidden states to logits. The forward passes are
+/// provided: inference ([`HeadModel::forward`]) and training ([`HeadModel::forward_train`]).
+pub trait HeadModel: Architecture {
+    /// The encoder.
+    fn roformer(&self) -> &RoFormerModel;
 
-            /// The encoder.
-            pub fn roformer(&self) -> &RoFormerModel {
-                &self.roformer
-            }
+    /// The head's logits from the last hidden states `[batch, seq, hidden]`.
+    ///
+    /// # Errors
+    /// Candle errors only.
+    fn head_forward(&self, hidden: &Tensor, mode: Mode<'_>) -> candle_core::Result<Tensor>;
 
-            /// Runs the encoder (inputs as in [`RoFormerModel::forward`]) and the head.
-            ///
-            /// # Errors
-            /// As [`RoFormerModel::forward`].
-            pub fn forward(
-                &self,
-                input_ids: &Tensor,
-                token_type_ids: Option<&Tensor>,
-                attention_mask: Option<&Tensor>,
-                position_ids: Option<&Tensor>,
-            ) -> Result<HeadOutput> {
-                let batch = self.roformer.validate(
-                    input_ids,
-                    token_type_ids,
-                    attention_mask,
-                    position_ids,
-                )?;
-                let last_hidden_state = self.roformer.forward_batch(&batch)?;
-                let logits = self.head.forward(&last_hidden_state)?;
-                Ok(HeadOutput {
-                    last_hidden_state,
-                    logits,
-                })
-            }
-        }
+    /// The Hugging Face class name of the model, e.g. `RoFormerForMaskedLM` (`BertFor...` with
+    /// absolute positions): what `config.json`'s `architectures` names.
+    fn architecture_name(&self) -> String;
 
-        impl Architecture for $name {
-            fn load_root(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> Result<Self> {
-                $name::load(vb, cfg)
-            }
-        }
+    /// Runs the encoder (inputs as in [`RoFormerModel::forward`]) and the head at inference.
+    ///
+    /// # Errors
+    /// As [`RoFormerModel::forward`].
+    fn forward(
+        &self,
+        input_ids: &Tensor,
+        token_type_ids: Option<&Tensor>,
+        attention_mask: Option<&Tensor>,
+        position_ids: Option<&Tensor>,
+    ) -> Result<HeadOutput> {
+        self.forward_mode(
+            input_ids,
+            token_type_ids,
+            attention_mask,
+            position_ids,
+            Mode::Inference,
+        )
+    }
+
+    /// The same in training mode: every op differentiable, dropout drawn from `dropout`.
+    ///
+    /// # Errors
+    /// As [`RoFormerModel::forward`].
+    fn forward_train(
+        &self,
+        input_ids: &Tensor,
+        token_type_ids: Option<&Tensor>,
+        attention_mask: Option<&Tensor>,
+        position_ids: Option<&Tensor>,
+        dropout: &Dropout,
+    ) -> Result<HeadOutput> {
+        self.forward_mode(
+            input_ids,
+            token_type_ids,
+            attention_mask,
+            position_ids,
+            Mode::Train(dropout),
+        )
+    }
+
+    /// Encoder and head in the given mode.
+    ///
+    /// # Errors
+    /// As [`RoFormerModel::forward`].
+    fn forward_mode(
+        &self,
+        input_ids: &Tensor,
+        token_type_ids: Option<&Tensor>,
+        attention_mask: Option<&Tensor>,
+        position_ids: Option<&Tensor>,
+        mode: Mode<'_>,
+    ) -> Result<HeadOutput> {
+        let batch =
+            self.roformer()
+                .validate(input_ids, token_type_ids, attention_mask, position_ids)?;
+        let last_hidden_state = self.roformer().forward_batch(&batch, mode)?;
+        let logits = self.head_forward(&last_hidden_state, mode)?;
+        Ok(HeadOutput {
+            last_hidden_state,
+            logits,
+        })
+    }
+
+    /// Loads `config.json` and the checkpoint of a model directory.
+    ///
+    /// # Errors
+    /// As [`crate::ModelDir::open`] and [`crate::ModelDir::load`].
+    fn load_from_dir(dir: &Path, device: &Device, dtype: DType) -> Result<Self> {
+        load_from_dir(dir, device, dtype)
+    }
+}
+
+/// The class name for `cfg`'s position type: `Bert{task}` or `RoFormer{task}`.
+fn class_name(cfg: &RoFormerConfig, task: &str) -> String {
+    let family = if cfg.base_prefix() == "bert" {
+        "Bert"
+    } else {
+        "RoFormer"
     };
+    format!("{family}{task}")
 }
 
 /// `RoFormerForMaskedLM`: the encoder and the `cls.predictions` head ([`MlmHead`]).
@@ -82,12 +130,13 @@ pub struct RoFormerForMaskedLM {
 }
 
 impl RoFormerForMaskedLM {
-    /// Loads `roformer.*` and `cls.predictions.*` from `vb` (the checkpoint's top level).
+    /// Loads `roformer.*` (`bert.*`) and `cls.predictions.*` from `vb` (the checkpoint's top
+    /// level).
     ///
     /// # Errors
     /// As [`RoFormerModel::load`] and [`MlmHead::load`].
     pub fn load(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> Result<Self> {
-        let roformer = RoFormerModel::load(vb.pp(BASE_PREFIX), cfg)?;
+        let roformer = RoFormerModel::load(vb.pp(cfg.base_prefix()), cfg)?;
         let head = MlmHead::load(
             vb.pp("cls").pp("predictions"),
             cfg,
@@ -95,12 +144,35 @@ impl RoFormerForMaskedLM {
         )?;
         Ok(RoFormerForMaskedLM { roformer, head })
     }
+
+    /// The masked-LM head.
+    pub fn head(&self) -> &MlmHead {
+        &self.head
+    }
 }
 
-head_model!(RoFormerForMaskedLM);
+impl HeadModel for RoFormerForMaskedLM {
+    fn roformer(&self) -> &RoFormerModel {
+        &self.roformer
+    }
 
-/// `RoFormerForSequenceClassification`: the encoder and the `classifier` head
-/// ([`ClassificationHead`]) on the first token.
+    fn head_forward(&self, hidden: &Tensor, mode: Mode<'_>) -> candle_core::Result<Tensor> {
+        self.head.forward(hidden, mode)
+    }
+
+    fn architecture_name(&self) -> String {
+        class_name(self.roformer.config(), "ForMaskedLM")
+    }
+}
+
+impl Architecture for RoFormerForMaskedLM {
+    fn load_root(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> Result<Self> {
+        RoFormerForMaskedLM::load(vb, cfg)
+    }
+}
+
+/// `RoFormerForSequenceClassification` (`BertForSequenceClassification` with absolute
+/// positions): the encoder and a [`ClassificationHead`] on the first token.
 #[derive(Debug)]
 pub struct RoFormerForSequenceClassification {
     roformer: RoFormerModel,
@@ -108,39 +180,77 @@ pub struct RoFormerForSequenceClassification {
 }
 
 impl RoFormerForSequenceClassification {
-    /// Loads `roformer.*` and `classifier.*` from `vb` (the checkpoint's top level).
+    /// Loads the encoder and the head's tensors from `vb` (the checkpoint's top level).
     ///
     /// # Errors
     /// As [`RoFormerModel::load`] and [`ClassificationHead::load`].
     pub fn load(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> Result<Self> {
         Ok(RoFormerForSequenceClassification {
-            roformer: RoFormerModel::load(vb.pp(BASE_PREFIX), cfg)?,
-            head: ClassificationHead::load(vb.pp("classifier"), cfg)?,
+            roformer: RoFormerModel::load(vb.pp(cfg.base_prefix()), cfg)?,
+            head: ClassificationHead::load(vb, cfg)?,
         })
     }
 }
 
-head_model!(RoFormerForSequenceClassification);
+impl HeadModel for RoFormerForSequenceClassification {
+    fn roformer(&self) -> &RoFormerModel {
+        &self.roformer
+    }
+
+    fn head_forward(&self, hidden: &Tensor, mode: Mode<'_>) -> candle_core::Result<Tensor> {
+        self.head.forward(hidden, mode)
+    }
+
+    fn architecture_name(&self) -> String {
+        class_name(self.roformer.config(), "ForSequenceClassification")
+    }
+}
+
+impl Architecture for RoFormerForSequenceClassification {
+    fn load_root(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> Result<Self> {
+        RoFormerForSequenceClassification::load(vb, cfg)
+    }
+}
 
 /// `RoFormerForTokenClassification`: the encoder and a per-token linear `classifier`
-/// (`[num_labels, hidden]` weight with bias): `logits = h W^T + b`.
+/// (`[num_labels, hidden]` weight with bias): `logits = Dropout(h) W^T + b`.
 #[derive(Debug)]
 pub struct RoFormerForTokenClassification {
     roformer: RoFormerModel,
     head: Linear,
+    dropout: f64,
 }
 
 impl RoFormerForTokenClassification {
-    /// Loads `roformer.*` and `classifier.*` from `vb` (the checkpoint's top level).
+    /// Loads the encoder and `classifier.*` from `vb` (the checkpoint's top level).
     ///
     /// # Errors
     /// As [`RoFormerModel::load`], and var builder errors.
     pub fn load(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> Result<Self> {
         Ok(RoFormerForTokenClassification {
-            roformer: RoFormerModel::load(vb.pp(BASE_PREFIX), cfg)?,
+            roformer: RoFormerModel::load(vb.pp(cfg.base_prefix()), cfg)?,
             head: candle_nn::linear(cfg.hidden_size, cfg.num_labels, vb.pp("classifier"))?,
+            dropout: cfg.hidden_dropout_prob,
         })
     }
 }
 
-head_model!(RoFormerForTokenClassification);
+impl HeadModel for RoFormerForTokenClassification {
+    fn roformer(&self) -> &RoFormerModel {
+        &self.roformer
+    }
+
+    fn head_forward(&self, hidden: &Tensor, mode: Mode<'_>) -> candle_core::Result<Tensor> {
+        self.head.forward(&mode.dropout(hidden, self.dropout)?)
+    }
+
+    fn architecture_name(&self) -> String {
+        class_name(self.roformer.config(), "ForTokenClassification")
+    }
+}
+
+impl Architecture for RoFormerForTokenClassification {
+    fn load_root(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> Result<Self> {
+        RoFormerForTokenClassification::load(vb, cfg)
+    }
+}

@@ -2,9 +2,10 @@
 //! names as transformers writes them, and loading that checks every tensor before failing.
 //!
 //! A RoFormer checkpoint saved from a head model (`RoFormerForMaskedLM`, ...) names the encoder
-//! tensors `roformer.embeddings...`; one saved from a bare `RoFormerModel` names them
-//! `embeddings...`. The model always asks for the prefixed names and [`Checkpoint`] serves the
-//! unprefixed ones when the file has no `roformer.` tensors.
+//! tensors `roformer.embeddings...` (`bert.embeddings...` for BERT); one saved from a bare
+//! `RoFormerModel` (`BertModel`) names them `embeddings...`. The model always asks for the
+//! prefixed names and [`Checkpoint`] serves the unprefixed ones when the file has no prefixed
+//! tensors.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -18,12 +19,26 @@ use candle_nn::{Init, VarBuilder};
 
 use crate::error::{ModelError, Result, WeightProblem, WeightProblems};
 
-/// The prefix of the encoder's tensors in checkpoints of head models.
+/// The prefix of the encoder's tensors in checkpoints of RoFormer head models.
 pub const BASE_PREFIX: &str = "roformer";
+
+/// Every prefix an encoder's tensors may carry: RoFormer's and BERT's.
+pub const ENCODER_PREFIXES: &[&str] = &[BASE_PREFIX, "bert"];
 
 /// Tensors transformers stores that this crate recomputes and never reads: the sinusoidal
 /// position table (its values do not depend on training).
-const RECOMPUTED: &[&str] = &["encoder.embed_positions.weight"];
+/// Also BERT's `position_ids` buffer (`0..max_position_embeddings`), which older versions saved.
+const RECOMPUTED: &[&str] = &["encoder.embed_positions.weight", "embeddings.position_ids"];
+
+/// Whether the stored tensor `name` is one of [`RECOMPUTED`] (with or without an encoder
+/// prefix).
+pub(crate) fn is_recomputed(name: &str) -> bool {
+    let bare = ENCODER_PREFIXES
+        .iter()
+        .find_map(|p| name.strip_prefix(p)?.strip_prefix('.'))
+        .unwrap_or(name);
+    RECOMPUTED.contains(&bare)
+}
 
 /// The storage format of a checkpoint file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,8 +124,11 @@ impl Checkpoint {
                     .collect();
                 (Format::Safetensors, Source::Safetensors(st), shapes)
             };
-        let prefix = format!("{BASE_PREFIX}.");
-        let prefixed = shapes.keys().any(|k: &String| k.starts_with(&prefix));
+        let prefixed = shapes.keys().any(|k: &String| {
+            ENCODER_PREFIXES
+                .iter()
+                .any(|p| k.strip_prefix(p).is_some_and(|rest| rest.starts_with('.')))
+        });
         Ok(Checkpoint {
             path: path.to_path_buf(),
             format,
@@ -135,7 +153,8 @@ impl Checkpoint {
         &self.shapes
     }
 
-    /// Whether the encoder tensors carry the `roformer.` prefix (a head model's checkpoint).
+    /// Whether the encoder tensors carry the `roformer.` (or `bert.`) prefix (a head model's
+    /// checkpoint).
     pub fn is_prefixed(&self) -> bool {
         self.prefixed
     }
@@ -149,7 +168,7 @@ impl Checkpoint {
     }
 
     /// The stored name that serves the model's name `name`: itself, or without the
-    /// `roformer.` prefix in an unprefixed file.
+    /// `roformer.` (`bert.`) prefix in an unprefixed file.
     pub fn resolve(&self, name: &str) -> Option<&str> {
         if let Some((stored, _)) = self.shapes.get_key_value(name) {
             return Some(stored);
@@ -157,11 +176,18 @@ impl Checkpoint {
         if self.prefixed {
             return None;
         }
-        let bare = name.strip_prefix(BASE_PREFIX)?.strip_prefix('.')?;
+        let bare = ENCODER_PREFIXES
+            .iter()
+            .find_map(|p| name.strip_prefix(p)?.strip_prefix('.'))?;
         self.shapes.get_key_value(bare).map(|(k, _)| k.as_str())
     }
 
-    fn read(&self, stored: &str) -> candle_core::Result<Tensor> {
+    /// Reads the stored tensor `stored` (a name of [`Checkpoint::tensors`]) on the CPU in its
+    /// stored dtype.
+    ///
+    /// # Errors
+    /// Candle errors for a tensor whose data cannot be read.
+    pub fn read(&self, stored: &str) -> candle_core::Result<Tensor> {
         match &self.source {
             Source::Safetensors(st) => st.load(stored, &Device::Cpu),
             Source::Pickle(pth) => pth.get(stored)?.ok_or_else(|| {
@@ -199,14 +225,10 @@ impl Checkpoint {
             });
         }
         let model = built?;
-        let recomputed: BTreeSet<String> = RECOMPUTED
-            .iter()
-            .flat_map(|n| [n.to_string(), format!("{BASE_PREFIX}.{n}")])
-            .collect();
         let unused = self
             .shapes
             .keys()
-            .filter(|k| !log.used.contains(*k) && !recomputed.contains(*k))
+            .filter(|k| !log.used.contains(*k) && !is_recomputed(k))
             .cloned()
             .collect();
         Ok(Loaded { model, unused })

@@ -152,7 +152,7 @@ fn reference(
         let q = heads(dense(w, &format!("{p}.attention.self.query"), &h));
         let k = heads(dense(w, &format!("{p}.attention.self.key"), &h));
         let v = heads(dense(w, &format!("{p}.attention.self.value"), &h));
-        let context = linear_attention_slow(&q, &k, &v, &coefficients, Some(&keep), masking)
+        let context = linear_attention_slow(&q, &k, &v, Some(&coefficients), Some(&keep), masking)
             .unwrap()
             .transpose(1, 2)
             .unwrap()

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 use roformer::{
-    Checkpoint, ModelDir, ModelError, RoFormerForMaskedLM, RoFormerModel, WeightProblem,
+    Checkpoint, HeadModel, ModelDir, ModelError, RoFormerForMaskedLM, RoFormerModel, WeightProblem,
 };
 
 fn fixture(case: &str) -> PathBuf {

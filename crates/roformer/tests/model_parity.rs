@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 use roformer::{
-    Activation, ModelDir, RoFormerForMaskedLM, RoFormerForSequenceClassification,
+    Activation, HeadModel, ModelDir, RoFormerForMaskedLM, RoFormerForSequenceClassification,
     RoFormerForTokenClassification, RoFormerModel,
 };
 

@@ -58,7 +58,7 @@ impl<'a> HeldLinear<'a> {
 /// norm without bias, which this path does not take).
 fn held_norm(norm: &Norm) -> Option<(Held<'_>, Held<'_>)> {
     match norm {
-        Norm::Layer(ln) => Some((Held::new(ln.weight()), Held::new(ln.bias()?))),
+        Norm::Layer { weight, bias, .. } => Some((Held::new(weight), Held::new(bias))),
         Norm::Rms { .. } => None,
     }
 }
@@ -83,7 +83,7 @@ fn row_norm<'a>(
     layer_norm_eps: f64,
 ) -> Option<RowNorm<'a>> {
     match (norm, held) {
-        (Norm::Layer(_), Some((w, b))) => Some(RowNorm::Layer {
+        (Norm::Layer { .. }, Some((w, b))) => Some(RowNorm::Layer {
             weight: w.f32s().filter(|w| w.len() == width)?,
             bias: b.f32s().filter(|b| b.len() == width)?,
             eps: layer_norm_eps as f32,

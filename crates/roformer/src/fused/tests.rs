@@ -7,6 +7,7 @@ use super::math::{exp_approx, gelu_erf, layer_norm_row, rms_norm_row, EXP_MIN};
 use super::*;
 use crate::config::{RawConfig, RoFormerConfig};
 use crate::encoder::Encoder;
+use crate::mode::Mode;
 
 /// An encoder of `raw` with random weights: the var map's initialisers for the dense
 /// layers, and N(1, 0.2^2) / N(0, 0.2^2) layer norm weights and biases (not the identity,
@@ -74,7 +75,11 @@ fn fused_vs_ops(
         .build()
         .unwrap();
     pool.install(|| {
-        let coefficients = encoder.rope().coefficients(positions, b, t).unwrap();
+        let coefficients = encoder
+            .rope()
+            .unwrap()
+            .coefficients(positions, b, t)
+            .unwrap();
         let parts: Vec<LayerParts<'_>> = encoder
             .layers()
             .iter()
@@ -83,7 +88,9 @@ fn fused_vs_ops(
         let fused = encoder_forward(&parts, &x, coefficients.view(), mask)
             .unwrap()
             .expect("the fused path applies");
-        let ops = encoder.forward_ops(&x, &coefficients, mask).unwrap();
+        let ops = encoder
+            .forward_ops(&x, Some(&coefficients), mask, Mode::Inference)
+            .unwrap();
         assert_eq!(fused.dims(), ops.dims());
         max_abs_diff(&fused, &ops)
     })
@@ -179,7 +186,11 @@ fn other_masks_devices_and_dtypes_take_the_op_path() {
         .map(|l| l.fusable().unwrap())
         .collect();
     let x = Tensor::randn(0f32, 1.0, (2, 5, cfg.hidden_size), &Device::Cpu).unwrap();
-    let c = encoder.rope().coefficients(Positions::START, 2, 5).unwrap();
+    let c = encoder
+        .rope()
+        .unwrap()
+        .coefficients(Positions::START, 2, 5)
+        .unwrap();
     // A per-head mask [b, heads, t, t] is not a shape the fused path reads.
     let per_head = Tensor::zeros((2, 4, 5, 5), DType::F32, &Device::Cpu).unwrap();
     assert!(encoder_forward(&parts, &x, c.view(), Some(&per_head))

@@ -91,12 +91,14 @@ impl Case {
 
     fn fast(&self, chunk: usize, masking: Masking) -> Vec<f32> {
         let attention = LinearAttention::new(chunk).unwrap();
-        self.run(0, |q, k, v, c, m| attention.forward(q, k, v, c, m, masking))
+        self.run(0, |q, k, v, c, m| {
+            attention.forward(q, k, v, Some(c), m, masking)
+        })
     }
 
     fn slow(&self, masking: Masking) -> Vec<f32> {
         self.run(0, |q, k, v, c, m| {
-            linear_attention_slow(q, k, v, c, m, masking)
+            linear_attention_slow(q, k, v, Some(c), m, masking)
         })
     }
 
@@ -256,19 +258,26 @@ fn bad_arguments_are_errors() {
     let la = LinearAttention::default();
     let short_k = k.narrow(2, 0, 4).unwrap();
     assert!(la
-        .forward(&q, &short_k, &v, &c, None, Masking::Causal)
+        .forward(&q, &short_k, &v, Some(&c), None, Masking::Causal)
         .is_err());
     let short_v = v.narrow(2, 0, 4).unwrap();
     assert!(la
-        .forward(&q, &k, &short_v, &c, None, Masking::Causal)
+        .forward(&q, &k, &short_v, Some(&c), None, Masking::Causal)
         .is_err());
     let bad_mask = Tensor::ones((1, 4), DType::F32, &Device::Cpu).unwrap();
     assert!(la
-        .forward(&q, &k, &v, &c, Some(&bad_mask), Masking::Bidirectional)
+        .forward(
+            &q,
+            &k,
+            &v,
+            Some(&c),
+            Some(&bad_mask),
+            Masking::Bidirectional
+        )
         .is_err());
     let few_rows = case.rope().coefficients(Positions::START, 1, 3).unwrap();
     assert!(la
-        .forward(&q, &k, &v, &few_rows, None, Masking::Causal)
+        .forward(&q, &k, &v, Some(&few_rows), None, Masking::Causal)
         .is_err());
 }
 
@@ -314,8 +323,8 @@ proptest! {
         let case = Case::new(1, 2, 12, 8, 4, seed);
         for masking in [Masking::Bidirectional, Masking::Causal] {
             let la = LinearAttention::new(5).unwrap();
-            let at0 = case.run(0, |q, k, v, c, m| la.forward(q, k, v, c, m, masking));
-            let at = case.run(offset, |q, k, v, c, m| la.forward(q, k, v, c, m, masking));
+            let at0 = case.run(0, |q, k, v, c, m| la.forward(q, k, v, Some(c), m, masking));
+            let at = case.run(offset, |q, k, v, c, m| la.forward(q, k, v, Some(c), m, masking));
             prop_assert!(rel_err(&at, &widen(&at0)) < TOL);
         }
     }

@@ -10,6 +10,7 @@ use rand::{Rng, SeedableRng};
 use rand_distr::StandardNormal;
 use roformer::attention::softmax_attention;
 use roformer::linear_attention::{LinearAttention, Masking};
+use roformer::Mode;
 use rotary::{rotate_tensor, Coefficients, Direction, Layout, Order, Positions, Rope};
 use serde::{Deserialize, Serialize};
 
@@ -95,7 +96,9 @@ impl Layer {
     fn call(&self) -> candle_core::Result<Tensor> {
         let (q, k, v, c) = (&self.q, &self.k, &self.v, &self.coefficients);
         match self.case.kind {
-            Kind::Linear => self.linear.forward(q, k, v, c, None, self.case.masking),
+            Kind::Linear => self
+                .linear
+                .forward(q, k, v, Some(c), None, self.case.masking),
             Kind::Softmax => {
                 let rotate = |x| rotate_tensor(x, c.clone(), Order::HeadMajor, Direction::Forward);
                 let t = self.case.len;
@@ -105,7 +108,14 @@ impl Layer {
                     Masking::Causal => (Tensor::tril2(t, DType::F32, q.device())? - 1.0)?
                         .affine(f64::from(f32::MAX), 0.0)?,
                 };
-                softmax_attention(&rotate(q)?, &rotate(k)?, v, Some(&mask))
+                softmax_attention(
+                    &rotate(q)?,
+                    &rotate(k)?,
+                    v,
+                    Some(&mask),
+                    Mode::Inference,
+                    0.0,
+                )
             }
         }
     }

@@ -1,0 +1,124 @@
+//! Writing Hugging Face model directories: `config.json`, `model.safetensors` (with the
+//! `{"format": "pt"}` metadata transformers expects), and whatever files a run adds
+//! (`vocab.txt`, `tokenizer_config.json`, optimiser and trainer state).
+//!
+//! A directory is written whole or not at all: the files go to a fresh sibling directory,
+//! are flushed to disk, and only then replace the old directory by renames. A failure (a full
+//! disk) leaves the previous checkpoint where it was.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use candle_core::Tensor;
+
+use crate::config::RoFormerConfig;
+use crate::train::params::Params;
+use crate::train::TrainError;
+
+/// The bytes of a safetensors file holding `tensors` (f32 on the CPU; names must be unique)
+/// with the metadata `{"format": "pt"}`.
+///
+/// # Errors
+/// [`TrainError::Save`] when the tensors cannot be serialised.
+pub fn safetensors_bytes(tensors: &[(String, Tensor)]) -> Result<Vec<u8>, TrainError> {
+    let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
+    let contiguous = tensors
+        .iter()
+        .map(|(n, t)| Ok((n.as_str(), t.contiguous()?)))
+        .collect::<Result<Vec<_>, candle_core::Error>>()
+        .map_err(|e| TrainError::Save(e.to_string()))?;
+    safetensors::tensor::serialize(contiguous.iter().map(|(n, t)| (*n, t)), Some(metadata))
+        .map_err(|e| TrainError::Save(e.to_string()))
+}
+
+/// `config.json` for `cfg` saved from the class `architecture`, pretty-printed.
+///
+/// # Errors
+/// [`TrainError::Save`] if serialisation fails.
+pub fn config_bytes(cfg: &RoFormerConfig, architecture: &str) -> Result<Vec<u8>, TrainError> {
+    let mut text = serde_json::to_string_pretty(&cfg.to_raw(architecture))
+        .map_err(|e| TrainError::Save(e.to_string()))?;
+    text.push('\n');
+    Ok(text.into_bytes())
+}
+
+/// The two files every checkpoint holds: `config.json` and `model.safetensors` with the
+/// current values of `params`.
+///
+/// # Errors
+/// As [`safetensors_bytes`] and [`config_bytes`].
+pub fn model_files(
+    cfg: &RoFormerConfig,
+    architecture: &str,
+    params: &Params,
+) -> Result<Vec<(String, Vec<u8>)>, TrainError> {
+    Ok(vec![
+        ("config.json".into(), config_bytes(cfg, architecture)?),
+        (
+            "model.safetensors".into(),
+            safetensors_bytes(&params.tensors())?,
+        ),
+    ])
+}
+
+fn io_error(path: &Path, source: std::io::Error) -> TrainError {
+    TrainError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// A sibling of `dir` named `.{name}.{tag}-{pid}`.
+fn sibling(dir: &Path, tag: &str) -> PathBuf {
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "checkpoint".into());
+    dir.with_file_name(format!(".{name}.{tag}-{}", std::process::id()))
+}
+
+/// Writes `files` (name, bytes) as the directory `dir`, replacing what was there only once
+/// every file is written and synced.
+///
+/// # Errors
+/// [`TrainError::Io`] naming the path that failed; `dir` is then as it was.
+pub fn write_dir_atomically(dir: &Path, files: &[(String, Vec<u8>)]) -> Result<(), TrainError> {
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        fs::create_dir_all(parent).map_err(|e| io_error(parent, e))?;
+    }
+    let partial = sibling(dir, "partial");
+    if partial.exists() {
+        fs::remove_dir_all(&partial).map_err(|e| io_error(&partial, e))?;
+    }
+    let written = (|| {
+        fs::create_dir(&partial).map_err(|e| io_error(&partial, e))?;
+        for (name, bytes) in files {
+            let path = partial.join(name);
+            let mut f = fs::File::create(&path).map_err(|e| io_error(&path, e))?;
+            f.write_all(bytes).map_err(|e| io_error(&path, e))?;
+            f.sync_all().map_err(|e| io_error(&path, e))?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = written {
+        let _ = fs::remove_dir_all(&partial);
+        return Err(e);
+    }
+    let old = sibling(dir, "old");
+    let had_old = dir.exists();
+    if had_old {
+        fs::rename(dir, &old).map_err(|e| io_error(dir, e))?;
+    }
+    if let Err(e) = fs::rename(&partial, dir) {
+        if had_old {
+            let _ = fs::rename(&old, dir);
+        }
+        return Err(io_error(dir, e));
+    }
+    if had_old {
+        fs::remove_dir_all(&old).map_err(|e| io_error(&old, e))?;
+    }
+    Ok(())
+}
