@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::Tensor;
 
-use crate::config::RoFormerConfig;
+use crate::config::{PositionEmbeddingType, RoFormerConfig};
 use crate::train::params::Params;
 use crate::train::TrainError;
 
@@ -44,8 +44,31 @@ pub fn config_bytes(cfg: &RoFormerConfig, architecture: &str) -> Result<Vec<u8>,
     Ok(text.into_bytes())
 }
 
+/// transformers' `RoFormerSinusoidalPositionalEmbedding` table `[n, d]` (`d` the head dim),
+/// which its RoFormer checkpoints store as `roformer.encoder.embed_positions.weight`:
+/// `P[m, i] = sin(m w_i)` and `P[m, d/2 + i] = cos(m w_i)` for `i < d/2`,
+/// `w_i = 10000^(-2i/d)`; f64 angles rounded once to f32. We never read it back (the rotation
+/// is computed), but writing it makes our checkpoints hold exactly the keys transformers'
+/// own do.
+///
+/// # Errors
+/// Candle errors only.
+pub fn rotary_position_table(n: usize, d: usize) -> Result<Tensor, TrainError> {
+    let half = d / 2;
+    let mut data = vec![0f32; n * d];
+    for m in 0..n {
+        for i in 0..half {
+            let angle = m as f64 / 10000f64.powf((2 * i) as f64 / d as f64);
+            data[m * d + i] = angle.sin() as f32;
+            data[m * d + half + i] = angle.cos() as f32;
+        }
+    }
+    Ok(Tensor::from_vec(data, (n, d), &candle_core::Device::Cpu)?)
+}
+
 /// The two files every checkpoint holds: `config.json` and `model.safetensors` with the
-/// current values of `params`.
+/// current values of `params` (and, for a RoFormer with rotary positions, transformers'
+/// position table, see [`rotary_position_table`]).
 ///
 /// # Errors
 /// As [`safetensors_bytes`] and [`config_bytes`].
@@ -54,12 +77,16 @@ pub fn model_files(
     architecture: &str,
     params: &Params,
 ) -> Result<Vec<(String, Vec<u8>)>, TrainError> {
+    let mut tensors = params.tensors();
+    if cfg.position_embedding_type == PositionEmbeddingType::Rotary {
+        tensors.push((
+            format!("{}.encoder.embed_positions.weight", cfg.base_prefix()),
+            rotary_position_table(cfg.max_position_embeddings, cfg.head_dim())?,
+        ));
+    }
     Ok(vec![
         ("config.json".into(), config_bytes(cfg, architecture)?),
-        (
-            "model.safetensors".into(),
-            safetensors_bytes(&params.tensors())?,
-        ),
+        ("model.safetensors".into(), safetensors_bytes(&tensors)?),
     ])
 }
 
