@@ -149,3 +149,54 @@ pub fn write_dir_atomically(dir: &Path, files: &[(String, Vec<u8>)]) -> Result<(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_dir_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+        let mut files: Vec<(String, Vec<u8>)> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    fs::read(e.path()).unwrap(),
+                )
+            })
+            .collect();
+        files.sort();
+        files
+    }
+
+    #[test]
+    fn a_failed_write_leaves_the_previous_checkpoint_whole() {
+        let root = std::env::temp_dir().join(format!("roformer-atomic-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let dir = root.join("checkpoint");
+        let good = vec![
+            ("a.json".to_string(), b"first".to_vec()),
+            ("b.bin".to_string(), vec![1u8; 1000]),
+        ];
+        write_dir_atomically(&dir, &good).unwrap();
+        assert_eq!(read_dir_files(&dir), good);
+        // The second file cannot be created (its name is a path into a missing directory):
+        // the write fails after the first file, as a full disk would.
+        let bad = vec![
+            ("a.json".to_string(), b"second".to_vec()),
+            ("missing/b.bin".to_string(), vec![2u8; 10]),
+        ];
+        assert!(matches!(
+            write_dir_atomically(&dir, &bad),
+            Err(TrainError::Io { .. })
+        ));
+        assert_eq!(read_dir_files(&dir), good, "the old checkpoint is intact");
+        let leftovers: Vec<_> = fs::read_dir(&root).unwrap().collect();
+        assert_eq!(leftovers.len(), 1, "no partial directory is left behind");
+        // A good write replaces it whole.
+        let newer = vec![("c.txt".to_string(), b"new".to_vec())];
+        write_dir_atomically(&dir, &newer).unwrap();
+        assert_eq!(read_dir_files(&dir), newer);
+        fs::remove_dir_all(&root).unwrap();
+    }
+}
