@@ -2,6 +2,7 @@
 
 pub mod activation;
 pub mod attention;
+pub mod autograd;
 pub mod config;
 pub mod embeddings;
 pub mod encoder;
