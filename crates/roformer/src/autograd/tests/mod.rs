@@ -8,8 +8,10 @@
 //! `eps_f64 |L| / h ~ 1e-10` for the O(1)-O(10) values used, so [`FD_TOL`] = 1e-7 (relative to
 //! `max(1, |gradient|)`) leaves a wide margin while catching any wrong term.
 
+mod activation;
 mod layer_norm;
 mod rms_norm;
+mod rotary;
 mod softmax;
 
 use candle_core::{DType, Device, Tensor, Var};
