@@ -13,6 +13,7 @@ mod layer_norm;
 mod rms_norm;
 mod rotary;
 mod softmax;
+mod timing;
 
 use candle_core::{DType, Device, Tensor, Var};
 
