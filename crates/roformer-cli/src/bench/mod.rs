@@ -2,9 +2,11 @@
 
 mod alloc;
 mod attention;
+mod memory;
 mod model;
 mod rope;
 mod timing;
+mod train;
 
 /// Which benchmark to run.
 #[derive(Debug, clap::Subcommand)]
@@ -15,6 +17,8 @@ pub enum Command {
     Model(model::Args),
     /// Softmax against linear attention by sequence length.
     Attention(attention::Args),
+    /// Masked-LM training steps (forward, backward, optimiser): tokens/s and peak memory.
+    Train(train::Args),
 }
 
 /// Runs the chosen benchmark.
@@ -23,5 +27,6 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Rope(a) => rope::run(a),
         Command::Model(a) => model::run(a),
         Command::Attention(a) => attention::run(a),
+        Command::Train(a) => train::run(a),
     }
 }

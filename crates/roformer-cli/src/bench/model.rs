@@ -36,7 +36,7 @@ use super::timing::{round_robin, Budget, Stats};
 
 /// A model size of the benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ConfigName {
+pub(super) enum ConfigName {
     /// Hidden 32, 2 layers, 4 heads, intermediate 64, vocab 97: a smoke test.
     Tiny,
     /// Hidden 384, 6 layers, 6 heads, intermediate 1536, vocab 50000.
@@ -46,7 +46,8 @@ pub enum ConfigName {
 }
 
 impl ConfigName {
-    fn name(self) -> &'static str {
+    /// The name on the command line.
+    pub(super) fn name(self) -> &'static str {
         match self {
             ConfigName::Tiny => "tiny",
             ConfigName::Small => "small",
@@ -55,7 +56,7 @@ impl ConfigName {
     }
 
     /// The validated config: transformers' defaults but for the sizes.
-    fn config(self) -> Result<RoFormerConfig> {
+    pub(super) fn config(self) -> Result<RoFormerConfig> {
         let (vocab, hidden, layers, heads, intermediate) = match self {
             ConfigName::Tiny => (97, 32, 2, 4, 64),
             ConfigName::Small => (50000, 384, 6, 6, 1536),
@@ -97,7 +98,8 @@ pub struct Args {
     threads: Option<u32>,
 }
 
-fn parse_shape(s: &str) -> Result<(usize, usize), String> {
+/// Parses `BATCHxSEQ` (both at least 1).
+pub(super) fn parse_shape(s: &str) -> Result<(usize, usize), String> {
     let parts: Vec<&str> = s.split('x').collect();
     let [b, t] = parts[..] else {
         return Err(format!("{s:?}: expected BATCHxSEQ"));

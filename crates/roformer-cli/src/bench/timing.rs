@@ -37,7 +37,8 @@ pub struct Stats {
 }
 
 impl Stats {
-    fn from_samples(mut seconds: Vec<f64>, calls_per_sample: usize) -> Stats {
+    /// The statistics of per-call times `seconds`, each sample being `calls_per_sample` calls.
+    pub fn from_samples(mut seconds: Vec<f64>, calls_per_sample: usize) -> Stats {
         seconds.sort_by(f64::total_cmp);
         let n = seconds.len();
         let at = |q: f64| seconds[((q * (n - 1) as f64).round() as usize).min(n - 1)];

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::cases::{Case, Kind};
 use super::Args;
 use crate::bench::alloc::WARM_ENV;
+use crate::bench::memory::{proc_status, reset_peak};
 use crate::bench::timing::{round_robin, Budget};
 
 /// What a child process measures for one case.
@@ -31,29 +32,6 @@ pub(super) struct Measurement {
     pub(super) samples: usize,
     /// Resident bytes the first call added at its peak (`VmHWM - VmRSS` before the call).
     pub(super) peak_bytes: u64,
-}
-
-/// Resident-set figures of this process from `/proc/self/status`, in bytes.
-fn proc_status(field: &str) -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string("/proc/self/status")
-        .context("peak memory is read from /proc/self/status (Linux only)")?;
-    let line = status
-        .lines()
-        .find(|l| l.starts_with(field))
-        .with_context(|| format!("no {field} in /proc/self/status"))?;
-    let kib: u64 = line[field.len()..]
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .with_context(|| format!("parsing {line:?}"))?;
-    Ok(kib * 1024)
-}
-
-/// Resets the peak resident-set size (`VmHWM`) to the current one.
-fn reset_peak() -> anyhow::Result<()> {
-    std::fs::write("/proc/self/clear_refs", "5")
-        .context("resetting VmHWM via /proc/self/clear_refs")
 }
 
 /// A `[1, heads, len, head_dim]` tensor of N(0, 1/4) values, made straight from a vector so
