@@ -22,11 +22,14 @@ use candle_core::{Tensor, D};
 use candle_nn::{Linear, Module, VarBuilder};
 use rotary::{rotate_tensor, Coefficients, Direction, Order};
 
+use crate::activation::Activation;
 use crate::autograd;
 use crate::config::{AttentionType, RoFormerConfig};
 use crate::linear_attention::{key_mask_from_additive, LinearAttention, Masking};
 use crate::mode::Mode;
 use crate::norm::Norm;
+use crate::train;
+use crate::train::ops::attention::{mask_fits, FusedAttention};
 
 /// A dense layer `x W^T + b` of the encoder: with a bias unless the config has
 /// `use_bias: false` (RoFormer-V2).
@@ -43,6 +46,27 @@ pub(crate) fn encoder_linear(
         candle_nn::linear(in_dim, out_dim, vb)
     } else {
         candle_nn::linear_no_bias(in_dim, out_dim, vb)
+    }
+}
+
+/// `act(layer(x))`: in training the fused dense op (one node of the gradient graph, see
+/// `train::ops::linear`), at inference candle-nn's layer then the activation.
+///
+/// # Errors
+/// Shapes that do not fit the layer; candle errors.
+pub(crate) fn dense(
+    layer: &Linear,
+    x: &Tensor,
+    activation: Option<Activation>,
+    mode: Mode<'_>,
+) -> candle_core::Result<Tensor> {
+    if mode.is_train() {
+        return train::ops::linear::linear(x, layer, activation);
+    }
+    let y = layer.forward(x)?;
+    match activation {
+        Some(a) => a.forward(&y),
+        None => Ok(y),
     }
 }
 
@@ -85,9 +109,39 @@ impl SelfAttention {
     }
 
     /// Projects `x` (`[b, t, hidden]`) to heads `[b, t, h, d]` (token-major, contiguous).
-    fn heads_of(&self, layer: &Linear, x: &Tensor) -> candle_core::Result<Tensor> {
+    fn heads_of(&self, layer: &Linear, x: &Tensor, mode: Mode<'_>) -> candle_core::Result<Tensor> {
         let (b, t, _) = x.dims3()?;
-        layer.forward(x)?.reshape((b, t, self.heads, self.head_dim))
+        dense(layer, x, None, mode)?.reshape((b, t, self.heads, self.head_dim))
+    }
+
+    /// The fused training path ([`train::ops::attention`]): softmax attention on the CPU in
+    /// f32 with a mask it can read. `None` when it does not apply.
+    fn forward_fused(
+        &self,
+        x: &Tensor,
+        rope: Option<&Coefficients>,
+        mask: Option<&Tensor>,
+        mode: Mode<'_>,
+    ) -> candle_core::Result<Option<Tensor>> {
+        let (b, t, _) = x.dims3()?;
+        let applies = mode.is_train()
+            && self.attention_type == AttentionType::Softmax
+            && train::ops::all_cpu_f32(&[x])
+            && mask.is_none_or(|m| train::ops::all_cpu_f32(&[m]) && mask_fits(m, b, t));
+        if !applies {
+            return Ok(None);
+        }
+        let q = dense(&self.query, x, None, mode)?;
+        let k = dense(&self.key, x, None, mode)?;
+        let v = dense(&self.value, x, None, mode)?;
+        let spec = FusedAttention {
+            heads: self.heads,
+            rope: rope.cloned(),
+            rotary_value: self.rotary_value,
+            mask: mask.cloned(),
+            dropout: mode.keep_mask(b * self.heads * t * t, self.dropout),
+        };
+        train::ops::attention::attention(&q, &k, &v, spec).map(Some)
     }
 
     /// Rotates token-major heads `[b, t, h, d]` and returns them head-major `[b, h, t, d]`.
@@ -119,10 +173,13 @@ impl SelfAttention {
         mask: Option<&Tensor>,
         mode: Mode<'_>,
     ) -> candle_core::Result<Tensor> {
+        if let Some(context) = self.forward_fused(x, rope, mask, mode)? {
+            return Ok(context);
+        }
         let (b, t, hidden) = x.dims3()?;
-        let q = self.heads_of(&self.query, x)?;
-        let k = self.heads_of(&self.key, x)?;
-        let v = self.heads_of(&self.value, x)?;
+        let q = self.heads_of(&self.query, x, mode)?;
+        let k = self.heads_of(&self.key, x, mode)?;
+        let v = self.heads_of(&self.value, x, mode)?;
         let v = Self::positioned(&v, rope.filter(|_| self.rotary_value))?;
         let context = match self.attention_type {
             AttentionType::Softmax => softmax_attention(
@@ -214,7 +271,8 @@ impl Attention {
         mode: Mode<'_>,
     ) -> candle_core::Result<Tensor> {
         let context = self.self_attention.forward(x, rope, mask, mode)?;
-        let projected = mode.dropout(&self.dense.forward(&context)?, self.dropout)?;
-        self.norm.forward(&(projected + x)?, mode)
+        let projected = dense(&self.dense, &context, None, mode)?;
+        self.norm
+            .forward(&mode.dropout_add(&projected, x, self.dropout)?, mode)
     }
 }

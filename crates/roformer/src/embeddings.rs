@@ -14,6 +14,7 @@
 use candle_core::{Device, Tensor, D};
 use candle_nn::{Embedding, Linear, Module, VarBuilder};
 
+use crate::attention::dense;
 use crate::config::{PositionEmbeddingType, RoFormerConfig};
 use crate::error::{ModelError, Result};
 use crate::mode::Mode;
@@ -184,7 +185,7 @@ impl Embeddings {
         }
         let e = mode.dropout(&self.norm.forward(&sum, mode)?, self.dropout)?;
         match &self.project {
-            Some(p) => Ok(p.forward(&e)?),
+            Some(p) => Ok(dense(p, &e, None, mode)?),
             None => Ok(e),
         }
     }

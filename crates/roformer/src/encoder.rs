@@ -12,11 +12,11 @@
 //! layer, op by op, as written above, every op carrying gradients.
 
 use candle_core::Tensor;
-use candle_nn::{Linear, Module, VarBuilder};
+use candle_nn::{Linear, VarBuilder};
 use rotary::{Layout, Positions, Rope, DEFAULT_BASE};
 
 use crate::activation::Activation;
-use crate::attention::{encoder_linear, Attention};
+use crate::attention::{dense, encoder_linear, Attention};
 use crate::config::{AttentionType, PositionEmbeddingType, RoFormerConfig};
 use crate::error::{ModelError, Result};
 use crate::fused::{self, LayerParts};
@@ -66,9 +66,10 @@ impl Layer {
         mode: Mode<'_>,
     ) -> candle_core::Result<Tensor> {
         let a = self.attention.forward(x, rope, mask, mode)?;
-        let inner = self.activation.forward(&self.intermediate.forward(&a)?)?;
-        let out = mode.dropout(&self.output.forward(&inner)?, self.dropout)?;
-        self.norm.forward(&(out + a)?, mode)
+        let inner = dense(&self.intermediate, &a, Some(self.activation), mode)?;
+        let out = dense(&self.output, &inner, None, mode)?;
+        self.norm
+            .forward(&mode.dropout_add(&out, &a, self.dropout)?, mode)
     }
 
     /// The layer's weights for [`fused::encoder_forward`], for softmax attention.

@@ -1,9 +1,10 @@
 //! Task heads on top of the last hidden states: masked LM, sequence and token classification.
 
 use candle_core::Tensor;
-use candle_nn::{Linear, Module, VarBuilder};
+use candle_nn::{Linear, VarBuilder};
 
 use crate::activation::Activation;
+use crate::attention::dense as dense_op;
 use crate::config::{NormType, RoFormerConfig};
 use crate::error::{ModelError, Result};
 use crate::mode::Mode;
@@ -82,12 +83,12 @@ impl MlmHead {
     /// Candle errors only.
     pub fn forward(&self, hidden: &Tensor, mode: Mode<'_>) -> candle_core::Result<Tensor> {
         let x = match &self.transform {
-            Some((dense, act, norm)) => {
-                norm.forward(&act.forward(&dense.forward(hidden)?)?, mode)?
+            Some((layer, act, norm)) => {
+                norm.forward(&dense_op(layer, hidden, Some(*act), mode)?, mode)?
             }
             None => hidden.clone(),
         };
-        self.decoder.forward(&x)
+        dense_op(&self.decoder, &x, None, mode)
     }
 }
 
@@ -158,16 +159,21 @@ impl ClassificationHead {
                 out_proj,
                 dropout,
             } => {
-                let x = dense.forward(&mode.dropout(&first, *dropout)?)?;
-                out_proj.forward(&mode.dropout(&activation.forward(&x)?, *dropout)?)
+                let x = dense_op(
+                    dense,
+                    &mode.dropout(&first, *dropout)?,
+                    Some(*activation),
+                    mode,
+                )?;
+                dense_op(out_proj, &mode.dropout(&x, *dropout)?, None, mode)
             }
             ClassificationHead::Bert {
                 pooler,
                 classifier,
                 dropout,
             } => {
-                let pooled = pooler.forward(&first)?.tanh()?;
-                classifier.forward(&mode.dropout(&pooled, *dropout)?)
+                let pooled = dense_op(pooler, &first, None, mode)?.tanh()?;
+                dense_op(classifier, &mode.dropout(&pooled, *dropout)?, None, mode)
             }
         }
     }

@@ -22,7 +22,7 @@ pub mod weights;
 pub use activation::Activation;
 pub use config::{NormType, PositionEmbeddingType, RawConfig, RoFormerConfig};
 pub use error::{ModelError, WeightProblem, WeightProblems};
-pub use mode::{Dropout, Mode};
+pub use mode::{Dropout, KeepMask, Mode};
 pub use model::{load_from_dir, Architecture, ModelDir, RoFormerModel};
 pub use tasks::{
     HeadModel, HeadOutput, RoFormerForMaskedLM, RoFormerForSequenceClassification,

@@ -10,8 +10,9 @@
 use std::sync::Mutex;
 
 use candle_core::Tensor;
-use rand::{Rng, SeedableRng};
+use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
 
 /// The mode of a forward pass.
 #[derive(Debug, Clone, Copy)]
@@ -41,6 +42,32 @@ impl Mode<'_> {
             Mode::Train(d) => d.apply(x, p),
         }
     }
+
+    /// `Dropout(y) + residual`: [`Dropout::apply_add`] in training, `y + residual` at
+    /// inference.
+    ///
+    /// # Errors
+    /// Shapes that differ, and candle errors.
+    pub fn dropout_add(
+        &self,
+        y: &Tensor,
+        residual: &Tensor,
+        p: f64,
+    ) -> candle_core::Result<Tensor> {
+        match self {
+            Mode::Inference => y + residual,
+            Mode::Train(d) => d.apply_add(y, residual, p),
+        }
+    }
+
+    /// The keep mask of a dropout of probability `p` over `n` elements: `None` at inference
+    /// and whenever nothing is dropped (see [`Dropout::keep_mask`]).
+    pub fn keep_mask(&self, n: usize, p: f64) -> Option<KeepMask> {
+        match self {
+            Mode::Inference => None,
+            Mode::Train(d) => d.keep_mask(n, p),
+        }
+    }
 }
 
 /// A seeded dropout generator: the same seed gives the same masks, call for call, so a
@@ -65,36 +92,152 @@ impl Dropout {
     }
 
     /// `x * mask / (1 - p)` with `mask` Bernoulli(1 - p) per element; `p >= 1` gives zeros.
+    /// The mask is [`Dropout::keep_mask`]'s; on the CPU in f32 it is applied by one fused op
+    /// whose backward multiplies by the same packed mask.
     ///
     /// # Errors
     /// Candle errors only.
     pub fn apply(&self, x: &Tensor, p: f64) -> candle_core::Result<Tensor> {
-        let Some(rng) = &self.rng else {
-            return Ok(x.clone());
-        };
+        match self.keep_mask(x.elem_count(), p) {
+            None => Ok(x.clone()),
+            Some(mask) => crate::train::ops::dropout::dropout(x, mask),
+        }
+    }
+
+    /// `Dropout(y) + residual` (`y` and `residual` of the same shape): the dropout of
+    /// [`Dropout::apply`] and the residual add, fused into one op on the CPU in f32.
+    ///
+    /// # Errors
+    /// Shapes that differ, and candle errors.
+    pub fn apply_add(&self, y: &Tensor, residual: &Tensor, p: f64) -> candle_core::Result<Tensor> {
+        match self.keep_mask(y.elem_count(), p) {
+            None => y + residual,
+            Some(mask) => crate::train::ops::dropout::dropout_add(y, residual, mask),
+        }
+    }
+
+    /// The elements of an `n`-element tensor that a dropout of probability `p` keeps, and the
+    /// scale of the kept ones; `None` when nothing is dropped (the generator is disabled or
+    /// `p <= 0`). `p >= 1` drops everything.
+    ///
+    /// Each call draws a 256-bit key from the generator and keeps element `i` when word `i`
+    /// of the ChaCha8 stream of that key (a uniform `u32`) is at least `p * 2^32`. The words
+    /// are produced in parallel chunks, each seeking to its own offset in the stream, so the
+    /// mask depends only on the seed and the sequence of calls, never on the threads.
+    pub fn keep_mask(&self, n: usize, p: f64) -> Option<KeepMask> {
+        let rng = self.rng.as_ref()?;
         if p <= 0.0 {
-            return Ok(x.clone());
+            return None;
         }
+        let mut key = [0u8; 32];
+        rng.lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .fill_bytes(&mut key);
         if p >= 1.0 {
-            return x.zeros_like();
+            return Some(KeepMask {
+                bits: vec![0; n.div_ceil(64)],
+                len: n,
+                scale: 0.0,
+            });
         }
-        let scale = (1.0 / (1.0 - p)) as f32;
-        // Drop when a uniform u32 falls below p * 2^32.
-        let threshold = (p * 4_294_967_296.0) as u64;
-        let n = x.elem_count();
-        let mut mask = Vec::with_capacity(n);
-        {
-            let mut rng = rng.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            mask.extend((0..n).map(|_| {
-                if u64::from(rng.random::<u32>()) < threshold {
-                    0f32
-                } else {
-                    scale
+        // p < 1, so the threshold fits a u32.
+        let threshold = (p * 4_294_967_296.0) as u32;
+        let mut bits = vec![0u64; n.div_ceil(64)];
+        bits.par_chunks_mut(MASK_CHUNK / 64)
+            .enumerate()
+            .for_each(|(c, out)| {
+                let start = c * MASK_CHUNK;
+                let mut stream = ChaCha8Rng::from_seed(key);
+                stream.set_word_pos(start as u128);
+                let mut words = [0u32; 64];
+                for (w, slot) in out.iter_mut().enumerate() {
+                    let count = (n - start - w * 64).min(64);
+                    stream.fill(&mut words[..count]);
+                    *slot = words[..count]
+                        .iter()
+                        .enumerate()
+                        .fold(0u64, |acc, (j, &r)| acc | (u64::from(r >= threshold) << j));
                 }
-            }));
+            });
+        Some(KeepMask {
+            bits,
+            len: n,
+            scale: (1.0 / (1.0 - p)) as f32,
+        })
+    }
+}
+
+/// Elements per task when a keep mask is drawn on the threads (a multiple of 64).
+const MASK_CHUNK: usize = 1 << 16;
+
+/// Which elements of a tensor a dropout keeps, packed 64 to a word (bit `i % 64` of word
+/// `i / 64` for element `i`, row-major), and the factor `1 / (1 - p)` of the kept ones.
+#[derive(Debug, Clone)]
+pub struct KeepMask {
+    bits: Vec<u64>,
+    len: usize,
+    scale: f32,
+}
+
+impl KeepMask {
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the mask covers no element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The factor of a kept element, `1 / (1 - p)` (0 when `p >= 1`).
+    pub fn scale(&self) -> f32 {
+        self.scale
+    }
+
+    /// Whether element `i` is kept.
+    pub fn keeps(&self, i: usize) -> bool {
+        i < self.len && (self.bits[i / 64] >> (i % 64)) & 1 == 1
+    }
+
+    /// The factor of each element: the scale where kept, 0 where dropped.
+    pub fn factors(&self) -> Vec<f32> {
+        (0..self.len)
+            .map(|i| if self.keeps(i) { self.scale } else { 0.0 })
+            .collect()
+    }
+
+    /// `out[j] = x[j] * factor(start + j)` for the elements `start..start + x.len()`.
+    pub(crate) fn scale_into(&self, start: usize, x: &[f32], out: &mut [f32]) {
+        self.for_each_factor(start, x.len(), |j, f| out[j] = x[j] * f);
+    }
+
+    /// `x[j] *= factor(start + j)` for the elements `start..start + x.len()`.
+    pub(crate) fn scale_in_place(&self, start: usize, x: &mut [f32]) {
+        self.for_each_factor(start, x.len(), |j, f| x[j] *= f);
+    }
+
+    /// Calls `f(j, factor(start + j))` for `j` in `0..n`, a word of bits at a time.
+    #[inline(always)]
+    fn for_each_factor(&self, start: usize, n: usize, mut f: impl FnMut(usize, f32)) {
+        let mut j = 0;
+        while j < n {
+            let i = start + j;
+            let (word, bit) = (i / 64, i % 64);
+            let run = (64 - bit).min(n - j);
+            let bits = self.bits[word] >> bit;
+            for r in 0..run {
+                f(
+                    j + r,
+                    if (bits >> r) & 1 == 1 {
+                        self.scale
+                    } else {
+                        0.0
+                    },
+                );
+            }
+            j += run;
         }
-        let mask = Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?;
-        x.mul(&mask)
     }
 }
 

@@ -158,7 +158,7 @@ pub(super) struct LayerPlan<'a> {
 
 /// An additive mask `[mb, 1, mq, t]` (`mb` 1 or the batch, `mq` 1 or `t`) as rows of keys.
 #[derive(Clone, Copy)]
-pub(super) struct MaskView<'a> {
+pub(crate) struct MaskView<'a> {
     data: &'a [f32],
     per_sequence: bool,
     per_query: bool,
@@ -166,7 +166,7 @@ pub(super) struct MaskView<'a> {
 }
 
 impl<'a> MaskView<'a> {
-    pub(super) fn new(data: &'a [f32], dims: &[usize], b: usize, t: usize) -> Option<Self> {
+    pub(crate) fn new(data: &'a [f32], dims: &[usize], b: usize, t: usize) -> Option<Self> {
         let [mb, 1, mq, mt] = *dims else {
             return None;
         };
@@ -180,7 +180,7 @@ impl<'a> MaskView<'a> {
     }
 
     /// The additive mask over keys for query `i` of sequence `s` (of the whole batch).
-    pub(super) fn row(&self, s: usize, i: usize) -> &'a [f32] {
+    pub(crate) fn row(&self, s: usize, i: usize) -> &'a [f32] {
         let mq = if self.per_query { self.t } else { 1 };
         let s = if self.per_sequence { s } else { 0 };
         let i = if self.per_query { i } else { 0 };

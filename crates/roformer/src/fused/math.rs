@@ -70,17 +70,19 @@ macro_rules! multiversion {
     };
 }
 
+pub(crate) use multiversion;
+
 /// Lanes of the partial sums and maxima (a multiple of every vector width).
 const LANES: usize = 16;
 
 /// Below this, `exp` is 0 in f32 (and the polynomial's scaling would underflow).
-pub(super) const EXP_MIN: f32 = -87.336_55;
+pub(crate) const EXP_MIN: f32 = -87.336_55;
 
 /// `exp(x)` for `x <= 88`, within about 2 ulp: `x = n ln 2 + r` with `|r| <= ln 2 / 2`,
 /// Cephes' degree-6 polynomial for `exp(r)`, times `2^n` built in the exponent bits; exactly 0
 /// below [`EXP_MIN`].
 #[inline(always)]
-pub(super) fn exp_approx(x: f32) -> f32 {
+pub(crate) fn exp_approx(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
     const LN2_HI: f32 = 0.693_359_4;
@@ -105,7 +107,7 @@ pub(super) fn exp_approx(x: f32) -> f32 {
 
 multiversion! {
     /// Adds the mask to the row of scores (if any) and returns the row's maximum.
-    pub(super) fn add_mask_max(row: &mut [f32], mask: Option<&[f32]>) -> f32 {
+    pub(crate) fn add_mask_max(row: &mut [f32], mask: Option<&[f32]>) -> f32 {
         if let Some(mask) = mask {
             for (s, m) in row.iter_mut().zip(mask) {
                 *s += *m;
@@ -125,7 +127,7 @@ multiversion! {
 
 multiversion! {
     /// Replaces each score `s` of the row by `exp(s - max)` and returns their sum.
-    pub(super) fn exp_sum(row: &mut [f32], max: f32) -> f32 {
+    pub(crate) fn exp_sum(row: &mut [f32], max: f32) -> f32 {
         let mut lanes = [0f32; LANES];
         let mut chunks = row.chunks_exact_mut(LANES);
         for chunk in &mut chunks {
@@ -146,7 +148,7 @@ multiversion! {
 multiversion! {
     /// `x <- 0.5 x (1 + erf(x / sqrt 2))` (transformers' `gelu`), with Abramowitz and Stegun's
     /// 7.1.26 for erf (absolute error below 1.5e-7).
-    pub(super) fn gelu_erf(x: &mut [f32]) {
+    pub(crate) fn gelu_erf(x: &mut [f32]) {
         for v in x.iter_mut() {
             let z = *v * std::f32::consts::FRAC_1_SQRT_2;
             let a = z.abs();

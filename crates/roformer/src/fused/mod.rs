@@ -32,9 +32,9 @@
 
 mod attention;
 mod buffers;
-mod held;
+pub(crate) mod held;
 mod layer;
-mod math;
+pub(crate) mod math;
 mod products;
 #[cfg(test)]
 mod tests;

@@ -41,6 +41,21 @@ pub struct BatchInputs<'a> {
 /// Candle errors only.
 pub fn cross_entropy(logits: &Tensor, targets: &[u32]) -> Result<LossOutput> {
     let n = targets.len();
+    if super::ops::all_cpu_f32(&[logits]) {
+        // One fused op (the loss and its backward in one pass each), with the arg-max.
+        let (loss, predictions) = super::ops::cross_entropy::cross_entropy(logits, targets)?;
+        let correct = predictions
+            .iter()
+            .zip(targets)
+            .filter(|(p, t)| p == t)
+            .count();
+        return Ok(LossOutput {
+            loss,
+            count: n,
+            correct,
+            predictions,
+        });
+    }
     let device = logits.device();
     let target = Tensor::from_slice(targets, n, device)?;
     let log_probs = candle_nn::ops::log_softmax(logits, D::Minus1)?;

@@ -7,6 +7,7 @@
 
 pub mod checkpoint;
 pub mod loss;
+pub(crate) mod ops;
 pub mod params;
 
 use std::path::PathBuf;

@@ -1,0 +1,283 @@
+//! A dense layer as one op: `y = act(x W^T + b)` over all rows of `x` at once.
+//!
+//! ```text
+//! forward   u = x W^T + b        (b preloaded into the output, the product accumulates)
+//!           y = gelu(u) or u     (u kept for the backward when the GELU is fused)
+//! backward  du = g * gelu'(u) or g,    gelu'(u) = Phi(u) + u phi(u)
+//!           dx = du W,   dW = du^T x,   db = sum over rows of du
+//! ```
+//!
+//! `x` is `[..., in]` (any leading dims, flattened to rows), `W` `[out, in]`, `b` `[out]`.
+
+use std::sync::OnceLock;
+
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Tensor};
+use candle_nn::{Linear, Module};
+use rayon::prelude::*;
+
+use super::{all_cpu_f32, f32_slice, product, tensor, with_f32, Dst, Mat, PASS_CHUNK};
+use crate::activation::Activation;
+use crate::fused::math::{exp_approx, gelu_erf, multiversion};
+
+/// `act(layer(x))`: one fused op on the CPU in f32 (the erf GELU fused, other activations
+/// applied after it), candle-nn's `Linear` then [`Activation::forward`] elsewhere.
+///
+/// # Errors
+/// Shapes that do not fit the layer; candle errors.
+pub(crate) fn linear(
+    x: &Tensor,
+    layer: &Linear,
+    activation: Option<Activation>,
+) -> candle_core::Result<Tensor> {
+    let w = layer.weight();
+    let fused = all_cpu_f32(&[x, w]) && layer.bias().is_none_or(|b| all_cpu_f32(&[b]));
+    if !fused {
+        let y = layer.forward(x)?;
+        return match activation {
+            Some(a) => a.forward(&y),
+            None => Ok(y),
+        };
+    }
+    let (out_dim, in_dim) = w.dims2()?;
+    if x.dim(candle_core::D::Minus1)? != in_dim {
+        return Err(candle_core::Error::Msg(format!(
+            "linear: input width {} for a weight of {out_dim}x{in_dim}",
+            x.dim(candle_core::D::Minus1)?
+        )));
+    }
+    let gelu = activation == Some(Activation::Gelu);
+    let op = LinearOp {
+        gelu,
+        pre: OnceLock::new(),
+    };
+    let x = x.contiguous()?;
+    let w = w.contiguous()?;
+    let y = match layer.bias() {
+        Some(b) => x.apply_op3(&w, &b.contiguous()?, op)?,
+        None => x.apply_op2(&w, op)?,
+    };
+    match activation {
+        Some(a) if !gelu => a.forward(&y),
+        _ => Ok(y),
+    }
+}
+
+/// The op; `pre` holds the pre-activation when the GELU is fused.
+struct LinearOp {
+    gelu: bool,
+    pre: OnceLock<Vec<f32>>,
+}
+
+impl LinearOp {
+    fn forward(
+        &self,
+        (x, xl): (&[f32], &Layout),
+        (w, wl): (&[f32], &Layout),
+        bias: Option<&[f32]>,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (out_dim, in_dim) = wl.shape().dims2()?;
+        let rows = x.len() / in_dim.max(1);
+        if bias.is_some_and(|b| b.len() != out_dim) {
+            return Err(candle_core::Error::Msg("linear: bias length".into()));
+        }
+        let mut y = vec![0f32; rows * out_dim];
+        if let Some(b) = bias {
+            y.par_chunks_mut(out_dim.max(1) * (PASS_CHUNK / out_dim.max(1)).max(1))
+                .for_each(|chunk| {
+                    chunk
+                        .chunks_exact_mut(out_dim.max(1))
+                        .for_each(|row| row.copy_from_slice(b))
+                });
+        }
+        product(
+            (rows, out_dim, in_dim),
+            Dst::Slice(&mut y),
+            (0, out_dim),
+            bias.is_some(),
+            Mat::rows(x, in_dim),
+            Mat::rows(w, in_dim).t(),
+            1.0,
+            true,
+        )?;
+        if self.gelu {
+            let pre = y.clone();
+            y.par_chunks_mut(PASS_CHUNK).for_each(gelu_erf);
+            // A fresh op per call: the cell is empty.
+            let _ = self.pre.set(pre);
+        }
+        let mut dims = xl.shape().dims().to_vec();
+        if let Some(last) = dims.last_mut() {
+            *last = out_dim;
+        }
+        Ok((CpuStorage::F32(y), Shape::from(dims)))
+    }
+
+    /// `(dx, dW, db)` from the incoming gradient.
+    fn backward(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        g: &Tensor,
+        with_bias: bool,
+    ) -> candle_core::Result<(Tensor, Tensor, Option<Tensor>)> {
+        let (out_dim, in_dim) = w.dims2()?;
+        let rows = x.elem_count() / in_dim.max(1);
+        let du = with_f32(g, "linear backward", |g| {
+            let mut du = g.to_vec();
+            if self.gelu {
+                let pre = self.pre.get().ok_or_else(|| {
+                    candle_core::Error::Msg("linear backward: no saved pre-activation".into())
+                })?;
+                du.par_chunks_mut(PASS_CHUNK)
+                    .zip(pre.par_chunks(PASS_CHUNK))
+                    .for_each(|(d, u)| gelu_backward(d, u));
+            }
+            Ok(du)
+        })?;
+        let dx = with_f32(w, "linear backward", |w| {
+            let mut dx = vec![0f32; rows * in_dim];
+            product(
+                (rows, in_dim, out_dim),
+                Dst::Slice(&mut dx),
+                (0, in_dim),
+                false,
+                Mat::rows(&du, out_dim),
+                Mat::rows(w, in_dim),
+                1.0,
+                true,
+            )?;
+            Ok(dx)
+        })?;
+        let dw = with_f32(x, "linear backward", |x| {
+            let mut dw = vec![0f32; out_dim * in_dim];
+            product(
+                (out_dim, in_dim, rows),
+                Dst::Slice(&mut dw),
+                (0, in_dim),
+                false,
+                Mat::rows(&du, out_dim).t(),
+                Mat::rows(x, in_dim),
+                1.0,
+                true,
+            )?;
+            Ok(dw)
+        })?;
+        let db = if with_bias {
+            Some(tensor(column_sums(&du, out_dim), &Shape::from(out_dim))?)
+        } else {
+            None
+        };
+        Ok((tensor(dx, x.shape())?, tensor(dw, w.shape())?, db))
+    }
+}
+
+/// Rows per partial sum of [`column_sums`].
+const SUM_ROWS: usize = 64;
+
+/// The sum of each column of row-major `[rows, width]` values: partial sums of
+/// [`SUM_ROWS`] rows on the threads, added in order (the same result on any thread count).
+fn column_sums(x: &[f32], width: usize) -> Vec<f32> {
+    let width = width.max(1);
+    let partials: Vec<Vec<f32>> = x
+        .par_chunks(SUM_ROWS * width)
+        .map(|block| {
+            let mut sum = vec![0f32; width];
+            for row in block.chunks_exact(width) {
+                sum.iter_mut().zip(row).for_each(|(s, v)| *s += v);
+            }
+            sum
+        })
+        .collect();
+    let mut total = vec![0f32; width];
+    for p in partials {
+        total.iter_mut().zip(p).for_each(|(s, v)| *s += v);
+    }
+    total
+}
+
+multiversion! {
+    /// `d <- d * gelu'(u)` with `gelu'(u) = Phi(u) + u phi(u)` (erf by Abramowitz and Stegun's
+    /// 7.1.26, absolute error below 1.5e-7, as the forward).
+    fn gelu_backward(d: &mut [f32], u: &[f32]) {
+        const INV_SQRT_2PI: f32 = 0.398_942_3;
+        for (g, &x) in d.iter_mut().zip(u) {
+            let z = x * std::f32::consts::FRAC_1_SQRT_2;
+            let a = z.abs();
+            let t = 1.0 / (1.0 + 0.327_591_1 * a);
+            let poly = ((((1.061_405_4 * t - 1.453_152) * t + 1.421_413_8) * t - 0.284_496_72)
+                * t
+                + 0.254_829_6)
+                * t;
+            let gauss = exp_approx(-a * a);
+            let erf_abs = 1.0 - poly * gauss;
+            let erf = if z < 0.0 { -erf_abs } else { erf_abs };
+            // exp(-x^2 / 2) = exp(-z^2), already computed.
+            *g *= 0.5 * (1.0 + erf) + x * INV_SQRT_2PI * gauss;
+        }
+    }
+}
+
+impl CustomOp3 for LinearOp {
+    fn name(&self) -> &'static str {
+        "linear"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        self.forward(
+            (f32_slice(s1, l1, "linear x")?, l1),
+            (f32_slice(s2, l2, "linear weight")?, l2),
+            Some(f32_slice(s3, l3, "linear bias")?),
+        )
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _b: &Tensor,
+        _res: &Tensor,
+        g: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (dx, dw, db) = self.backward(x, w, g, true)?;
+        Ok((Some(dx), Some(dw), db))
+    }
+}
+
+impl CustomOp2 for LinearOp {
+    fn name(&self) -> &'static str {
+        "linear"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        self.forward(
+            (f32_slice(s1, l1, "linear x")?, l1),
+            (f32_slice(s2, l2, "linear weight")?, l2),
+            None,
+        )
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _res: &Tensor,
+        g: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let (dx, dw, _) = self.backward(x, w, g, false)?;
+        Ok((Some(dx), Some(dw)))
+    }
+}

@@ -1,0 +1,275 @@
+//! The fused training ops against the candle compositions they replace: values and gradients.
+
+use candle_core::{DType, Device, Tensor, Var, D};
+use candle_nn::Linear;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rotary::{rotate_tensor, Direction, Layout, Order, Positions, Rope};
+
+use super::attention::{attention, FusedAttention};
+use super::cross_entropy::cross_entropy;
+use super::dropout::{dropout, dropout_add};
+use super::linear::linear;
+use crate::activation::Activation;
+use crate::attention::softmax_attention;
+use crate::mode::{Dropout, Mode};
+
+fn random(rng: &mut StdRng, dims: &[usize]) -> Tensor {
+    let n: usize = dims.iter().product();
+    let v: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
+    Tensor::from_vec(v, dims, &Device::Cpu).unwrap()
+}
+
+fn var(rng: &mut StdRng, dims: &[usize]) -> Var {
+    Var::from_tensor(&random(rng, dims)).unwrap()
+}
+
+fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
+}
+
+/// `sum(y * w)` for a fixed random `w`: a loss whose gradient with respect to `y` is `w`.
+fn weighted_sum(y: &Tensor, seed: u64) -> Tensor {
+    let w = random(&mut StdRng::seed_from_u64(seed), y.dims());
+    (y * w).unwrap().sum_all().unwrap()
+}
+
+#[test]
+fn linear_matches_matmul_bias_and_gelu_with_gradients() {
+    let mut rng = StdRng::seed_from_u64(1);
+    for (bias, activation) in [
+        (true, None),
+        (true, Some(Activation::Gelu)),
+        (false, Some(Activation::Relu)),
+    ] {
+        let x = var(&mut rng, &[2, 5, 7]);
+        let w = var(&mut rng, &[3, 7]);
+        let b = var(&mut rng, &[3]);
+        let layer = Linear::new(w.as_tensor().clone(), bias.then(|| b.as_tensor().clone()));
+        let fused = linear(x.as_tensor(), &layer, activation).unwrap();
+        let mut reference = x
+            .as_tensor()
+            .broadcast_matmul(&w.as_tensor().t().unwrap())
+            .unwrap();
+        if bias {
+            reference = reference.broadcast_add(b.as_tensor()).unwrap();
+        }
+        if let Some(a) = activation {
+            reference = a.forward(&reference).unwrap();
+        }
+        assert_eq!(fused.dims(), &[2, 5, 3]);
+        assert!(max_diff(&fused, &reference) < 1e-5);
+        let gf = weighted_sum(&fused, 9).backward().unwrap();
+        let gr = weighted_sum(&reference, 9).backward().unwrap();
+        let mut checked = vec![&x, &w];
+        if bias {
+            checked.push(&b);
+        }
+        for v in checked {
+            let (a, r) = (gf.get(v).unwrap(), gr.get(v).unwrap());
+            assert!(max_diff(a, r) < 2e-5, "{activation:?}: {}", max_diff(a, r));
+        }
+    }
+}
+
+/// The op-by-op attention of `crate::attention` on token-major q, k, v.
+#[allow(clippy::too_many_arguments)]
+fn composite_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    heads: usize,
+    rope: Option<&rotary::Coefficients>,
+    rotary_value: bool,
+    mask: Option<&Tensor>,
+    dropout: (&Dropout, f64),
+) -> Tensor {
+    let (b, t, h) = q.dims3().unwrap();
+    let split = |x: &Tensor, rotate: bool| {
+        let x = x.reshape((b, t, heads, h / heads)).unwrap();
+        let x = match (rope, rotate) {
+            (Some(c), true) => {
+                rotate_tensor(&x, c.clone(), Order::TokenMajor, Direction::Forward).unwrap()
+            }
+            _ => x,
+        };
+        x.transpose(1, 2).unwrap().contiguous().unwrap()
+    };
+    let context = softmax_attention(
+        &split(q, true),
+        &split(k, true),
+        &split(v, rotary_value),
+        mask,
+        Mode::Train(dropout.0),
+        dropout.1,
+    )
+    .unwrap();
+    context.transpose(1, 2).unwrap().reshape((b, t, h)).unwrap()
+}
+
+#[test]
+fn attention_matches_the_op_by_op_path_with_gradients() {
+    let low = f32::MIN;
+    // t = 300 takes two tiles of query rows (65536 / 300 = 218 rows per tile).
+    for (t, rotary, rotary_value, masking, p) in [
+        (9, true, false, "padding", 0.0),
+        (9, true, true, "causal", 0.3),
+        (300, true, false, "padding", 0.1),
+        (17, false, false, "none", 0.2),
+    ] {
+        let (b, heads, d) = (2, 2, 8);
+        let h = heads * d;
+        let mut rng = StdRng::seed_from_u64(t as u64);
+        let (q, k, v) = (
+            var(&mut rng, &[b, t, h]),
+            var(&mut rng, &[b, t, h]),
+            var(&mut rng, &[b, t, h]),
+        );
+        let rope = Rope::new(d, d, rotary::DEFAULT_BASE, Layout::Interleaved).unwrap();
+        let coefficients = rotary.then(|| rope.coefficients(Positions::START, b, t).unwrap());
+        let mask = match masking {
+            "padding" => {
+                // The second sequence ends in three padding tokens.
+                let m: Vec<f32> = (0..b * t)
+                    .map(|i| {
+                        if i / t == 1 && i % t >= t - 3 {
+                            low
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect();
+                Some(Tensor::from_vec(m, (b, 1, 1, t), &Device::Cpu).unwrap())
+            }
+            "causal" => {
+                let m: Vec<f32> = (0..t * t)
+                    .map(|i| if i % t > i / t { low } else { 0.0 })
+                    .collect();
+                Some(Tensor::from_vec(m, (1, 1, t, t), &Device::Cpu).unwrap())
+            }
+            _ => None,
+        };
+        let fused_dropout = Dropout::seeded(5);
+        let fused = attention(
+            q.as_tensor(),
+            k.as_tensor(),
+            v.as_tensor(),
+            FusedAttention {
+                heads,
+                rope: coefficients.clone(),
+                rotary_value,
+                mask: mask.clone(),
+                dropout: fused_dropout.keep_mask(b * heads * t * t, p),
+            },
+        )
+        .unwrap();
+        let reference = composite_attention(
+            q.as_tensor(),
+            k.as_tensor(),
+            v.as_tensor(),
+            heads,
+            coefficients.as_ref(),
+            rotary_value,
+            mask.as_ref(),
+            (&Dropout::seeded(5), p),
+        );
+        let case = format!("t {t}, rotary {rotary}/{rotary_value}, {masking}, p {p}");
+        assert!(max_diff(&fused, &reference) < 1e-5, "{case}: values");
+        let gf = weighted_sum(&fused, 3).backward().unwrap();
+        let gr = weighted_sum(&reference, 3).backward().unwrap();
+        for (name, x) in [("q", &q), ("k", &k), ("v", &v)] {
+            let diff = max_diff(gf.get(x).unwrap(), gr.get(x).unwrap());
+            assert!(diff < 1e-4, "{case}: d{name} differs by {diff}");
+        }
+    }
+}
+
+#[test]
+fn keep_masks_repeat_on_any_thread_count_and_follow_the_stream() {
+    use rand::RngCore;
+    use rand_chacha::ChaCha8Rng;
+    let n = 3 * (1 << 16) + 77;
+    let draw = |threads: usize| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap()
+            .install(|| {
+                let d = Dropout::seeded(11);
+                let first = d.keep_mask(n, 0.25).unwrap();
+                let second = d.keep_mask(n, 0.25).unwrap();
+                (first.factors(), second.factors())
+            })
+    };
+    let one = draw(1);
+    assert_eq!(one, draw(3));
+    assert_ne!(one.0, one.1, "each call draws a new mask");
+    // Element i is kept when word i of the call's stream is at least p * 2^32.
+    let mut generator = ChaCha8Rng::seed_from_u64(11);
+    let mut key = [0u8; 32];
+    generator.fill_bytes(&mut key);
+    let mut stream = ChaCha8Rng::from_seed(key);
+    let threshold = (0.25 * 4_294_967_296.0) as u32;
+    for (i, &f) in one.0.iter().enumerate() {
+        let kept = stream.next_u32() >= threshold;
+        assert_eq!(f != 0.0, kept, "element {i}");
+    }
+    let dropped = one.0.iter().filter(|&&f| f == 0.0).count() as f64 / n as f64;
+    assert!((dropped - 0.25).abs() < 0.01, "{dropped}");
+}
+
+#[test]
+fn dropout_ops_scale_by_the_mask_with_gradients() {
+    let mut rng = StdRng::seed_from_u64(4);
+    let (y, r) = (var(&mut rng, &[3, 50]), var(&mut rng, &[3, 50]));
+    let mask = Dropout::seeded(2).keep_mask(150, 0.4).unwrap();
+    let factors = Tensor::from_vec(mask.factors(), (3, 50), &Device::Cpu).unwrap();
+    let fused = dropout_add(y.as_tensor(), r.as_tensor(), mask.clone()).unwrap();
+    let reference = ((y.as_tensor() * &factors).unwrap() + r.as_tensor()).unwrap();
+    assert!(max_diff(&fused, &reference) < 1e-6);
+    let g = weighted_sum(&fused, 1).backward().unwrap();
+    let w = random(&mut StdRng::seed_from_u64(1), &[3, 50]);
+    assert!(max_diff(g.get(&y).unwrap(), &(&w * &factors).unwrap()) < 1e-6);
+    assert!(max_diff(g.get(&r).unwrap(), &w) < 1e-6);
+    let alone = dropout(y.as_tensor(), mask).unwrap();
+    assert!(max_diff(&alone, &(y.as_tensor() * &factors).unwrap()) < 1e-6);
+    // The composite path (f64) uses the same factors.
+    let y64 = y.as_tensor().to_dtype(DType::F64).unwrap();
+    let mask = Dropout::seeded(2).keep_mask(150, 0.4).unwrap();
+    let composite = dropout(&y64, mask).unwrap().to_dtype(DType::F32).unwrap();
+    assert!(max_diff(&composite, &alone) < 1e-6);
+}
+
+#[test]
+fn cross_entropy_matches_log_softmax_with_gradients() {
+    let mut rng = StdRng::seed_from_u64(8);
+    let logits = Var::from_tensor(&(random(&mut rng, &[6, 37]) * 4.0).unwrap()).unwrap();
+    let targets: Vec<u32> = (0..6).map(|i| (i * 7 + 3) % 37).collect();
+    let (loss, predictions) = cross_entropy(logits.as_tensor(), &targets).unwrap();
+    let log_probs = candle_nn::ops::log_softmax(logits.as_tensor(), D::Minus1).unwrap();
+    let index = Tensor::from_slice(&targets, (6, 1), &Device::Cpu).unwrap();
+    let reference =
+        (log_probs.gather(&index, 1).unwrap().sum_all().unwrap() * (-1.0 / 6.0)).unwrap();
+    assert!(max_diff(&loss, &reference) < 1e-5);
+    let argmax = logits
+        .as_tensor()
+        .argmax(D::Minus1)
+        .unwrap()
+        .to_vec1::<u32>()
+        .unwrap();
+    assert_eq!(predictions, argmax);
+    let gf = (loss * 3.0).unwrap().backward().unwrap();
+    let gr = (reference * 3.0).unwrap().backward().unwrap();
+    assert!(max_diff(gf.get(&logits).unwrap(), gr.get(&logits).unwrap()) < 1e-6);
+    assert!(cross_entropy(logits.as_tensor(), &[40, 0, 0, 0, 0, 0]).is_err());
+    assert!(cross_entropy(logits.as_tensor(), &[0]).is_err());
+}
