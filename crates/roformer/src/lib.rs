@@ -3,6 +3,7 @@
 pub mod activation;
 pub mod attention;
 pub mod config;
+pub mod data;
 pub mod embeddings;
 pub mod encoder;
 pub mod error;

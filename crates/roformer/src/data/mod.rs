@@ -1,0 +1,20 @@
+//! The data side of masked-LM pre-training: from corpus files to masked batches.
+//!
+//! The pipeline:
+//! 1. [`corpus`]: read documents (lines, paragraphs, JSON Lines, chinese-poetry JSON);
+//! 2. [`split`]: send each document to training or validation by a stable hash of its text;
+//! 3. [`vocab_builder`]: optionally, build a `vocab.txt` from the training documents;
+//! 4. [`tokenize`]: token ids with word indices, on all cores;
+//! 5. [`blocks`]: fixed-length blocks, packed or one document each;
+//! 6. [`masking`] and [`batches`]: masked batches addressed by training step, a pure function
+//!    of `(seed, step)`, so that training resumes bit for bit.
+
+pub mod corpus;
+pub mod error;
+pub mod split;
+#[cfg(test)]
+mod test_util;
+
+pub use corpus::{read_corpus, CorpusFormat, Document};
+pub use error::{DataError, Record};
+pub use split::{is_validation, split_documents, text_hash};
