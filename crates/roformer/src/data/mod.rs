@@ -9,16 +9,21 @@
 //! 6. [`masking`] and [`batches`]: masked batches addressed by training step, a pure function
 //!    of `(seed, step)`, so that training resumes bit for bit.
 
+pub mod batches;
 pub mod blocks;
 pub mod corpus;
 pub mod error;
+pub mod masking;
+mod rng;
 pub mod split;
 #[cfg(test)]
 mod test_util;
 pub mod tokenize;
 
+pub use batches::{EvalBatches, MlmBatch, MlmBatches};
 pub use blocks::{line_blocks, make_blocks, pack_blocks, Block, BlockMode};
 pub use corpus::{read_corpus, CorpusFormat, Document};
 pub use error::{DataError, Record};
+pub use masking::{Masked, Masker, MaskingOptions, IGNORE_LABEL};
 pub use split::{is_validation, split_documents, text_hash};
 pub use tokenize::{tokenize_documents, TokenizedDoc};
