@@ -14,11 +14,14 @@ pub mod blocks;
 pub mod corpus;
 pub mod error;
 pub mod masking;
+#[cfg(test)]
+mod pipeline_tests;
 mod rng;
 pub mod split;
 #[cfg(test)]
 mod test_util;
 pub mod tokenize;
+pub mod vocab_builder;
 
 pub use batches::{EvalBatches, MlmBatch, MlmBatches};
 pub use blocks::{line_blocks, make_blocks, pack_blocks, Block, BlockMode};
@@ -27,3 +30,4 @@ pub use error::{DataError, Record};
 pub use masking::{Masked, Masker, MaskingOptions, IGNORE_LABEL};
 pub use split::{is_validation, split_documents, text_hash};
 pub use tokenize::{tokenize_documents, TokenizedDoc};
+pub use vocab_builder::{build_vocab, write_vocab_dir, BuiltVocab, VocabOptions, VocabStats};
