@@ -4,6 +4,7 @@ pub mod activation;
 pub mod attention;
 pub mod autograd;
 pub mod config;
+pub mod data;
 pub mod embeddings;
 pub mod encoder;
 pub mod error;
