@@ -12,6 +12,7 @@ mod input;
 pub mod linear_attention;
 pub mod model;
 pub mod norm;
+pub mod optim;
 pub mod tasks;
 pub mod tokenizer;
 pub mod weights;
