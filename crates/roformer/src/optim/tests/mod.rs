@@ -4,6 +4,7 @@ mod adamw;
 mod gradients;
 mod schedule;
 mod state;
+mod torch;
 
 use candle_core::{Device, Tensor, Var};
 
