@@ -50,6 +50,22 @@ pub(crate) fn sum_squares(xs: &[f32]) -> f64 {
     partial.iter().sum()
 }
 
+/// Whether every element of `xs` is finite: an integer test of the exponent bits (all ones
+/// for NaN and ±∞), OR-reduced over chunks of [`CHUNK`] (vectorisable, no early exit inside a
+/// chunk), chunks in parallel for large buffers.
+pub(crate) fn all_finite(xs: &[f32]) -> bool {
+    const EXPONENT: u32 = 0x7f80_0000;
+    let chunk_ok = |c: &[f32]| {
+        !c.iter()
+            .fold(false, |bad, x| bad | (x.to_bits() & EXPONENT == EXPONENT))
+    };
+    if xs.len() < PAR_MIN {
+        xs.chunks(CHUNK).all(chunk_ok)
+    } else {
+        xs.par_chunks(CHUNK).all(chunk_ok)
+    }
+}
+
 /// Applies `f` to every element of `xs` (in parallel chunks for large buffers).
 pub(crate) fn map_in_place(xs: &mut [f32], f: impl Fn(f32) -> f32 + Sync) {
     let run = |c: &mut [f32]| c.iter_mut().for_each(|x| *x = f(*x));
@@ -134,6 +150,22 @@ mod tests {
         let expect: f64 = xs.iter().map(|&x| f64::from(x * x)).sum();
         assert_eq!(sum_squares(&xs), expect);
         assert_eq!(sum_squares(&xs[..5]), 9.0 + 4.0 + 1.0 + 0.0 + 1.0);
+    }
+
+    #[test]
+    fn all_finite_finds_nan_and_infinities_anywhere() {
+        let mut xs = vec![f32::MAX; 70_001];
+        xs[3] = f32::MIN_POSITIVE / 2.0; // subnormal: finite
+        assert!(all_finite(&xs) && all_finite(&xs[..10]) && all_finite(&[]));
+        for (i, bad) in [
+            (0, f32::NAN),
+            (40_000, f32::INFINITY),
+            (70_000, f32::NEG_INFINITY),
+        ] {
+            let mut ys = xs.clone();
+            ys[i] = bad;
+            assert!(!all_finite(&ys), "{i}");
+        }
     }
 
     #[test]

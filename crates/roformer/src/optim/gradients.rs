@@ -8,7 +8,7 @@ use candle_core::backprop::GradStore;
 use candle_core::{Device, Shape, Tensor, Var};
 use rayon::prelude::*;
 
-use super::cpu::{add_assign, map_in_place, sum_squares, to_f32_vec};
+use super::cpu::{add_assign, all_finite, map_in_place, sum_squares, to_f32_vec};
 use super::error::{OptimError, Result};
 
 /// The gradient of one parameter: its shape and its values in row-major order.
@@ -66,9 +66,14 @@ impl Gradients {
     pub fn from_tensors<'a>(
         tensors: impl IntoIterator<Item = (&'a str, &'a Tensor)>,
     ) -> Result<Self> {
+        let tensors: Vec<(&str, &Tensor)> = tensors.into_iter().collect();
+        let values: Vec<Vec<f32>> = tensors
+            .par_iter()
+            .map(|(_, t)| to_f32_vec(t))
+            .collect::<Result<_>>()?;
         let mut out = Self::new();
-        for (name, t) in tensors {
-            out.add_values(name, t.shape().clone(), to_f32_vec(t)?)?;
+        for ((name, t), values) in tensors.into_iter().zip(values) {
+            out.add_values(name, t.shape().clone(), values)?;
         }
         Ok(out)
     }
@@ -169,7 +174,7 @@ impl Gradients {
         let bad = self
             .grads
             .par_iter()
-            .position_first(|g| g.values.par_iter().any(|x| !x.is_finite()))?;
+            .position_first(|g| !all_finite(&g.values))?;
         Some(self.names[bad].as_str())
     }
 
