@@ -15,6 +15,7 @@ pub mod linear_attention;
 pub mod mode;
 pub mod model;
 pub mod norm;
+pub mod optim;
 pub mod tasks;
 pub mod tokenizer;
 pub mod train;
