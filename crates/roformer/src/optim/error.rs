@@ -19,7 +19,8 @@ pub enum OptimError {
     /// A learning-rate schedule that cannot be evaluated meaningfully.
     #[error("invalid learning-rate schedule: {0}")]
     InvalidSchedule(String),
-    /// The same parameter name given twice to an optimiser.
+    /// The same parameter name, or the same `Var` under a second name (it would be updated
+    /// twice), given to an optimiser; holds the second name.
     #[error("parameter {0:?} given twice")]
     DuplicateParameter(String),
     /// A gradient for a name the optimiser does not hold.
