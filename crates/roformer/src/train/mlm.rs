@@ -115,7 +115,7 @@ pub fn prepare_mlm_data(
     let train_blocks = blocks_of(&train_docs)?;
     let validation_blocks = blocks_of(&validation_docs)?;
     let blocks = (train_blocks.len(), validation_blocks.len());
-    let masker = Masker::new(masking.clone(), tokenizer)?;
+    let masker = Masker::new(masking, tokenizer)?;
     let entropy = unigram_entropy(&train_blocks, &masker);
     let train = MlmBatches::new(train_blocks, options.batch_size, options.seed, masker)?;
     let validation = if validation_blocks.is_empty() {

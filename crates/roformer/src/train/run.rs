@@ -284,7 +284,7 @@ impl<T: Task> Trainer<'_, T> {
         stop: &AtomicBool,
         on_event: &mut dyn FnMut(Event),
     ) -> Result<Outcome, TrainError> {
-        let every = |n: u64, step: u64| n > 0 && step % n == 0;
+        let every = |n: u64, step: u64| n > 0 && step.is_multiple_of(n);
         while self.step < self.options.steps {
             let metrics = self.step_once()?;
             let step = metrics.step;
