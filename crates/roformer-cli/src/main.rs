@@ -5,12 +5,15 @@
 
 mod analyze;
 mod bench;
+mod classify;
 mod embed;
 mod fill_mask;
 mod forward;
 mod plot;
 mod rope_cmd;
 mod tokenize;
+mod train;
+mod vocab;
 
 use std::process::ExitCode;
 
@@ -43,6 +46,14 @@ enum Command {
     /// The paper's analyses, as numbers and plots.
     #[command(subcommand)]
     Analyze(analyze::Command),
+    /// Build a vocabulary from a corpus.
+    #[command(subcommand)]
+    Vocab(vocab::Command),
+    /// Pre-train a masked LM or fine-tune a classifier.
+    #[command(subcommand)]
+    Train(train::Command),
+    /// Label texts with a fine-tuned classifier.
+    Classify(classify::Args),
 }
 
 fn main() -> ExitCode {
@@ -55,6 +66,9 @@ fn main() -> ExitCode {
         Command::FillMask(a) => fill_mask::run(a),
         Command::Embed(a) => embed::run(a),
         Command::Analyze(c) => analyze::run(c),
+        Command::Vocab(c) => vocab::run(c),
+        Command::Train(c) => train::run(c),
+        Command::Classify(a) => classify::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -278,3 +278,54 @@ fn every_parameter_gets_a_gradient_in_every_variant() {
         }
     }
 }
+
+fn model_fixture(case: &str) -> roformer::ModelDir {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/model")
+        .join(case);
+    roformer::ModelDir::open(&dir).unwrap()
+}
+
+/// Fine-tuning starts from any checkpoint the inference loader reads: a pickle
+/// (`pytorch_model.bin`) with an MLM head, and an unprefixed bare `RoFormerModel` whose
+/// classifier is then new; the trainable model computes what the inference model does.
+#[test]
+fn trainable_models_load_pickles_and_unprefixed_checkpoints() {
+    let pickle = model_fixture("mlm_pickle_relu");
+    assert_eq!(pickle.checkpoint.format(), roformer::Format::Pickle);
+    let t = build_trainable::<RoFormerForMaskedLM>(
+        &pickle.config,
+        Some(&pickle.checkpoint),
+        0,
+        &Device::Cpu,
+    )
+    .unwrap();
+    assert!(t.initialised.is_empty(), "{:?}", t.initialised);
+    let inference = pickle
+        .load::<RoFormerForMaskedLM>(DType::F32, &Device::Cpu)
+        .unwrap()
+        .model;
+    let x = ids(&[&[2, 7, 9, 11, 3]]);
+    let a = t.model.forward(&x, None, None, None).unwrap().logits;
+    let b = inference.forward(&x, None, None, None).unwrap().logits;
+    assert_eq!(max_diff(&a, &b), 0.0);
+
+    let bare = model_fixture("base_long_silu");
+    assert!(!bare.checkpoint.is_prefixed());
+    let cls = build_trainable::<RoFormerForSequenceClassification>(
+        &bare.config,
+        Some(&bare.checkpoint),
+        0,
+        &Device::Cpu,
+    )
+    .unwrap();
+    assert!(cls.initialised.iter().all(|n| n.starts_with("classifier.")));
+    assert_eq!(cls.initialised.len(), 4);
+    assert!(cls.unused.is_empty(), "{:?}", cls.unused);
+    // Saved, it is a prefixed head-model checkpoint.
+    assert!(cls
+        .params
+        .vars()
+        .iter()
+        .any(|(n, _)| n == "roformer.embeddings.word_embeddings.weight"));
+}

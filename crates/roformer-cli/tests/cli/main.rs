@@ -13,3 +13,4 @@ mod forward;
 mod plot_files;
 mod rope_freqs;
 mod tokenize;
+mod train;

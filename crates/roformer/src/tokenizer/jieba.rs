@@ -31,27 +31,51 @@ pub fn warm_up() {
 
 /// The pre-tokens of a normalised text: char ranges into `chars`, in order, non-empty.
 pub fn pre_tokenize(chars: &[char], vocab: &Vocab) -> Vec<Range<usize>> {
-    let text: String = chars.iter().collect();
     let mut out = Vec::new();
-    for word in jieba().cut(&text, false) {
-        let (start, end) = (word.start.min(chars.len()), word.end.min(chars.len()));
-        if vocab.contains(word.word) {
-            if start < end {
-                out.push(start..end);
-            }
-            continue;
-        }
-        // Spaces around ideographs, split at whitespace, pieces placed end to end.
-        let mut piece_start = start;
-        for piece in spaced_pieces(word.word) {
-            let piece_end = (piece_start + piece).min(end);
-            if piece_start < piece_end {
-                out.push(piece_start..piece_end);
-            }
-            piece_start = piece_end;
-        }
+    for word in cut(chars) {
+        word_pre_tokens(chars, word, vocab, &mut out);
     }
     out
+}
+
+/// jieba's words (no HMM, default dictionary) of a normalised text, in order, as char ranges
+/// into `chars`; runs of whitespace are words too. Each pre-token of [`pre_tokenize`] lies
+/// inside one of these words, which is what whole-word masking groups by.
+pub fn cut(chars: &[char]) -> Vec<Range<usize>> {
+    let text: String = chars.iter().collect();
+    jieba()
+        .cut(&text, false)
+        .into_iter()
+        .map(|word| word.start.min(chars.len())..word.end.min(chars.len()))
+        .collect()
+}
+
+/// Appends to `out` the pre-tokens of the jieba word `chars[word]`: the whole word when
+/// `vocab` holds it; otherwise its pieces once every CJK ideograph is set apart and the rest
+/// split at whitespace, laid end to end from the word's start. Empty ranges are skipped.
+pub fn word_pre_tokens(
+    chars: &[char],
+    word: Range<usize>,
+    vocab: &Vocab,
+    out: &mut Vec<Range<usize>>,
+) {
+    let (start, end) = (word.start, word.end.min(chars.len()));
+    if start >= end {
+        return;
+    }
+    let text: String = chars[start..end].iter().collect();
+    if vocab.contains(&text) {
+        out.push(start..end);
+        return;
+    }
+    let mut piece_start = start;
+    for piece in spaced_pieces(&text) {
+        let piece_end = (piece_start + piece).min(end);
+        if piece_start < piece_end {
+            out.push(piece_start..piece_end);
+        }
+        piece_start = piece_end;
+    }
 }
 
 /// Char lengths of the whitespace-separated pieces of `word` once every CJK ideograph is a

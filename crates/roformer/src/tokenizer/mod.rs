@@ -217,34 +217,71 @@ impl RoFormerTokenizer {
         Ok(decode::join_tokens(tokens))
     }
 
+    /// The ids of one text without `[CLS]`/`[SEP]` (the ids `encode(text)` puts between them),
+    /// each with the index of the word it came from, for whole-word masking: words are
+    /// numbered 0, 1, ... in text order. A word is one jieba word of the normalised text
+    /// (its WordPiece pieces share its index, and so do its ideographs when the vocabulary
+    /// lacks the word and they become one token each) or one special token written in the
+    /// text; whitespace takes no index.
+    pub fn ids_and_words(&self, text: &str) -> (Vec<u32>, Vec<u32>) {
+        let (mut ids, mut words) = (Vec::new(), Vec::new());
+        self.walk(text, |id, _, word| {
+            ids.push(id);
+            words.push(word);
+        });
+        (ids, words)
+    }
+
     /// The tokens of one text, before framing.
     fn tokenize(&self, text: &str) -> Vec<Token> {
-        let chars: Vec<char> = text.chars().collect();
         let mut tokens = Vec::new();
+        self.walk(text, |id, offsets, _| tokens.push(self.token(id, offsets)));
+        tokens
+    }
+
+    /// Runs the pipeline on one text: `emit(id, original char range, word index)` per token.
+    fn walk(&self, text: &str, mut emit: impl FnMut(u32, (usize, usize), u32)) {
+        let chars: Vec<char> = text.chars().collect();
+        let mut word = 0u32;
         for segment in self.special.split(&chars) {
             match segment {
                 Segment::Special(id, range) => {
-                    tokens.push(self.token(id, (range.start, range.end)))
+                    emit(id, (range.start, range.end), word);
+                    word = word.saturating_add(1);
                 }
                 Segment::Text(range) => {
                     let start = range.start;
                     let normalized = Normalized::bert(&chars[range], start, self.normalize);
-                    self.tokenize_normalized(&normalized, &mut tokens);
+                    self.walk_normalized(&normalized, &mut word, &mut emit);
                 }
             }
         }
-        tokens
     }
 
-    /// Pre-tokenises and WordPiece-splits a normalised segment.
-    fn tokenize_normalized(&self, normalized: &Normalized, tokens: &mut Vec<Token>) {
+    /// Pre-tokenises and WordPiece-splits a normalised segment, counting its words on from
+    /// `word`.
+    fn walk_normalized(
+        &self,
+        normalized: &Normalized,
+        word: &mut u32,
+        emit: &mut impl FnMut(u32, (usize, usize), u32),
+    ) {
         let chars = normalized.chars();
-        for word in jieba::pre_tokenize(chars, &self.vocab) {
-            let pieces = wordpiece::split_word(&chars[word.clone()], &self.vocab, self.special.unk);
-            for piece in pieces {
-                let offsets =
-                    normalized.original_range(word.start + piece.start, word.start + piece.end);
-                tokens.push(self.token(piece.id, offsets));
+        let mut pre_tokens = Vec::new();
+        for jieba_word in jieba::cut(chars) {
+            pre_tokens.clear();
+            jieba::word_pre_tokens(chars, jieba_word, &self.vocab, &mut pre_tokens);
+            for pre in &pre_tokens {
+                let pieces =
+                    wordpiece::split_word(&chars[pre.clone()], &self.vocab, self.special.unk);
+                for piece in pieces {
+                    let offsets =
+                        normalized.original_range(pre.start + piece.start, pre.start + piece.end);
+                    emit(piece.id, offsets, *word);
+                }
+            }
+            if !pre_tokens.is_empty() {
+                *word = word.saturating_add(1);
             }
         }
     }

@@ -6,9 +6,12 @@
 //! drawn from a seeded [`crate::Dropout`].
 
 pub mod checkpoint;
+pub mod classify;
 pub mod loss;
+pub mod mlm;
 pub(crate) mod ops;
 pub mod params;
+pub mod run;
 
 use std::path::PathBuf;
 
@@ -36,4 +39,31 @@ pub enum TrainError {
     /// A candle error during a step.
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
+    /// A corpus or its processing.
+    #[error(transparent)]
+    Data(#[from] crate::data::DataError),
+    /// The optimiser or its schedule.
+    #[error(transparent)]
+    Optim(#[from] crate::optim::OptimError),
+    /// The loss or a gradient stopped being finite; nothing of this step was saved.
+    #[error("non-finite {what} at step {step}")]
+    NonFinite {
+        /// The step (1-based) that produced it.
+        step: u64,
+        /// What was not finite.
+        what: String,
+    },
+    /// A checkpoint that cannot be resumed.
+    #[error("cannot resume: {0}")]
+    Resume(String),
+    /// A malformed example of a classification file.
+    #[error("{path}:{line}: {reason}")]
+    Examples {
+        /// The file.
+        path: PathBuf,
+        /// The 1-based line (0: the file as a whole).
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
 }

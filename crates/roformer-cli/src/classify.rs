@@ -1,0 +1,101 @@
+//! `roformer classify`: the label of each text by a fine-tuned sequence classifier.
+//!
+//! Each text (or tab-separated pair) is encoded as `[CLS] text [SEP]` (`[CLS] a [SEP] b [SEP]`),
+//! cut to `--max-length`, run through [`RoFormerForSequenceClassification`], and its logits
+//! `z` become probabilities `p_i = exp(z_i - max z) / sum_j exp(z_j - max z)` (in f64).
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use candle_core::{DType, Device, Tensor};
+use roformer::{HeadModel, RoFormerForSequenceClassification, RoFormerTokenizer};
+use serde::Serialize;
+
+/// Arguments of `roformer classify`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A classifier checkpoint (e.g. `best/` or `checkpoint/` of `roformer train classify`).
+    #[arg(long)]
+    model: PathBuf,
+    /// Most tokens per text.
+    #[arg(long, default_value_t = 512)]
+    max_length: usize,
+    /// One JSON object per text: {"text", "label", "probabilities": {label: p}}.
+    #[arg(long)]
+    json: bool,
+    /// The texts; a tab separates the two texts of a pair.
+    #[arg(value_name = "TEXT", required = true)]
+    texts: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct Prediction<'a> {
+    text: &'a str,
+    label: String,
+    probabilities: Vec<(String, f64)>,
+}
+
+/// Softmax of `z` in f64.
+fn probabilities(z: &[f32]) -> Vec<f64> {
+    let max = z.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let e: Vec<f64> = z.iter().map(|&v| (v as f64 - max).exp()).collect();
+    let sum: f64 = e.iter().sum();
+    e.iter().map(|v| v / sum).collect()
+}
+
+/// Classifies each text and prints its label and probabilities.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let tokenizer = RoFormerTokenizer::from_dir(&args.model)
+        .with_context(|| format!("loading the tokenizer of {}", args.model.display()))?;
+    let model =
+        RoFormerForSequenceClassification::load_from_dir(&args.model, &Device::Cpu, DType::F32)
+            .with_context(|| format!("loading the classifier in {}", args.model.display()))?;
+    let cfg = model.roformer().config();
+    let names: Vec<String> = (0..cfg.num_labels)
+        .map(|i| {
+            cfg.id2label
+                .get(&i)
+                .cloned()
+                .unwrap_or_else(|| format!("LABEL_{i}"))
+        })
+        .collect();
+    let mut out = std::io::stdout().lock();
+    for text in &args.texts {
+        let (first, second) = match text.split_once('\t') {
+            Some((a, b)) => (a, Some(b)),
+            None => (text.as_str(), None),
+        };
+        let e = tokenizer.encode_truncated(first, second, args.max_length)?;
+        let n = e.len();
+        let ids = Tensor::from_vec(e.ids.clone(), (1, n), &Device::Cpu)?;
+        let types = Tensor::from_vec(e.type_ids.clone(), (1, n), &Device::Cpu)?;
+        let logits = model.forward(&ids, Some(&types), None, None)?.logits;
+        let z = logits.flatten_all()?.to_vec1::<f32>()?;
+        if let Some(i) = z.iter().position(|v| !v.is_finite()) {
+            bail!("the model gave a non-finite logit for label {i} of {text:?}");
+        }
+        let p = probabilities(&z);
+        let best = p
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map_or(0, |(i, _)| i);
+        let prediction = Prediction {
+            text,
+            label: names[best].clone(),
+            probabilities: names.iter().cloned().zip(p.iter().copied()).collect(),
+        };
+        if args.json {
+            writeln!(out, "{}", serde_json::to_string(&prediction)?)?;
+        } else {
+            let rest: Vec<String> = prediction
+                .probabilities
+                .iter()
+                .map(|(l, p)| format!("{l} {p:.3}"))
+                .collect();
+            writeln!(out, "{}\t{}\t({})", prediction.label, text, rest.join(", "))?;
+        }
+    }
+    Ok(())
+}

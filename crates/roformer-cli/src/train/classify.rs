@@ -1,0 +1,243 @@
+//! `roformer train classify`: fine-tunes a sequence classifier from a checkpoint on JSON-lines
+//! examples, keeps the best model by dev macro-F1, and `--resume`s like `train mlm`.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+
+use anyhow::bail;
+use candle_core::Device;
+use roformer::optim::{AdamW, AdamWConfig, LrSchedule};
+use roformer::train::classify::{
+    best_score, labels_of, read_examples, ClassifyOptions, ClassifyTask,
+};
+use roformer::train::run::{LoopOptions, Trainer};
+use roformer::train::{build_trainable, Trainable};
+use roformer::{ModelDir, RoFormerForSequenceClassification, RoFormerTokenizer};
+use serde::{Deserialize, Serialize};
+
+use super::common::{
+    finish_run, load_optimizer_state, prepare_out_dir, read_run_args, tokenizer_files,
+    write_run_args, Decay, Display, Stop,
+};
+
+/// Arguments of `roformer train classify`.
+#[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
+pub struct Args {
+    /// The checkpoint to fine-tune (a pre-trained MLM or a classifier).
+    #[arg(long, required_unless_present = "resume")]
+    pub init: Option<PathBuf>,
+    /// Training examples: JSON lines `{"text": ..., ["text_pair": ...,] "label": ...}`.
+    #[arg(long, required_unless_present = "resume")]
+    pub train: Option<PathBuf>,
+    /// Dev examples (same format), for accuracy, macro-F1 and the best checkpoint.
+    #[arg(long)]
+    pub eval: Option<PathBuf>,
+    /// The label names in index order, comma-separated (default: in order of first appearance
+    /// in --train).
+    #[arg(long, value_delimiter = ',')]
+    pub labels: Vec<String>,
+    /// Most tokens per example (a pair is cut longest first).
+    #[arg(long, default_value_t = 128)]
+    pub max_length: usize,
+    /// Examples per micro-batch.
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    /// Micro-batches per optimisation step.
+    #[arg(long, default_value_t = 1)]
+    pub grad_accum: usize,
+    /// Optimisation steps (default: 3 epochs).
+    #[arg(long)]
+    pub steps: Option<u64>,
+    /// Peak learning rate.
+    #[arg(long, default_value_t = 5e-5)]
+    pub lr: f64,
+    /// Warm-up steps.
+    #[arg(long, default_value_t = 0)]
+    pub warmup: u64,
+    /// Decay after the warm-up.
+    #[arg(long, value_enum, default_value = "linear")]
+    pub decay: Decay,
+    /// AdamW's decoupled weight decay.
+    #[arg(long, default_value_t = 0.01)]
+    pub weight_decay: f64,
+    /// Clip the global gradient norm (0: no clipping).
+    #[arg(long, default_value_t = 1.0)]
+    pub max_grad_norm: f64,
+    /// Seed of the head's initialisation, example order and dropout.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Evaluate every this many steps (0: at the end only).
+    #[arg(long, default_value_t = 0)]
+    pub eval_every: u64,
+    /// Save a checkpoint every this many steps (0: at the end only).
+    #[arg(long, default_value_t = 0)]
+    pub save_every: u64,
+    /// The output directory (checkpoint/, best/, metrics.jsonl, loss plot, run.json).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Replace an output directory that holds another run.
+    #[arg(long)]
+    pub overwrite: bool,
+    /// Continue the run in --out from its checkpoint.
+    #[arg(long)]
+    pub resume: bool,
+    /// The loss plot's file name in --out (.png or .svg).
+    #[arg(long, default_value = "loss.png")]
+    pub plot: PathBuf,
+    /// Stop after this step as Ctrl-C would (checkpoint written, --resume continues).
+    #[arg(long)]
+    pub stop_after: Option<u64>,
+    /// JSON lines on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Runs `roformer train classify`.
+///
+/// # Errors
+/// Bad arguments or examples, a checkpoint that does not load, a non-finite loss, file errors.
+pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
+    let args = if args.resume {
+        let mut recorded: Args = read_run_args(&args.out)?;
+        if let Some(steps) = args.steps {
+            recorded.steps = Some(steps);
+        }
+        recorded.resume = true;
+        recorded.stop_after = args.stop_after;
+        recorded.json = args.json;
+        recorded.quiet = args.quiet;
+        recorded
+    } else {
+        args
+    };
+    if args.batch == 0 || args.grad_accum == 0 || args.steps == Some(0) {
+        bail!("--batch, --grad-accum and --steps must be at least 1");
+    }
+    let (Some(init), Some(train_path)) = (&args.init, &args.train) else {
+        bail!("give --init DIR and --train FILE");
+    };
+    let paths = prepare_out_dir(&args.out, args.resume, args.overwrite, Some(init))?;
+    let weights = paths.weights.clone().unwrap_or_else(|| init.clone());
+    let md = ModelDir::open(&weights)?;
+    let tokenizer = RoFormerTokenizer::from_dir(&weights)?;
+    let labels = if args.labels.is_empty() {
+        labels_of(train_path)?
+    } else {
+        args.labels.clone()
+    };
+    if labels.len() < 2 {
+        bail!("a classifier needs at least 2 labels, got {labels:?}");
+    }
+    let mut cfg = md.config.clone();
+    cfg.num_labels = labels.len();
+    cfg.id2label = labels.iter().cloned().enumerate().collect();
+    let train = read_examples(train_path, &tokenizer, &labels, args.max_length)?;
+    let eval = match &args.eval {
+        Some(p) => read_examples(p, &tokenizer, &labels, args.max_length)?,
+        None => Vec::new(),
+    };
+    let Trainable {
+        model,
+        params,
+        initialised,
+        unused,
+    } = build_trainable::<RoFormerForSequenceClassification>(
+        &cfg,
+        Some(&md.checkpoint),
+        args.seed,
+        &Device::Cpu,
+    )?;
+    if !args.json && !args.resume {
+        eprintln!(
+            "{} training and {} dev examples, labels {labels:?}; initialised: {}; unused from \
+             the checkpoint: {}",
+            train.len(),
+            eval.len(),
+            if initialised.is_empty() {
+                "none".into()
+            } else {
+                initialised.join(", ")
+            },
+            unused.len()
+        );
+    }
+    let steps = args
+        .steps
+        .unwrap_or_else(|| (3 * train.len()).div_ceil(args.batch * args.grad_accum) as u64);
+    let mut optimizer = AdamW::new(
+        params.vars().to_vec(),
+        AdamWConfig {
+            weight_decay: args.weight_decay,
+            ..AdamWConfig::with_lr(args.lr)
+        },
+    )?;
+    let done = match &paths.resume_state {
+        Some(state) => load_optimizer_state(&mut optimizer, state)?,
+        None => 0,
+    };
+    let options = ClassifyOptions {
+        train: train_path.clone(),
+        eval: args.eval.clone(),
+        labels,
+        max_length: args.max_length,
+        batch_size: args.batch,
+        seed: args.seed,
+    };
+    let pad = cfg.pad_token_id.unwrap_or(0);
+    let task = ClassifyTask {
+        model: &model,
+        params: &params,
+        train,
+        eval,
+        options: options.clone(),
+        pad,
+        tokenizer_files: tokenizer_files(&tokenizer, &cfg)?,
+        best_dir: Some(args.out.join("best")),
+        best: if args.resume {
+            best_score(&args.out.join("best"))
+        } else {
+            None
+        },
+    };
+    write_run_args(&args.out, &args)?;
+    let mut trainer = Trainer {
+        task,
+        params: &params,
+        optimizer,
+        schedule: LrSchedule::new(args.lr, args.warmup, steps, args.decay.into())?,
+        options: LoopOptions {
+            steps,
+            grad_accum: args.grad_accum,
+            max_grad_norm: (args.max_grad_norm > 0.0).then_some(args.max_grad_norm),
+            seed: args.seed,
+            eval_every: args.eval_every,
+            save_every: args.save_every,
+        },
+        out: args.out.clone(),
+        step: done,
+        task_record: serde_json::to_value(&options)?,
+        last_eval: None,
+    };
+    finish_run(
+        &mut trainer,
+        &args.out,
+        &args.plot,
+        Display {
+            json: args.json,
+            quiet: args.quiet,
+            unigram_entropy: None,
+        },
+        Stop {
+            flag: stop,
+            after: args.stop_after,
+        },
+        "Classifier",
+    )?;
+    if !args.json && trainer.task.best.is_some() {
+        println!("best dev model: {}", args.out.join("best").display());
+    }
+    Ok(())
+}

@@ -1,0 +1,356 @@
+//! `roformer train mlm`: masked-LM pre-training from a config and a vocabulary (or from a
+//! checkpoint with `--init`), or `--resume` of an interrupted run.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+
+use anyhow::bail;
+use candle_core::Device;
+use clap::ValueEnum;
+use roformer::data::CorpusFormat;
+use roformer::optim::{AdamW, AdamWConfig, LrSchedule};
+use roformer::train::mlm::{prepare_mlm_data, MlmDataOptions, MlmTask};
+use roformer::train::run::{LoopOptions, Trainer};
+use roformer::train::{build_trainable, Trainable};
+use roformer::{PositionEmbeddingType, RoFormerConfig, RoFormerForMaskedLM, RoFormerTokenizer};
+use serde::{Deserialize, Serialize};
+
+use super::common::{
+    finish_run, load_optimizer_state, prepare_out_dir, read_run_args, tokenizer_files,
+    write_run_args, Decay, Display, RunPaths, Stop,
+};
+
+/// The corpus format, or detection by file name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+pub enum Format {
+    /// `.jsonl` is JSON lines with a `text` field, `.json` the chinese-poetry layout, anything
+    /// else a document per line.
+    Auto,
+    /// A document per non-empty line.
+    Lines,
+    /// Documents separated by blank lines.
+    Paragraphs,
+    /// JSON lines with the `--text-field` field.
+    Jsonl,
+    /// The chinese-poetry JSON layout.
+    Poetry,
+}
+
+/// Arguments of `roformer train mlm`.
+#[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
+pub struct Args {
+    /// The model's `config.json` (its `vocab_size` is set to the vocabulary's size).
+    #[arg(long, required_unless_present_any = ["init", "resume"])]
+    pub config: Option<PathBuf>,
+    /// The vocabulary (`vocab.txt`; e.g. from `roformer vocab build`).
+    #[arg(long, required_unless_present_any = ["init", "resume"])]
+    pub vocab: Option<PathBuf>,
+    /// Start from this checkpoint's weights, config and vocabulary (fresh optimiser).
+    #[arg(long, conflicts_with_all = ["config", "vocab"])]
+    pub init: Option<PathBuf>,
+    /// Override the config's position type.
+    #[arg(long, value_enum)]
+    pub position: Option<Position>,
+    /// Corpus files or directories.
+    #[arg(long, num_args = 1.., required_unless_present = "resume")]
+    pub corpus: Vec<PathBuf>,
+    /// The corpus format.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub format: Format,
+    /// The text field of JSON lines.
+    #[arg(long, default_value = "text")]
+    pub text_field: String,
+    /// Tokens per block, [CLS] and [SEP] included.
+    #[arg(long, default_value_t = 128)]
+    pub seq_len: usize,
+    /// One document per block (truncated, padded) instead of packed blocks.
+    #[arg(long)]
+    pub line_by_line: bool,
+    /// Mask whole jieba words instead of single tokens.
+    #[arg(long)]
+    pub whole_word: bool,
+    /// Share of documents held out for validation, by hash of the text.
+    #[arg(long, default_value_t = 0.05)]
+    pub validation: f64,
+    /// Sequences per micro-batch.
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    /// Micro-batches per optimisation step.
+    #[arg(long, default_value_t = 1)]
+    pub grad_accum: usize,
+    /// Optimisation steps.
+    #[arg(long, required_unless_present = "resume")]
+    pub steps: Option<u64>,
+    /// Peak learning rate.
+    #[arg(long, default_value_t = 5e-4)]
+    pub lr: f64,
+    /// Warm-up steps (linear from 0 to the peak).
+    #[arg(long, default_value_t = 0)]
+    pub warmup: u64,
+    /// Decay after the warm-up.
+    #[arg(long, value_enum, default_value = "linear")]
+    pub decay: Decay,
+    /// AdamW's decoupled weight decay (not on biases and norm weights).
+    #[arg(long, default_value_t = 0.01)]
+    pub weight_decay: f64,
+    /// Clip the global gradient norm to this (0: no clipping).
+    #[arg(long, default_value_t = 1.0)]
+    pub max_grad_norm: f64,
+    /// Seed of initialisation, data order, masks and dropout.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Evaluate every this many steps (0: at the end only).
+    #[arg(long, default_value_t = 0)]
+    pub eval_every: u64,
+    /// Most validation batches per evaluation (0: all).
+    #[arg(long, default_value_t = 50)]
+    pub eval_batches: usize,
+    /// Save a checkpoint every this many steps (0: at the end only).
+    #[arg(long, default_value_t = 0)]
+    pub save_every: u64,
+    /// The output directory (checkpoint/, metrics.jsonl, loss plot, run.json).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Replace an output directory that holds another run.
+    #[arg(long)]
+    pub overwrite: bool,
+    /// Continue the run in --out from its checkpoint (with its recorded arguments; --steps may
+    /// raise the total).
+    #[arg(long)]
+    pub resume: bool,
+    /// The loss plot's file name in --out (.png or .svg).
+    #[arg(long, default_value = "loss.png")]
+    pub plot: PathBuf,
+    /// Stop after this step as Ctrl-C would (checkpoint written, --resume continues).
+    #[arg(long)]
+    pub stop_after: Option<u64>,
+    /// JSON lines on stdout instead of the progress bar and table.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// `--position`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+pub enum Position {
+    /// RoPE (RoFormer).
+    Rotary,
+    /// Learned absolute positions (BERT).
+    Absolute,
+    /// Fixed sinusoidal positions added to the embeddings.
+    Sinusoidal,
+    /// No positions.
+    None,
+}
+
+impl From<Position> for PositionEmbeddingType {
+    fn from(p: Position) -> Self {
+        match p {
+            Position::Rotary => PositionEmbeddingType::Rotary,
+            Position::Absolute => PositionEmbeddingType::Absolute,
+            Position::Sinusoidal => PositionEmbeddingType::Sinusoidal,
+            Position::None => PositionEmbeddingType::None,
+        }
+    }
+}
+
+impl Args {
+    fn corpus_format(&self) -> Option<CorpusFormat> {
+        match self.format {
+            Format::Auto => None,
+            Format::Lines => Some(CorpusFormat::Lines),
+            Format::Paragraphs => Some(CorpusFormat::Paragraphs),
+            Format::Jsonl => Some(CorpusFormat::JsonLines {
+                field: self.text_field.clone(),
+            }),
+            Format::Poetry => Some(CorpusFormat::ChinesePoetry),
+        }
+    }
+
+    /// The checks that need no file.
+    fn validate(&self) -> anyhow::Result<()> {
+        if self.batch == 0 {
+            bail!("--batch must be at least 1");
+        }
+        if self.grad_accum == 0 {
+            bail!("--grad-accum must be at least 1");
+        }
+        if self.steps == Some(0) {
+            bail!("--steps must be at least 1");
+        }
+        if self.seq_len < 3 {
+            bail!("--seq-len must be at least 3 ([CLS], a token, [SEP])");
+        }
+        if !(0.0..1.0).contains(&self.validation) {
+            bail!("--validation must be in [0, 1)");
+        }
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            bail!("--lr must be a positive number");
+        }
+        Ok(())
+    }
+}
+
+/// The config, tokenizer and starting weights of a fresh or `--init` run.
+fn model_and_tokenizer(
+    args: &Args,
+    paths: &RunPaths,
+) -> anyhow::Result<(
+    RoFormerConfig,
+    RoFormerTokenizer,
+    Option<roformer::Checkpoint>,
+)> {
+    if let Some(dir) = &paths.weights {
+        let md = roformer::ModelDir::open(dir)?;
+        let tokenizer = RoFormerTokenizer::from_dir(dir)?;
+        let mut cfg = md.config.clone();
+        if let Some(p) = args.position {
+            if PositionEmbeddingType::from(p) != cfg.position_embedding_type {
+                bail!("--position cannot change the position type of a checkpoint");
+            }
+        }
+        cfg.vocab_size = cfg.vocab_size.max(tokenizer.vocab_size());
+        return Ok((cfg, tokenizer, Some(md.checkpoint)));
+    }
+    let (Some(config), Some(vocab)) = (&args.config, &args.vocab) else {
+        bail!("give --config and --vocab, or --init DIR");
+    };
+    let mut cfg = RoFormerConfig::from_file(config)?;
+    let tokenizer = RoFormerTokenizer::new(
+        roformer::tokenizer::Vocab::from_file(vocab)?,
+        roformer::tokenizer::TokenizerConfig::default(),
+    )?;
+    cfg.vocab_size = tokenizer.vocab_size();
+    if let Some(p) = args.position {
+        cfg.position_embedding_type = p.into();
+    }
+    Ok((cfg, tokenizer, None))
+}
+
+/// Runs `roformer train mlm`.
+///
+/// # Errors
+/// Bad arguments, unreadable inputs, a non-finite loss (the last good checkpoint stays), and
+/// file errors.
+pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
+    let args = if args.resume {
+        let mut recorded: Args = read_run_args(&args.out)?;
+        if let Some(steps) = args.steps {
+            recorded.steps = Some(steps);
+        }
+        recorded.resume = true;
+        recorded.stop_after = args.stop_after;
+        recorded.json = args.json;
+        recorded.quiet = args.quiet;
+        recorded
+    } else {
+        args
+    };
+    args.validate()?;
+    let paths = prepare_out_dir(&args.out, args.resume, args.overwrite, args.init.as_deref())?;
+    let (cfg, tokenizer, checkpoint) = model_and_tokenizer(&args, &paths)?;
+    if cfg.position_embedding_type == PositionEmbeddingType::Absolute
+        && args.seq_len > cfg.max_position_embeddings
+    {
+        bail!(
+            "--seq-len {} is past the absolute position table (max_position_embeddings = {})",
+            args.seq_len,
+            cfg.max_position_embeddings
+        );
+    }
+    let device = Device::Cpu;
+    let Trainable {
+        model,
+        params,
+        initialised,
+        ..
+    } = build_trainable::<RoFormerForMaskedLM>(&cfg, checkpoint.as_ref(), args.seed, &device)?;
+    if checkpoint.is_some() && !initialised.is_empty() && !args.json {
+        eprintln!(
+            "initialised (not in the checkpoint): {}",
+            initialised.join(", ")
+        );
+    }
+    let steps = args.steps.unwrap_or(1);
+    let data_options = MlmDataOptions {
+        corpus: args.corpus.clone(),
+        format: args.corpus_format(),
+        seq_len: args.seq_len,
+        packed: !args.line_by_line,
+        validation_fraction: args.validation,
+        batch_size: args.batch,
+        seed: args.seed,
+        whole_word: args.whole_word,
+        max_eval_batches: args.eval_batches,
+    };
+    let data = prepare_mlm_data(&tokenizer, &data_options)?;
+    let entropy = data.unigram_entropy;
+    if !args.json && !args.resume {
+        eprintln!(
+            "{} documents: {} training blocks of {} tokens ({} tokens), {} validation blocks; \
+             {} parameters; unigram entropy {:.3} nats",
+            data.documents,
+            data.blocks.0,
+            args.seq_len,
+            data.train_tokens,
+            data.blocks.1,
+            params.element_count(),
+            entropy
+        );
+    }
+    let mut optimizer = AdamW::new(
+        params.vars().to_vec(),
+        AdamWConfig {
+            weight_decay: args.weight_decay,
+            ..AdamWConfig::with_lr(args.lr)
+        },
+    )?;
+    let mut done = 0;
+    if let Some(state) = &paths.resume_state {
+        done = load_optimizer_state(&mut optimizer, state)?;
+    }
+    let schedule = LrSchedule::new(args.lr, args.warmup, steps, args.decay.into())?;
+    let task = MlmTask {
+        model: &model,
+        params: &params,
+        data,
+        max_eval_batches: args.eval_batches,
+        tokenizer_files: tokenizer_files(&tokenizer, &cfg)?,
+    };
+    write_run_args(&args.out, &args)?;
+    let mut trainer = Trainer {
+        task,
+        params: &params,
+        optimizer,
+        schedule,
+        options: LoopOptions {
+            steps,
+            grad_accum: args.grad_accum,
+            max_grad_norm: (args.max_grad_norm > 0.0).then_some(args.max_grad_norm),
+            seed: args.seed,
+            eval_every: args.eval_every,
+            save_every: args.save_every,
+        },
+        out: args.out.clone(),
+        step: done,
+        task_record: serde_json::to_value(&data_options)?,
+        last_eval: None,
+    };
+    finish_run(
+        &mut trainer,
+        &args.out,
+        &args.plot,
+        Display {
+            json: args.json,
+            quiet: args.quiet,
+            unigram_entropy: Some(entropy),
+        },
+        Stop {
+            flag: stop,
+            after: args.stop_after,
+        },
+        "MLM",
+    )
+}

@@ -1,0 +1,101 @@
+//! `roformer vocab build`: a BERT `vocab.txt` from a corpus: the special tokens, then the
+//! corpus's characters (CJK characters and punctuation as tokens of their own; for other
+//! scripts every character with its `##` continuation, and frequent whole words) by
+//! descending frequency, optionally with frequent jieba words.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use roformer::data::{build_vocab, read_corpus, VocabOptions};
+use serde_json::json;
+
+/// The vocabulary commands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Build `vocab.txt` from a corpus.
+    Build(BuildArgs),
+}
+
+/// Arguments of `roformer vocab build`.
+#[derive(Debug, clap::Args)]
+pub struct BuildArgs {
+    /// Corpus files or directories (format by extension: `.jsonl` JSON lines with `text`,
+    /// `.json` the chinese-poetry layout, else a document per line).
+    #[arg(long, num_args = 1.., required = true)]
+    corpus: Vec<PathBuf>,
+    /// Tokens in the vocabulary, special tokens included.
+    #[arg(long, default_value_t = 8000)]
+    size: usize,
+    /// Fewest occurrences of a word to be considered.
+    #[arg(long, default_value_t = 2)]
+    min_count: u64,
+    /// Largest share of the vocabulary given to multi-character jieba words (0: characters
+    /// only).
+    #[arg(long, default_value_t = 0.0)]
+    jieba_words: f64,
+    /// The file to write (a `tokenizer_config.json` is written beside it).
+    #[arg(long)]
+    out: PathBuf,
+    /// One JSON object with the coverage figures.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `roformer vocab ...`.
+///
+/// # Errors
+/// Unreadable or empty corpora, a size below the special tokens, file errors.
+pub fn run(command: Command) -> anyhow::Result<()> {
+    let Command::Build(args) = command;
+    if !(0.0..=1.0).contains(&args.jieba_words) {
+        bail!("--jieba-words is a share of the vocabulary, in [0, 1]");
+    }
+    let mut documents = Vec::new();
+    for path in &args.corpus {
+        documents.extend(read_corpus(path, None)?);
+    }
+    let options = VocabOptions {
+        min_count: args.min_count,
+        jieba_word_share: args.jieba_words,
+        ..VocabOptions::new(args.size)
+    };
+    let built = build_vocab(&documents, &options)?;
+    let mut text = built.tokens.join("\n");
+    text.push('\n');
+    std::fs::write(&args.out, text).with_context(|| format!("writing {}", args.out.display()))?;
+    let config_path = args.out.with_file_name("tokenizer_config.json");
+    roformer::data::vocab_builder::write_tokenizer_config(&config_path, &options.config)?;
+    let s = &built.stats;
+    let unk_share = s.unk_tokens as f64 / (s.tokens.max(1)) as f64;
+    if args.json {
+        println!(
+            "{}",
+            json!({
+                "vocab": args.out,
+                "tokenizer_config": config_path,
+                "documents": documents.len(),
+                "size": s.size,
+                "distinct_chars": s.distinct_chars,
+                "chars_in_vocab": s.chars_in_vocab,
+                "words": s.words,
+                "tokens": s.tokens,
+                "unk_tokens": s.unk_tokens,
+                "unk_share": unk_share,
+            })
+        );
+    } else {
+        println!(
+            "{} tokens from {} documents: {} of {} distinct characters, {} words; [UNK] is {:.3}% \
+             of the corpus's {} tokens",
+            s.size,
+            documents.len(),
+            s.chars_in_vocab,
+            s.distinct_chars,
+            s.words,
+            100.0 * unk_share,
+            s.tokens
+        );
+        println!("wrote {} and {}", args.out.display(), config_path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,379 @@
+//! Sequence classification fine-tuning as a [`Task`]: JSON-lines examples (a text or a text
+//! pair and a label), batches shuffled per epoch, accuracy and macro-F1 on the dev set, and
+//! the best model kept.
+//!
+//! An example is one JSON object per line: `{"text": "...", "label": "name"}`, with an
+//! optional `"text_pair"` for pair tasks. A label is a name from the label list, or an index
+//! into it.
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{Device, Tensor};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::mode::{Dropout, Mode};
+use crate::tasks::{HeadModel, RoFormerForSequenceClassification};
+use crate::tokenizer::RoFormerTokenizer;
+use crate::train::checkpoint::{model_files, write_dir_atomically};
+use crate::train::loss::{classification_loss, BatchInputs};
+use crate::train::params::Params;
+use crate::train::run::{EvalMetrics, Task};
+use crate::train::TrainError;
+
+/// One labelled example, tokenised.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Example {
+    /// `[CLS] text [SEP] (pair [SEP])`, truncated.
+    pub ids: Vec<u32>,
+    /// 0 for the first segment, 1 for the pair.
+    pub type_ids: Vec<u32>,
+    /// The label's index.
+    pub label: u32,
+}
+
+/// A line of a JSON-lines example file.
+#[derive(Debug, Deserialize)]
+struct RawExample {
+    text: String,
+    #[serde(default)]
+    text_pair: Option<String>,
+    label: serde_json::Value,
+}
+
+/// The labels of a file's examples in order of first appearance (for a label list not given
+/// explicitly).
+///
+/// # Errors
+/// As [`read_examples`].
+pub fn labels_of(path: &Path) -> Result<Vec<String>, TrainError> {
+    let mut labels: Vec<String> = Vec::new();
+    for (line, raw) in raw_examples(path)? {
+        let name = match &raw.label {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Number(n) => n.to_string(),
+            other => {
+                return Err(bad_line(
+                    path,
+                    line,
+                    format!("label {other} is neither a name nor an index"),
+                ))
+            }
+        };
+        if !labels.contains(&name) {
+            labels.push(name);
+        }
+    }
+    Ok(labels)
+}
+
+fn bad_line(path: &Path, line: usize, reason: String) -> TrainError {
+    TrainError::Examples {
+        path: path.to_path_buf(),
+        line,
+        reason,
+    }
+}
+
+fn raw_examples(path: &Path) -> Result<Vec<(usize, RawExample)>, TrainError> {
+    let text = std::fs::read_to_string(path).map_err(|source| TrainError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let raw: RawExample =
+            serde_json::from_str(line).map_err(|e| bad_line(path, i + 1, e.to_string()))?;
+        out.push((i + 1, raw));
+    }
+    if out.is_empty() {
+        return Err(bad_line(path, 0, "no example in the file".into()));
+    }
+    Ok(out)
+}
+
+/// Reads and tokenises the examples of a JSON-lines file, each cut to `max_length` tokens.
+///
+/// # Errors
+/// [`TrainError::Io`] for an unreadable file, [`TrainError::Examples`] naming the line of a
+/// malformed example or an unknown label, or for a file without examples.
+pub fn read_examples(
+    path: &Path,
+    tokenizer: &RoFormerTokenizer,
+    labels: &[String],
+    max_length: usize,
+) -> Result<Vec<Example>, TrainError> {
+    let mut out = Vec::new();
+    for (line, raw) in raw_examples(path)? {
+        let label = match &raw.label {
+            serde_json::Value::String(s) => labels.iter().position(|l| l == s),
+            serde_json::Value::Number(n) => n
+                .as_u64()
+                .map(|i| i as usize)
+                .filter(|&i| i < labels.len())
+                .or_else(|| labels.iter().position(|l| *l == n.to_string())),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            bad_line(
+                path,
+                line,
+                format!("label {} is not one of {labels:?}", raw.label),
+            )
+        })?;
+        let encoding = tokenizer
+            .encode_truncated(&raw.text, raw.text_pair.as_deref(), max_length)
+            .map_err(|e| bad_line(path, line, e.to_string()))?;
+        out.push(Example {
+            ids: encoding.ids,
+            type_ids: encoding.type_ids,
+            label: label as u32,
+        });
+    }
+    Ok(out)
+}
+
+/// Input tensors `[b, longest]` of `examples`, right-padded with `pad`, and their labels.
+fn batch_of(
+    examples: &[&Example],
+    pad: u32,
+    device: &Device,
+) -> Result<(Tensor, Tensor, Tensor, Vec<u32>), TrainError> {
+    let longest = examples
+        .iter()
+        .map(|e| e.ids.len())
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let (mut ids, mut types, mut mask) = (Vec::new(), Vec::new(), Vec::new());
+    for e in examples {
+        let n = e.ids.len();
+        ids.extend(
+            e.ids
+                .iter()
+                .copied()
+                .chain(std::iter::repeat_n(pad, longest - n)),
+        );
+        types.extend(
+            e.type_ids
+                .iter()
+                .copied()
+                .chain(std::iter::repeat_n(0, longest - n)),
+        );
+        mask.extend((0..longest).map(|i| u32::from(i < n)));
+    }
+    let shape = (examples.len(), longest);
+    Ok((
+        Tensor::from_vec(ids, shape, device)?,
+        Tensor::from_vec(types, shape, device)?,
+        Tensor::from_vec(mask, shape, device)?,
+        examples.iter().map(|e| e.label).collect(),
+    ))
+}
+
+/// Macro-averaged F1 over `classes` labels: the mean over labels of
+/// `2 tp / (2 tp + fp + fn)`, leaving out a label absent from both gold and predictions (as
+/// scikit-learn's `f1_score(average="macro")` over the labels present).
+pub fn macro_f1(gold: &[u32], predicted: &[u32], classes: usize) -> f64 {
+    let mut f1s = Vec::new();
+    for c in 0..classes as u32 {
+        let tp = gold
+            .iter()
+            .zip(predicted)
+            .filter(|(g, p)| **g == c && **p == c)
+            .count();
+        let fp = gold
+            .iter()
+            .zip(predicted)
+            .filter(|(g, p)| **g != c && **p == c)
+            .count();
+        let fnn = gold
+            .iter()
+            .zip(predicted)
+            .filter(|(g, p)| **g == c && **p != c)
+            .count();
+        if tp + fp + fnn == 0 {
+            continue;
+        }
+        f1s.push(2.0 * tp as f64 / (2 * tp + fp + fnn) as f64);
+    }
+    if f1s.is_empty() {
+        0.0
+    } else {
+        f1s.iter().sum::<f64>() / f1s.len() as f64
+    }
+}
+
+/// The settings of a fine-tuning run that its checkpoints record.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ClassifyOptions {
+    /// Training examples file.
+    pub train: PathBuf,
+    /// Dev examples file.
+    pub eval: Option<PathBuf>,
+    /// The labels in index order.
+    pub labels: Vec<String>,
+    /// Most tokens per example.
+    pub max_length: usize,
+    /// Examples per micro-batch.
+    pub batch_size: usize,
+    /// Seed of the example order.
+    pub seed: u64,
+}
+
+/// The file of the best model's directory that holds its dev metrics.
+pub const BEST_EVAL: &str = "eval.json";
+
+/// The (macro-F1, accuracy) of the best model kept in `dir`, if any: where a resumed run
+/// starts comparing.
+pub fn best_score(dir: &Path) -> Option<(f64, f64)> {
+    let text = std::fs::read_to_string(dir.join(BEST_EVAL)).ok()?;
+    let m: EvalMetrics = serde_json::from_str(&text).ok()?;
+    Some((m.macro_f1.unwrap_or(0.0), m.accuracy))
+}
+
+/// Fine-tuning a sequence classifier on trainable variables.
+pub struct ClassifyTask<'a> {
+    /// The model.
+    pub model: &'a RoFormerForSequenceClassification,
+    /// Its variables.
+    pub params: &'a Params,
+    /// Training examples.
+    pub train: Vec<Example>,
+    /// Dev examples.
+    pub eval: Vec<Example>,
+    /// The settings.
+    pub options: ClassifyOptions,
+    /// The pad id.
+    pub pad: u32,
+    /// Files saved beside the model.
+    pub tokenizer_files: Vec<(String, Vec<u8>)>,
+    /// Where the best model goes (`None`: not kept).
+    pub best_dir: Option<PathBuf>,
+    /// The best dev macro-F1 so far (then accuracy).
+    pub best: Option<(f64, f64)>,
+}
+
+impl ClassifyTask<'_> {
+    /// The examples of micro-batch `index`: sample `j` is the global sample
+    /// `g = index * B + j`, in epoch `g / n` at place `g % n` of that epoch's order (as the MLM
+    /// batches).
+    fn micro_batch(&self, index: u64) -> Vec<&Example> {
+        let n = self.train.len() as u64;
+        let b = self.options.batch_size as u64;
+        let mut current: Option<(u64, Vec<usize>)> = None;
+        let mut out = Vec::with_capacity(self.options.batch_size);
+        for j in 0..b {
+            let global = index * b + j;
+            let (epoch, place) = (global / n, (global % n) as usize);
+            if current.as_ref().is_none_or(|(e, _)| *e != epoch) {
+                current = Some((epoch, self.epoch_order(epoch)));
+            }
+            if let Some((_, order)) = &current {
+                out.push(&self.train[order[place]]);
+            }
+        }
+        out
+    }
+
+    /// The example order of `epoch`: `0..n` shuffled by ChaCha8 seeded with the run's seed, on
+    /// the stream `epoch`.
+    fn epoch_order(&self, epoch: u64) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.train.len()).collect();
+        let mut rng = ChaCha8Rng::seed_from_u64(self.options.seed);
+        rng.set_stream(epoch);
+        order.shuffle(&mut rng);
+        order
+    }
+}
+
+impl Task for ClassifyTask<'_> {
+    fn micro_batch_loss(
+        &self,
+        index: u64,
+        dropout: &Dropout,
+    ) -> Result<(Tensor, usize), TrainError> {
+        let examples = self.micro_batch(index);
+        let (ids, types, mask, labels) =
+            batch_of(&examples, self.pad, self.model.roformer().device())?;
+        let tokens = ids.elem_count();
+        let out = classification_loss(
+            self.model,
+            BatchInputs {
+                input_ids: &ids,
+                token_type_ids: Some(&types),
+                attention_mask: Some(&mask),
+            },
+            &labels,
+            Mode::Train(dropout),
+        )?;
+        Ok((out.loss, tokens))
+    }
+
+    fn evaluate(&self, step: u64) -> Result<Option<EvalMetrics>, TrainError> {
+        if self.eval.is_empty() {
+            return Ok(None);
+        }
+        let (mut loss_sum, mut gold, mut predicted) = (0.0, Vec::new(), Vec::new());
+        for chunk in self.eval.chunks(self.options.batch_size.max(1)) {
+            let refs: Vec<&Example> = chunk.iter().collect();
+            let (ids, types, mask, labels) =
+                batch_of(&refs, self.pad, self.model.roformer().device())?;
+            let out = classification_loss(
+                self.model,
+                BatchInputs {
+                    input_ids: &ids,
+                    token_type_ids: Some(&types),
+                    attention_mask: Some(&mask),
+                },
+                &labels,
+                Mode::Inference,
+            )?;
+            loss_sum += f64::from(out.loss.to_scalar::<f32>()?) * out.count as f64;
+            gold.extend(labels);
+            predicted.extend(out.predictions);
+        }
+        let count = gold.len();
+        let correct = gold.iter().zip(&predicted).filter(|(g, p)| g == p).count();
+        let loss = loss_sum / count as f64;
+        Ok(Some(EvalMetrics {
+            step,
+            loss,
+            accuracy: correct as f64 / count as f64,
+            perplexity: loss.exp(),
+            macro_f1: Some(macro_f1(&gold, &predicted, self.options.labels.len())),
+            count,
+        }))
+    }
+
+    fn model_files(&self) -> Result<Vec<(String, Vec<u8>)>, TrainError> {
+        let mut files = model_files(
+            self.model.roformer().config(),
+            &self.model.architecture_name(),
+            self.params,
+        )?;
+        files.extend(self.tokenizer_files.iter().cloned());
+        Ok(files)
+    }
+
+    fn after_eval(&mut self, metrics: &EvalMetrics) -> Result<(), TrainError> {
+        let score = (metrics.macro_f1.unwrap_or(0.0), metrics.accuracy);
+        if self.best.is_some_and(|best| best >= score) {
+            return Ok(());
+        }
+        self.best = Some(score);
+        if let Some(dir) = &self.best_dir {
+            let mut files = self.model_files()?;
+            let eval =
+                serde_json::to_vec_pretty(metrics).map_err(|e| TrainError::Save(e.to_string()))?;
+            files.push((BEST_EVAL.into(), eval));
+            write_dir_atomically(dir, &files)?;
+        }
+        Ok(())
+    }
+}

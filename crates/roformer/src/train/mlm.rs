@@ -1,0 +1,243 @@
+//! Masked-LM pre-training as a [`Task`] of the training loop: corpus to masked batches, the
+//! loss of a micro-batch, validation loss, masked-token accuracy and perplexity.
+
+use std::path::PathBuf;
+
+use candle_core::{Device, Tensor};
+use serde::{Deserialize, Serialize};
+
+use crate::config::RoFormerConfig;
+use crate::data::{
+    make_blocks, read_corpus, split_documents, tokenize_documents, BlockMode, CorpusFormat, Masker,
+    MaskingOptions, MlmBatch, MlmBatches,
+};
+use crate::mode::{Dropout, Mode};
+use crate::tasks::{HeadModel, RoFormerForMaskedLM};
+use crate::tokenizer::RoFormerTokenizer;
+use crate::train::checkpoint::model_files;
+use crate::train::loss::{mlm_loss, BatchInputs, IGNORE};
+use crate::train::params::Params;
+use crate::train::run::{EvalMetrics, Task};
+use crate::train::TrainError;
+
+/// Where the text comes from and how it becomes blocks.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MlmDataOptions {
+    /// Corpus files or directories.
+    pub corpus: Vec<PathBuf>,
+    /// Their format (`None`: detected per file).
+    #[serde(skip)]
+    pub format: Option<CorpusFormat>,
+    /// Tokens per block, `[CLS]` and `[SEP]` included.
+    pub seq_len: usize,
+    /// Packed blocks or one document per block.
+    pub packed: bool,
+    /// Share of documents (by text hash) held out for validation.
+    pub validation_fraction: f64,
+    /// Rows per micro-batch.
+    pub batch_size: usize,
+    /// Seed of the block order and of the masks.
+    pub seed: u64,
+    /// Whole-word masking over jieba words.
+    pub whole_word: bool,
+    /// Most validation batches evaluated (0: all).
+    pub max_eval_batches: usize,
+}
+
+/// The batches of a corpus and what they hold.
+#[derive(Debug)]
+pub struct MlmData {
+    /// Training batches, addressed by micro-batch index.
+    pub train: MlmBatches,
+    /// Validation batches (`None` when no document fell in the validation share).
+    pub validation: Option<MlmBatches>,
+    /// Documents read.
+    pub documents: usize,
+    /// Training and validation blocks.
+    pub blocks: (usize, usize),
+    /// Training tokens (blocks x seq_len).
+    pub train_tokens: usize,
+    /// The entropy (nats) of the training tokens' unigram distribution, special tokens left
+    /// out: `H = -sum_w p(w) ln p(w)`, the loss of the best predictor that ignores context,
+    /// the level masked-LM training must get below.
+    pub unigram_entropy: f64,
+}
+
+/// `-sum p ln p` of the non-special tokens of `blocks`.
+fn unigram_entropy(blocks: &[crate::data::Block], masker: &Masker) -> f64 {
+    let mut counts = std::collections::HashMap::<u32, u64>::new();
+    for b in blocks {
+        for &id in &b.input_ids[..b.len.min(b.input_ids.len())] {
+            if masker.is_maskable(id) {
+                *counts.entry(id).or_default() += 1;
+            }
+        }
+    }
+    let total: u64 = counts.values().sum();
+    counts
+        .values()
+        .map(|&c| {
+            let p = c as f64 / total as f64;
+            -p * p.ln()
+        })
+        .sum()
+}
+
+/// Reads, splits, tokenises (on all cores), blocks and masks a corpus.
+///
+/// # Errors
+/// [`TrainError::Data`] for unreadable or empty corpora, a corpus too short for one block,
+/// and tokenizer problems (no `[MASK]` token).
+pub fn prepare_mlm_data(
+    tokenizer: &RoFormerTokenizer,
+    options: &MlmDataOptions,
+) -> Result<MlmData, TrainError> {
+    let mut documents = Vec::new();
+    for path in &options.corpus {
+        documents.extend(read_corpus(path, options.format.as_ref())?);
+    }
+    let count = documents.len();
+    let (train_docs, validation_docs) = split_documents(documents, options.validation_fraction);
+    let masking = MaskingOptions {
+        whole_word: options.whole_word,
+        ..MaskingOptions::default()
+    };
+    let mode = if options.packed {
+        BlockMode::Packed
+    } else {
+        BlockMode::LineByLine
+    };
+    let specials = tokenizer.special_tokens();
+    let blocks_of = |docs: &[crate::data::Document]| {
+        let tokenized = tokenize_documents(tokenizer, docs);
+        make_blocks(&tokenized, mode, options.seq_len, specials)
+    };
+    let train_blocks = blocks_of(&train_docs)?;
+    let validation_blocks = blocks_of(&validation_docs)?;
+    let blocks = (train_blocks.len(), validation_blocks.len());
+    let masker = Masker::new(masking, tokenizer)?;
+    let entropy = unigram_entropy(&train_blocks, &masker);
+    let train = MlmBatches::new(train_blocks, options.batch_size, options.seed, masker)?;
+    let validation = if validation_blocks.is_empty() {
+        None
+    } else {
+        Some(MlmBatches::new(
+            validation_blocks,
+            options.batch_size,
+            options.seed,
+            Masker::new(masking, tokenizer)?,
+        )?)
+    };
+    Ok(MlmData {
+        train_tokens: blocks.0 * options.seq_len,
+        train,
+        validation,
+        documents: count,
+        blocks,
+        unigram_entropy: entropy,
+    })
+}
+
+/// The tensors of a batch on `device`.
+pub(crate) fn batch_tensors(
+    b: &MlmBatch,
+    device: &Device,
+) -> Result<(Tensor, Tensor, Tensor), TrainError> {
+    let shape = (b.batch, b.seq);
+    Ok((
+        Tensor::from_slice(&b.input_ids, shape, device)?,
+        Tensor::from_slice(&b.token_type_ids, shape, device)?,
+        Tensor::from_slice(&b.attention_mask, shape, device)?,
+    ))
+}
+
+/// Masked-LM pre-training of a model on trainable variables.
+pub struct MlmTask<'a> {
+    /// The model.
+    pub model: &'a RoFormerForMaskedLM,
+    /// Its variables.
+    pub params: &'a Params,
+    /// The batches.
+    pub data: MlmData,
+    /// Most validation batches evaluated (0: all).
+    pub max_eval_batches: usize,
+    /// Files saved beside the model (`vocab.txt`, `tokenizer_config.json`).
+    pub tokenizer_files: Vec<(String, Vec<u8>)>,
+}
+
+impl MlmTask<'_> {
+    fn config(&self) -> &RoFormerConfig {
+        self.model.roformer().config()
+    }
+}
+
+impl Task for MlmTask<'_> {
+    fn micro_batch_loss(
+        &self,
+        index: u64,
+        dropout: &Dropout,
+    ) -> Result<(Tensor, usize), TrainError> {
+        let b = self.data.train.batch(index);
+        let (ids, types, mask) = batch_tensors(&b, self.model.roformer().device())?;
+        let out = mlm_loss(
+            self.model,
+            BatchInputs {
+                input_ids: &ids,
+                token_type_ids: Some(&types),
+                attention_mask: Some(&mask),
+            },
+            &b.labels,
+            Mode::Train(dropout),
+        )?;
+        Ok((out.loss, b.batch * b.seq))
+    }
+
+    fn evaluate(&self, step: u64) -> Result<Option<EvalMetrics>, TrainError> {
+        let Some(validation) = &self.data.validation else {
+            return Ok(None);
+        };
+        let limit = if self.max_eval_batches == 0 {
+            usize::MAX
+        } else {
+            self.max_eval_batches
+        };
+        let (mut loss_sum, mut count, mut correct) = (0.0, 0, 0);
+        for b in validation.eval_batches().take(limit) {
+            if b.labels.iter().all(|&l| l == IGNORE) {
+                continue;
+            }
+            let (ids, types, mask) = batch_tensors(&b, self.model.roformer().device())?;
+            let out = mlm_loss(
+                self.model,
+                BatchInputs {
+                    input_ids: &ids,
+                    token_type_ids: Some(&types),
+                    attention_mask: Some(&mask),
+                },
+                &b.labels,
+                Mode::Inference,
+            )?;
+            loss_sum += f64::from(out.loss.to_scalar::<f32>()?) * out.count as f64;
+            count += out.count;
+            correct += out.correct;
+        }
+        if count == 0 {
+            return Ok(None);
+        }
+        let loss = loss_sum / count as f64;
+        Ok(Some(EvalMetrics {
+            step,
+            loss,
+            accuracy: correct as f64 / count as f64,
+            perplexity: loss.exp(),
+            macro_f1: None,
+            count,
+        }))
+    }
+
+    fn model_files(&self) -> Result<Vec<(String, Vec<u8>)>, TrainError> {
+        let mut files = model_files(self.config(), &self.model.architecture_name(), self.params)?;
+        files.extend(self.tokenizer_files.iter().cloned());
+        Ok(files)
+    }
+}
