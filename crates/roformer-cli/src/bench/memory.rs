@@ -1,4 +1,4 @@
-//! Resident memory of this process, from Linux's `/proc/self/status`.
+//! Resident memory and CPU time of this process, from Linux's `/proc/self`.
 
 use anyhow::Context;
 
@@ -30,4 +30,25 @@ pub fn proc_status(field: &str) -> anyhow::Result<u64> {
 pub fn reset_peak() -> anyhow::Result<()> {
     std::fs::write("/proc/self/clear_refs", "5")
         .context("resetting VmHWM via /proc/self/clear_refs")
+}
+
+/// The CPU time this process (all its threads) has used, user and system, in seconds, from
+/// `/proc/self/stat` (clock ticks of 1/100 s, Linux's `USER_HZ`).
+///
+/// # Errors
+/// Off Linux, or when the file cannot be parsed.
+pub fn cpu_seconds() -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").context("reading /proc/self/stat")?;
+    // Fields after the command name (which is in parentheses and may hold spaces): state is
+    // field 3, utime 14 and stime 15.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .context("parsing /proc/self/stat")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| -> anyhow::Result<f64> {
+        let f = fields.get(i).context("short /proc/self/stat")?;
+        Ok(f.parse::<u64>().with_context(|| format!("parsing {f:?}"))? as f64)
+    };
+    Ok((ticks(11)? + ticks(12)?) / 100.0)
 }

@@ -4,7 +4,8 @@
 //! 1. forward in training mode (dropout as the config sets it, 0.1 by default, drawn from a
 //!    seeded generator) and the MLM loss over the labelled tokens ([`mlm_loss`]);
 //! 2. `loss.backward()`;
-//! 3. the gradients clipped to global norm 1 and an AdamW step (lr 1e-4, weight decay 0.01).
+//! 3. the gradients gathered from candle's store ([`Gradients::from_store`]), clipped to global
+//!    norm 1, and an AdamW step (lr 1e-4, weight decay 0.01, torch's betas and epsilon).
 //!
 //! The configs are those of `bench model` (`small` is the peer script's,
 //! `shared/peers/roformer_train_bench.py`: transformers' `RoFormerForMaskedLM` with
@@ -28,24 +29,33 @@ use anyhow::{bail, ensure, Context, Result};
 use candle_core::{Device, Tensor};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use roformer::optim::{AdamW, AdamWConfig, Gradients};
 use roformer::train::{build_trainable, mlm_loss, BatchInputs, IGNORE};
 use roformer::{Dropout, Mode, RoFormerForMaskedLM};
 use serde::{Deserialize, Serialize};
 
 use super::alloc::{self, WARM_ENV};
-use super::memory::proc_status;
+use super::memory::{cpu_seconds, proc_status};
 use super::model::{parse_shape, ConfigName};
 use super::timing::Stats;
 
 /// The fraction of positions labelled, as in the peer script.
 const LABELLED: f64 = 0.15;
 
+/// The learning rate and weight decay of the peer script's `torch.optim.AdamW`.
+const LR: f64 = 1e-4;
+const WEIGHT_DECAY: f64 = 0.01;
+
+/// The global gradient norm the step clips to.
+const MAX_GRAD_NORM: f64 = 1.0;
+
 /// Arguments of `roformer bench train`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// One JSON object per shape and line: impl, config, batch, seq, labelled, steps, step_s
     /// (median), p10_s, p90_s, forward_s, backward_s, optimizer_s (medians), tokens_per_s,
-    /// peak_rss_bytes, params, threads, malloc_warm, first_loss, last_loss.
+    /// cpu_s (CPU seconds per step), peak_rss_bytes, params, threads, malloc_warm, first_loss,
+    /// last_loss.
     #[arg(long)]
     json: bool,
     /// Model size (tiny is a smoke test).
@@ -90,6 +100,9 @@ struct Measurement {
     optimizer_s: f64,
     /// `batch * seq / step_s`.
     tokens_per_s: f64,
+    /// CPU seconds (all threads) per timed step, on average: the work a step costs, which a
+    /// busy machine inflates less than the wall time.
+    cpu_s: f64,
     /// Peak resident set of the child process, bytes.
     peak_rss_bytes: u64,
     /// Trainable scalars.
@@ -129,6 +142,7 @@ fn batch_data(batch: usize, seq: usize, vocab: usize) -> Result<(Tensor, Vec<i64
 struct Trainer {
     model: RoFormerForMaskedLM,
     params: roformer::train::Params,
+    optimizer: AdamW,
     dropout: Dropout,
     ids: Tensor,
     labels: Vec<i64>,
@@ -148,9 +162,18 @@ impl Trainer {
         let cfg = config.config()?;
         let built = build_trainable::<RoFormerForMaskedLM>(&cfg, None, 0, &Device::Cpu)?;
         let (ids, labels) = batch_data(batch, seq, cfg.vocab_size)?;
+        let optimizer = AdamW::new(
+            built.params.vars().to_vec(),
+            AdamWConfig {
+                lr: LR,
+                weight_decay: WEIGHT_DECAY,
+                ..AdamWConfig::default()
+            },
+        )?;
         Ok(Trainer {
             model: built.model,
             params: built.params,
+            optimizer,
             dropout: Dropout::seeded(0),
             ids,
             labels,
@@ -173,9 +196,11 @@ impl Trainer {
         let t1 = Instant::now();
         let grads = out.loss.backward()?;
         let t2 = Instant::now();
-        // The optimiser step (global-norm clipping and AdamW) comes with roformer::optim.
-        let _ = &self.params;
+        let mut gradients = Gradients::from_store(&grads, self.params.vars())?;
         drop(grads);
+        gradients.clip_global_norm(MAX_GRAD_NORM)?;
+        self.optimizer.step(&gradients, LR)?;
+        drop(gradients);
         let t3 = Instant::now();
         let loss = out.loss.to_scalar::<f32>()?;
         drop(out);
@@ -220,6 +245,7 @@ fn run_child(spec: &str, args: &Args) -> Result<()> {
     let (mut total, mut forward, mut backward, mut optimizer) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut last_loss = f32::NAN;
+    let cpu_start = cpu_seconds()?;
     let start = Instant::now();
     while total.len() < args.min_steps as usize || start.elapsed().as_secs_f64() < args.seconds {
         let s = trainer.step()?;
@@ -230,6 +256,7 @@ fn run_child(spec: &str, args: &Args) -> Result<()> {
         backward.push(s.backward);
         optimizer.push(s.optimizer);
     }
+    let cpu_s = (cpu_seconds()? - cpu_start) / total.len() as f64;
     let stats = Stats::from_samples(total, 1);
     let m = Measurement {
         batch,
@@ -243,6 +270,7 @@ fn run_child(spec: &str, args: &Args) -> Result<()> {
         backward_s: median(&backward),
         optimizer_s: median(&optimizer),
         tokens_per_s: (batch * seq) as f64 / stats.median,
+        cpu_s,
         peak_rss_bytes: proc_status("VmHWM:")?,
         params: trainer.params.element_count(),
         threads: rayon::current_num_threads(),
