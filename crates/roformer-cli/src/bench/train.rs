@@ -328,13 +328,15 @@ pub fn run(args: Args) -> Result<()> {
     if !args.json {
         writeln!(
             out,
-            "RoFormerForMaskedLM training steps ({} config), f32, warm allocator, \
+            "RoFormerForMaskedLM training steps ({} config), f32, {} thread(s), warm allocator, \
              child process per shape",
-            args.config.name()
+            args.config.name(),
+            args.threads
+                .map_or_else(rayon::current_num_threads, |n| n as usize)
         )?;
         writeln!(
             out,
-            "{:>5} {:>5} {:>8} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}",
+            "{:>5} {:>5} {:>8} {:>5} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9} {:>11}",
             "batch",
             "seq",
             "labelled",
@@ -343,6 +345,7 @@ pub fn run(args: Args) -> Result<()> {
             "fwd_ms",
             "bwd_ms",
             "optim_ms",
+            "cpu_s",
             "tokens/s",
             "peak_MiB",
             "loss"
@@ -361,7 +364,7 @@ pub fn run(args: Args) -> Result<()> {
         } else {
             writeln!(
                 out,
-                "{:>5} {:>5} {:>8} {:>5} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.0} {:>9.0} {:>8}",
+                "{:>5} {:>5} {:>8} {:>5} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>7.2} {:>9.0} {:>9.0} {:>11}",
                 batch,
                 seq,
                 m.labelled,
@@ -370,6 +373,7 @@ pub fn run(args: Args) -> Result<()> {
                 m.forward_s * 1e3,
                 m.backward_s * 1e3,
                 m.optimizer_s * 1e3,
+                m.cpu_s,
                 m.tokens_per_s,
                 m.peak_rss_bytes as f64 / f64::from(1 << 20),
                 format!("{:.2}->{:.2}", m.first_loss, m.last_loss)

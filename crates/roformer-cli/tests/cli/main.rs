@@ -6,6 +6,7 @@ mod bench_attention;
 mod bench_model;
 mod bench_rope;
 mod bench_rope_variants;
+mod bench_train;
 mod common;
 mod embed;
 mod fill_mask;
