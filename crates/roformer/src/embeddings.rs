@@ -19,6 +19,7 @@ use crate::config::{PositionEmbeddingType, RoFormerConfig};
 use crate::error::{ModelError, Result};
 use crate::mode::Mode;
 use crate::norm::Norm;
+use crate::train;
 
 /// The positions table added to the word embeddings, if any.
 #[derive(Debug, Clone)]
@@ -168,18 +169,26 @@ impl Embeddings {
         mode: Mode<'_>,
     ) -> Result<Tensor> {
         let (b, t) = input_ids.dims2()?;
-        let words = self.word.forward(input_ids)?;
-        let types = match token_type_ids {
-            Some(t) => self.token_type.forward(t)?,
-            None => {
-                let e = self.token_type.embeddings().dim(D::Minus1)?;
-                self.token_type
-                    .embeddings()
-                    .narrow(0, 0, 1)?
-                    .reshape((1, 1, e))?
-            }
+        let (word, types) = (self.word.embeddings(), self.token_type.embeddings());
+        let mut sum = if mode.is_train() && train::ops::all_cpu_f32(&[word, types]) {
+            // One op, whose backward scatters into each table once.
+            let ids = input_ids.flatten_all()?.to_vec1::<u32>()?;
+            let type_ids = match token_type_ids {
+                Some(t) => Some(t.flatten_all()?.to_vec1::<u32>()?),
+                None => None,
+            };
+            train::ops::embedding::embed(word, types, ids, type_ids, (b, t))?
+        } else {
+            let words = self.word.forward(input_ids)?;
+            let types = match token_type_ids {
+                Some(t) => self.token_type.forward(t)?,
+                None => {
+                    let e = types.dim(D::Minus1)?;
+                    types.narrow(0, 0, 1)?.reshape((1, 1, e))?
+                }
+            };
+            words.broadcast_add(&types)?
         };
-        let mut sum = words.broadcast_add(&types)?;
         if let Some(p) = self.position_embeddings(positions, b, t, input_ids.device())? {
             sum = sum.broadcast_add(&p.to_dtype(sum.dtype())?)?;
         }

@@ -11,7 +11,7 @@
 
 use std::sync::OnceLock;
 
-use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Storage, Tensor};
 use candle_nn::{Linear, Module};
 use rayon::prelude::*;
 
@@ -122,18 +122,29 @@ impl LinearOp {
     ) -> candle_core::Result<(Tensor, Tensor, Option<Tensor>)> {
         let (out_dim, in_dim) = w.dims2()?;
         let rows = x.elem_count() / in_dim.max(1);
-        let du = with_f32(g, "linear backward", |g| {
-            let mut du = g.to_vec();
-            if self.gelu {
-                let pre = self.pre.get().ok_or_else(|| {
-                    candle_core::Error::Msg("linear backward: no saved pre-activation".into())
-                })?;
-                du.par_chunks_mut(PASS_CHUNK)
-                    .zip(pre.par_chunks(PASS_CHUNK))
-                    .for_each(|(d, u)| gelu_backward(d, u));
-            }
-            Ok(du)
-        })?;
+        let gelu_du;
+        let g = g.contiguous()?;
+        let (g_storage, g_layout) = g.storage_and_layout();
+        let Storage::Cpu(g_cpu) = &*g_storage else {
+            return Err(candle_core::Error::Msg(
+                "linear backward: expected a CPU gradient".into(),
+            ));
+        };
+        let g = f32_slice(g_cpu, g_layout, "linear backward")?;
+        // du = g (borrowed), or g * gelu'(u) in a new buffer.
+        let du: &[f32] = if self.gelu {
+            let pre = self.pre.get().ok_or_else(|| {
+                candle_core::Error::Msg("linear backward: no saved pre-activation".into())
+            })?;
+            let mut d = vec![0f32; g.len()];
+            d.par_chunks_mut(PASS_CHUNK)
+                .zip(g.par_chunks(PASS_CHUNK).zip(pre.par_chunks(PASS_CHUNK)))
+                .for_each(|(d, (g, u))| gelu_backward(d, g, u));
+            gelu_du = d;
+            &gelu_du
+        } else {
+            g
+        };
         let dx = with_f32(w, "linear backward", |w| {
             let mut dx = vec![0f32; rows * in_dim];
             product(
@@ -141,7 +152,7 @@ impl LinearOp {
                 Dst::Slice(&mut dx),
                 (0, in_dim),
                 false,
-                Mat::rows(&du, out_dim),
+                Mat::rows(du, out_dim),
                 Mat::rows(w, in_dim),
                 1.0,
                 true,
@@ -155,7 +166,7 @@ impl LinearOp {
                 Dst::Slice(&mut dw),
                 (0, in_dim),
                 false,
-                Mat::rows(&du, out_dim).t(),
+                Mat::rows(du, out_dim).t(),
                 Mat::rows(x, in_dim),
                 1.0,
                 true,
@@ -163,7 +174,7 @@ impl LinearOp {
             Ok(dw)
         })?;
         let db = if with_bias {
-            Some(tensor(column_sums(&du, out_dim), &Shape::from(out_dim))?)
+            Some(tensor(column_sums(du, out_dim), &Shape::from(out_dim))?)
         } else {
             None
         };
@@ -196,11 +207,11 @@ fn column_sums(x: &[f32], width: usize) -> Vec<f32> {
 }
 
 multiversion! {
-    /// `d <- d * gelu'(u)` with `gelu'(u) = Phi(u) + u phi(u)` (erf by Abramowitz and Stegun's
+    /// `d = g * gelu'(u)` with `gelu'(u) = Phi(u) + u phi(u)` (erf by Abramowitz and Stegun's
     /// 7.1.26, absolute error below 1.5e-7, as the forward).
-    fn gelu_backward(d: &mut [f32], u: &[f32]) {
+    fn gelu_backward(d: &mut [f32], g: &[f32], u: &[f32]) {
         const INV_SQRT_2PI: f32 = 0.398_942_3;
-        for (g, &x) in d.iter_mut().zip(u) {
+        for ((d, &g), &x) in d.iter_mut().zip(g).zip(u) {
             let z = x * std::f32::consts::FRAC_1_SQRT_2;
             let a = z.abs();
             let t = 1.0 / (1.0 + 0.327_591_1 * a);
@@ -212,7 +223,7 @@ multiversion! {
             let erf_abs = 1.0 - poly * gauss;
             let erf = if z < 0.0 { -erf_abs } else { erf_abs };
             // exp(-x^2 / 2) = exp(-z^2), already computed.
-            *g *= 0.5 * (1.0 + erf) + x * INV_SQRT_2PI * gauss;
+            *d = g * (0.5 * (1.0 + erf) + x * INV_SQRT_2PI * gauss);
         }
     }
 }

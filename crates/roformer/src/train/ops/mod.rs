@@ -16,7 +16,9 @@
 //!   from q and k and the saved row statistics;
 //! - [`dropout`]: dropout from a packed keep mask, alone or fused with the residual add;
 //! - [`cross_entropy`]: mean cross entropy over rows of logits with targets, and the arg-max,
-//!   in one pass; backward `(softmax - onehot) / n`.
+//!   in one pass; backward `(softmax - onehot) / n`;
+//! - [`embedding`]: the word and token-type lookups and their sum; backward one scatter of the
+//!   rows' gradients into each (zeroed) table.
 //!
 //! Each runs only on contiguous f32 CPU tensors; callers keep the composite path for anything
 //! else (and the tests compare the two).
@@ -24,6 +26,7 @@
 pub(crate) mod attention;
 pub(crate) mod cross_entropy;
 pub(crate) mod dropout;
+pub(crate) mod embedding;
 pub(crate) mod linear;
 #[cfg(test)]
 mod tests;

@@ -273,3 +273,37 @@ fn cross_entropy_matches_log_softmax_with_gradients() {
     assert!(cross_entropy(logits.as_tensor(), &[40, 0, 0, 0, 0, 0]).is_err());
     assert!(cross_entropy(logits.as_tensor(), &[0]).is_err());
 }
+
+#[test]
+fn embedding_matches_index_select_with_gradients() {
+    let mut rng = StdRng::seed_from_u64(6);
+    let (word, types) = (var(&mut rng, &[11, 70]), var(&mut rng, &[3, 70]));
+    // Repeated ids: their gradient rows add up.
+    let ids: Vec<u32> = vec![4, 0, 10, 4, 4, 7];
+    for type_ids in [None, Some(vec![0u32, 2, 1, 1, 0, 2])] {
+        let fused = super::embedding::embed(
+            word.as_tensor(),
+            types.as_tensor(),
+            ids.clone(),
+            type_ids.clone(),
+            (2, 3),
+        )
+        .unwrap();
+        let index = Tensor::from_slice(&ids, 6, &Device::Cpu).unwrap();
+        let type_index =
+            Tensor::from_vec(type_ids.clone().unwrap_or(vec![0; 6]), 6, &Device::Cpu).unwrap();
+        let reference = (word.as_tensor().index_select(&index, 0).unwrap()
+            + types.as_tensor().index_select(&type_index, 0).unwrap())
+        .unwrap()
+        .reshape((2, 3, 70))
+        .unwrap();
+        assert_eq!(max_diff(&fused, &reference), 0.0);
+        let gf = weighted_sum(&fused, 2).backward().unwrap();
+        let gr = weighted_sum(&reference, 2).backward().unwrap();
+        for v in [&word, &types] {
+            assert!(max_diff(gf.get(v).unwrap(), gr.get(v).unwrap()) < 1e-6);
+        }
+    }
+    let bad = super::embedding::embed(word.as_tensor(), types.as_tensor(), vec![11], None, (1, 1));
+    assert!(bad.is_err());
+}
