@@ -17,6 +17,11 @@
 //! kept apart from the projections so that other attention kinds can take its place.
 //! With `attention_type: linear` in the config, [`crate::linear_attention`] takes it (eq. 19,
 //! on unrotated q and k, which it rotates after the feature map).
+//!
+//! In training on the CPU in f32, softmax attention runs as one fused op from the token-major
+//! projections to the token-major context (rotation, scores, mask, softmax, dropout and context
+//! per (sequence, head, tile of query rows), with its own backward; see `train::ops`), and
+//! the dense layers as fused ops too ([`dense`]).
 
 use candle_core::{Tensor, D};
 use candle_nn::{Linear, Module, VarBuilder};

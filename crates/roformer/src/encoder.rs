@@ -9,7 +9,9 @@
 //!
 //! At inference ([`Mode::Inference`]) on the CPU in f32 with rotary softmax attention the stack
 //! runs as the fused passes of `fused`; in training ([`Mode::Train`]), and elsewhere, layer by
-//! layer, op by op, as written above, every op carrying gradients.
+//! layer, as written above, every op carrying gradients (in training on the CPU in f32 through
+//! the fused training ops of `train::ops`: a dense layer with its activation, the attention,
+//! dropout with the residual add are one op each).
 
 use candle_core::Tensor;
 use candle_nn::{Linear, VarBuilder};

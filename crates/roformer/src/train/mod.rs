@@ -1,9 +1,12 @@
 //! Training: the model on trainable variables, its losses, and checkpoints written as
 //! Hugging Face directories.
 //!
-//! The forward passes run in [`crate::Mode::Train`]: op by op, every op carrying gradients
-//! (the fused inference path keeps no gradient history and is never taken), with dropout
-//! drawn from a seeded [`crate::Dropout`].
+//! The forward passes run in [`crate::Mode::Train`]: layer by layer, every op carrying
+//! gradients (the fused inference path keeps no gradient history and is never taken), with
+//! dropout drawn from a seeded [`crate::Dropout`]. On the CPU in f32 the heavy steps (dense
+//! layers, attention, dropout with the residual add, the embedding lookup, the cross entropy)
+//! are fused ops with hand-written backward passes (`ops`, crate-private); elsewhere candle's
+//! differentiable primitives, which the ops are tested against.
 
 pub mod checkpoint;
 pub mod classify;
