@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::RoFormerConfig;
 use crate::data::{
-    make_blocks, read_corpus, split_documents, tokenize_documents, BlockMode, CorpusFormat, Masker,
-    MaskingOptions, MlmBatch, MlmBatches,
+    make_blocks, read_corpus, split_documents, tokenize_documents, with_simplified, BlockMode,
+    CorpusFormat, Masker, MaskingOptions, MlmBatch, MlmBatches,
 };
 use crate::mode::{Dropout, Mode};
 use crate::tasks::{HeadModel, RoFormerForMaskedLM};
@@ -42,6 +42,11 @@ pub struct MlmDataOptions {
     pub whole_word: bool,
     /// Most validation batches evaluated (0: all).
     pub max_eval_batches: usize,
+    /// Also train (and validate) on the simplified copy of every document that has
+    /// traditional characters ([`crate::data::with_simplified`]); a copy goes to its original's
+    /// side of the split.
+    #[serde(default)]
+    pub also_simplified: bool,
 }
 
 /// The batches of a corpus and what they hold.
@@ -97,7 +102,12 @@ pub fn prepare_mlm_data(
         documents.extend(read_corpus(path, options.format.as_ref())?);
     }
     let count = documents.len();
-    let (train_docs, validation_docs) = split_documents(documents, options.validation_fraction);
+    let (mut train_docs, mut validation_docs) =
+        split_documents(documents, options.validation_fraction);
+    if options.also_simplified {
+        train_docs = with_simplified(train_docs);
+        validation_docs = with_simplified(validation_docs);
+    }
     let masking = MaskingOptions {
         whole_word: options.whole_word,
         ..MaskingOptions::default()
