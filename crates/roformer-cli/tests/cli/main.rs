@@ -7,6 +7,7 @@ mod bench_model;
 mod bench_rope;
 mod bench_rope_variants;
 mod common;
+mod default_model;
 mod embed;
 mod fill_mask;
 mod forward;

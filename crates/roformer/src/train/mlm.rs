@@ -251,3 +251,58 @@ impl Task for MlmTask<'_> {
         Ok(files)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::{build_vocab, is_validation, read_corpus, VocabOptions};
+
+    #[test]
+    fn simplified_copies_double_both_sides_of_the_split() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/poetry");
+        let docs = with_simplified(read_corpus(&dir, None).unwrap());
+        let options = VocabOptions::new(3000);
+        let built = build_vocab(&docs, &options).unwrap();
+        let tokenizer = RoFormerTokenizer::new(built.vocab(), options.config.clone()).unwrap();
+        let data = |also_simplified| {
+            prepare_mlm_data(
+                &tokenizer,
+                &MlmDataOptions {
+                    corpus: vec![dir.clone()],
+                    format: None,
+                    seq_len: 32,
+                    packed: true,
+                    validation_fraction: 0.3,
+                    batch_size: 4,
+                    seed: 0,
+                    whole_word: false,
+                    max_eval_batches: 0,
+                    also_simplified,
+                },
+            )
+            .unwrap()
+        };
+        let (one, both) = (data(false), data(true));
+        assert_eq!(one.documents, both.documents);
+        assert!(
+            both.blocks.0 > one.blocks.0 * 3 / 2,
+            "{:?} {:?}",
+            one.blocks,
+            both.blocks
+        );
+        assert!(
+            both.blocks.1 > one.blocks.1,
+            "{:?} {:?}",
+            one.blocks,
+            both.blocks
+        );
+        // The copy of a held-out poem is held out too, though its own hash may say otherwise.
+        let originals = read_corpus(&dir, None).unwrap();
+        let (_, held_out) = split_documents(originals, 0.3);
+        let copies = with_simplified(held_out.clone());
+        assert!(copies.len() > held_out.len());
+        assert!(copies[held_out.len()..]
+            .iter()
+            .any(|c| !is_validation(&c.text, 0.3)));
+    }
+}
