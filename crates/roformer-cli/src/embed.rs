@@ -16,7 +16,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use candle_core::{DType, Device, Tensor};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use roformer::{Encoding, ModelDir, RoFormerModel, RoFormerTokenizer};
+use roformer::{Encoding, RoFormerModel};
+
+use crate::default_model;
 
 /// How a text's token states become one vector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -42,9 +44,9 @@ pub enum InputFormat {
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Checkpoint directory: config.json, model.safetensors (or pytorch_model.bin), vocab.txt
-    /// and, if present, tokenizer_config.json.
+    /// and, if present, tokenizer_config.json [default: the built-in poetry model]
     #[arg(long)]
-    model: PathBuf,
+    model: Option<PathBuf>,
     /// How token states are pooled into one vector.
     #[arg(long, value_enum, default_value_t = Pooling::Mean)]
     pooling: Pooling,
@@ -104,10 +106,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         bail!("{}: no text to embed", args.input.display());
     }
 
-    let tokenizer = RoFormerTokenizer::from_dir(&args.model)
-        .with_context(|| format!("loading the tokenizer of {}", args.model.display()))?;
-    let dir = ModelDir::open(&args.model)
-        .with_context(|| format!("loading the model in {}", args.model.display()))?;
+    let tokenizer = default_model::tokenizer(args.model.as_deref())?;
+    let dir = default_model::model_dir(args.model.as_deref())?;
     let model = dir.load::<RoFormerModel>(DType::F32, &Device::Cpu)?.model;
 
     let encodings = texts

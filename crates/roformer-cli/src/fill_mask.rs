@@ -8,18 +8,21 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{bail, ensure, Context};
+use anyhow::{bail, ensure};
 use candle_core::{DType, Device, Tensor};
-use roformer::{HeadModel, ModelDir, RoFormerForMaskedLM, RoFormerTokenizer};
+use roformer::{HeadModel, RoFormerForMaskedLM};
+
+use crate::default_model;
 use serde::Serialize;
 
 /// Arguments of `roformer fill-mask`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Checkpoint directory: config.json, model.safetensors (or pytorch_model.bin) with a
-    /// masked-LM head, vocab.txt and, if present, tokenizer_config.json.
+    /// masked-LM head, vocab.txt and, if present, tokenizer_config.json [default: the
+    /// built-in poetry model]
     #[arg(long)]
-    model: PathBuf,
+    model: Option<PathBuf>,
     /// How many tokens to list per mask.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     top_k: u32,
@@ -57,8 +60,7 @@ struct Report<'a> {
 
 /// Predicts the tokens behind each mask of the text and prints them.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let tokenizer = RoFormerTokenizer::from_dir(&args.model)
-        .with_context(|| format!("loading the tokenizer of {}", args.model.display()))?;
+    let tokenizer = default_model::tokenizer(args.model.as_deref())?;
     let mask_id = tokenizer.mask_token_id()?;
     let encoding = tokenizer.encode(&args.text);
     let positions: Vec<usize> = (0..encoding.len())
@@ -71,8 +73,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
 
-    let dir = ModelDir::open(&args.model)
-        .with_context(|| format!("loading the model in {}", args.model.display()))?;
+    let dir = default_model::model_dir(args.model.as_deref())?;
     ensure!(
         dir.checkpoint.has_mlm_head(),
         "{} has no masked-LM head (no cls.predictions.* tensors): fill-mask needs a checkpoint \

@@ -6,7 +6,9 @@
 mod analyze;
 mod bench;
 mod classify;
+mod default_model;
 mod embed;
+mod eval;
 mod fill_mask;
 mod forward;
 mod plot;
@@ -49,6 +51,9 @@ enum Command {
     /// Build a vocabulary from a corpus.
     #[command(subcommand)]
     Vocab(vocab::Command),
+    /// Evaluate a masked LM on held-out documents.
+    #[command(subcommand)]
+    Eval(eval::Command),
     /// Pre-train a masked LM or fine-tune a classifier.
     #[command(subcommand)]
     Train(train::Command),
@@ -67,6 +72,7 @@ fn main() -> ExitCode {
         Command::Embed(a) => embed::run(a),
         Command::Analyze(c) => analyze::run(c),
         Command::Vocab(c) => vocab::run(c),
+        Command::Eval(c) => eval::run(c),
         Command::Train(c) => train::run(c),
         Command::Classify(a) => classify::run(a),
     };

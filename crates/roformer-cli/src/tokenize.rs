@@ -3,15 +3,17 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::Context;
-use roformer::{Encoding, RoFormerTokenizer};
+use roformer::Encoding;
+
+use crate::default_model;
 
 /// Arguments of `roformer tokenize`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Checkpoint directory: vocab.txt and, if present, tokenizer_config.json.
+    /// Checkpoint directory: vocab.txt and, if present, tokenizer_config.json [default: the
+    /// built-in poetry model]
     #[arg(long)]
-    model: PathBuf,
+    model: Option<PathBuf>,
     /// One JSON object per text and line: {"input_ids", "tokens", "offsets"}; offsets are
     /// [start, end) char ranges in the text, [0, 0] for [CLS] and [SEP].
     #[arg(long)]
@@ -26,8 +28,7 @@ pub struct Args {
 
 /// Prints the ids of each text on a line of its own (space-separated), or JSON lines.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let tokenizer = RoFormerTokenizer::from_dir(&args.model)
-        .with_context(|| format!("loading the tokenizer of {}", args.model.display()))?;
+    let tokenizer = default_model::tokenizer(args.model.as_deref())?;
     let mut out = std::io::stdout().lock();
     for text in &args.texts {
         let encoding = match args.max_length {

@@ -33,6 +33,10 @@ pub struct BuildArgs {
     /// only).
     #[arg(long, default_value_t = 0.0)]
     jieba_words: f64,
+    /// Add a simplified copy of every document with traditional characters (`fast2s`), so
+    /// that the vocabulary covers both scripts.
+    #[arg(long)]
+    also_simplified: bool,
     /// The file to write (a `tokenizer_config.json` is written beside it).
     #[arg(long)]
     out: PathBuf,
@@ -53,6 +57,9 @@ pub fn run(command: Command) -> anyhow::Result<()> {
     let mut documents = Vec::new();
     for path in &args.corpus {
         documents.extend(read_corpus(path, None)?);
+    }
+    if args.also_simplified {
+        documents = roformer::data::with_simplified(documents);
     }
     let options = VocabOptions {
         min_count: args.min_count,

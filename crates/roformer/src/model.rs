@@ -228,6 +228,24 @@ impl ModelDir {
         })
     }
 
+    /// A model directory held in memory: the text of `config.json` and the bytes of
+    /// `model.safetensors` (for instance built into a binary with `include_bytes!`). `dir` only
+    /// names the model in messages; nothing is read from the file system.
+    ///
+    /// # Errors
+    /// The errors of [`RoFormerConfig::from_json_str`] and
+    /// [`Checkpoint::from_safetensors_bytes`].
+    pub fn from_memory(dir: PathBuf, config_json: &str, safetensors: Vec<u8>) -> Result<ModelDir> {
+        let config = RoFormerConfig::from_json_str(config_json)?;
+        let checkpoint =
+            Checkpoint::from_safetensors_bytes(dir.join(CHECKPOINT_FILES[0]), safetensors)?;
+        Ok(ModelDir {
+            dir,
+            config,
+            checkpoint,
+        })
+    }
+
     /// Builds model type `M` from the checkpoint, in `dtype` on `device`, checking every
     /// tensor first.
     ///

@@ -101,41 +101,75 @@ impl Checkpoint {
             reason,
         };
         let bytes = std::fs::read(path).map_err(io)?;
-        let (format, source, shapes): (_, _, BTreeMap<String, Vec<usize>>) =
-            if bytes.starts_with(b"PK\x03\x04") {
-                drop(bytes);
-                let pth = PthTensors::new(path, None).map_err(|e| corrupt(e.to_string()))?;
-                let shapes = pth
-                    .tensor_infos()
-                    .iter()
-                    .map(|(name, info)| (name.clone(), info.layout.dims().to_vec()))
-                    .collect();
-                (Format::Pickle, Source::Pickle(pth), shapes)
-            } else {
-                let st = BufferedSafetensors::new(bytes).map_err(|e| {
-                    corrupt(format!(
-                        "{e} (expected safetensors, or a zip archive written by torch.save)"
-                    ))
-                })?;
-                let shapes = st
-                    .tensors()
-                    .into_iter()
-                    .map(|(name, view)| (name, view.shape().to_vec()))
-                    .collect();
-                (Format::Safetensors, Source::Safetensors(st), shapes)
-            };
+        let (format, source, shapes): (_, _, BTreeMap<String, Vec<usize>>) = if bytes
+            .starts_with(b"PK\x03\x04")
+        {
+            drop(bytes);
+            let pth = PthTensors::new(path, None).map_err(|e| corrupt(e.to_string()))?;
+            let shapes = pth
+                .tensor_infos()
+                .iter()
+                .map(|(name, info)| (name.clone(), info.layout.dims().to_vec()))
+                .collect();
+            (Format::Pickle, Source::Pickle(pth), shapes)
+        } else {
+            return Self::from_safetensors_bytes(path, bytes).map_err(|e| match e {
+                ModelError::CorruptCheckpoint { path, reason } => ModelError::CorruptCheckpoint {
+                    path,
+                    reason: format!(
+                        "{reason} (expected safetensors, or a zip archive written by \
+                                 torch.save)"
+                    ),
+                },
+                other => other,
+            });
+        };
+        Ok(Self::assemble(path.to_path_buf(), format, shapes, source))
+    }
+
+    /// A checkpoint from the bytes of a safetensors file held in memory (for instance a model
+    /// built into a binary with `include_bytes!`). `path` only names it in messages and in
+    /// [`Checkpoint::path`]; nothing is read from the file system.
+    ///
+    /// # Errors
+    /// [`ModelError::CorruptCheckpoint`] if the bytes are not a safetensors file.
+    pub fn from_safetensors_bytes(path: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<Checkpoint> {
+        let path = path.into();
+        let st = BufferedSafetensors::new(bytes).map_err(|e| ModelError::CorruptCheckpoint {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        let shapes = st
+            .tensors()
+            .into_iter()
+            .map(|(name, view)| (name, view.shape().to_vec()))
+            .collect();
+        Ok(Self::assemble(
+            path,
+            Format::Safetensors,
+            shapes,
+            Source::Safetensors(st),
+        ))
+    }
+
+    fn assemble(
+        path: PathBuf,
+        format: Format,
+        shapes: BTreeMap<String, Vec<usize>>,
+        source: Source,
+    ) -> Checkpoint {
         let prefixed = shapes.keys().any(|k: &String| {
             ENCODER_PREFIXES
                 .iter()
                 .any(|p| k.strip_prefix(p).is_some_and(|rest| rest.starts_with('.')))
         });
-        Ok(Checkpoint {
-            path: path.to_path_buf(),
+        Checkpoint {
+            path,
             format,
             shapes,
             prefixed,
             source,
-        })
+        }
     }
 
     /// The file this checkpoint was read from.

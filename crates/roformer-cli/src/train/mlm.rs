@@ -69,6 +69,11 @@ pub struct Args {
     /// Mask whole jieba words instead of single tokens.
     #[arg(long)]
     pub whole_word: bool,
+    /// Also train on a simplified copy of every document with traditional characters
+    /// (`fast2s`); a copy stays on its original's side of the validation split.
+    #[arg(long)]
+    #[serde(default)]
+    pub also_simplified: bool,
     /// Share of documents held out for validation, by hash of the text.
     #[arg(long, default_value_t = 0.05)]
     pub validation: f64,
@@ -284,6 +289,7 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
         seed: args.seed,
         whole_word: args.whole_word,
         max_eval_batches: args.eval_batches,
+        also_simplified: args.also_simplified,
     };
     let data = prepare_mlm_data(&tokenizer, &data_options)?;
     let entropy = data.unigram_entropy;

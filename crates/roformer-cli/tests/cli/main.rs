@@ -8,6 +8,7 @@ mod bench_rope;
 mod bench_rope_variants;
 mod bench_train;
 mod common;
+mod default_model;
 mod embed;
 mod fill_mask;
 mod forward;

@@ -3,10 +3,12 @@
 //! The pipeline:
 //! 1. [`corpus`]: read documents (lines, paragraphs, JSON Lines, chinese-poetry JSON);
 //! 2. [`split`]: send each document to training or validation by a stable hash of its text;
-//! 3. [`vocab_builder`]: optionally, build a `vocab.txt` from the training documents;
-//! 4. [`tokenize`]: token ids with word indices, on all cores;
-//! 5. [`blocks`]: fixed-length blocks, packed or one document each;
-//! 6. [`masking`] and [`batches`]: masked batches addressed by training step, a pure function
+//! 3. [`script`]: optionally, add simplified copies of traditional documents (each on its
+//!    original's side of the split);
+//! 4. [`vocab_builder`]: optionally, build a `vocab.txt` from the training documents;
+//! 5. [`tokenize`]: token ids with word indices, on all cores;
+//! 6. [`blocks`]: fixed-length blocks, packed or one document each;
+//! 7. [`masking`] and [`batches`]: masked batches addressed by training step, a pure function
 //!    of `(seed, step)`, so that training resumes bit for bit.
 
 pub mod batches;
@@ -17,6 +19,7 @@ pub mod masking;
 #[cfg(test)]
 mod pipeline_tests;
 mod rng;
+pub mod script;
 pub mod split;
 #[cfg(test)]
 mod test_util;
@@ -28,6 +31,7 @@ pub use blocks::{line_blocks, make_blocks, pack_blocks, Block, BlockMode};
 pub use corpus::{read_corpus, CorpusFormat, Document};
 pub use error::{DataError, Record};
 pub use masking::{Masked, Masker, MaskingOptions, IGNORE_LABEL};
+pub use script::{to_simplified, with_simplified};
 pub use split::{is_validation, split_documents, text_hash};
 pub use tokenize::{tokenize_documents, TokenizedDoc};
 pub use vocab_builder::{build_vocab, write_vocab_dir, BuiltVocab, VocabOptions, VocabStats};

@@ -71,6 +71,26 @@ impl RoFormerTokenizer {
         Self::new(vocab, config)
     }
 
+    /// A tokenizer from the text of `vocab.txt` and, if given, of `tokenizer_config.json`
+    /// (otherwise the defaults of [`RoFormerTokenizer::from_dir`]), for a tokenizer held in
+    /// memory.
+    ///
+    /// # Errors
+    /// [`TokenizerError::BadConfig`] for a malformed config, and the errors of
+    /// [`RoFormerTokenizer::new`] (an empty vocabulary lacks the special tokens).
+    pub fn from_texts(vocab_txt: &str, config_json: Option<&str>) -> Result<Self, TokenizerError> {
+        let config = match config_json {
+            Some(json) => {
+                TokenizerConfig::from_json(json).map_err(|message| TokenizerError::BadConfig {
+                    path: std::path::PathBuf::from("tokenizer_config.json"),
+                    message,
+                })?
+            }
+            None => TokenizerConfig::default(),
+        };
+        Self::new(Vocab::from_text(vocab_txt), config)
+    }
+
     /// A tokenizer from a vocabulary and settings.
     ///
     /// # Errors

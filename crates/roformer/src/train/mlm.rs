@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::RoFormerConfig;
 use crate::data::{
-    make_blocks, read_corpus, split_documents, tokenize_documents, BlockMode, CorpusFormat, Masker,
-    MaskingOptions, MlmBatch, MlmBatches,
+    make_blocks, read_corpus, split_documents, tokenize_documents, with_simplified, BlockMode,
+    CorpusFormat, Masker, MaskingOptions, MlmBatch, MlmBatches,
 };
 use crate::mode::{Dropout, Mode};
 use crate::tasks::{HeadModel, RoFormerForMaskedLM};
@@ -42,6 +42,11 @@ pub struct MlmDataOptions {
     pub whole_word: bool,
     /// Most validation batches evaluated (0: all).
     pub max_eval_batches: usize,
+    /// Also train (and validate) on the simplified copy of every document that has
+    /// traditional characters ([`crate::data::with_simplified`]); a copy goes to its original's
+    /// side of the split.
+    #[serde(default)]
+    pub also_simplified: bool,
 }
 
 /// The batches of a corpus and what they hold.
@@ -97,7 +102,12 @@ pub fn prepare_mlm_data(
         documents.extend(read_corpus(path, options.format.as_ref())?);
     }
     let count = documents.len();
-    let (train_docs, validation_docs) = split_documents(documents, options.validation_fraction);
+    let (mut train_docs, mut validation_docs) =
+        split_documents(documents, options.validation_fraction);
+    if options.also_simplified {
+        train_docs = with_simplified(train_docs);
+        validation_docs = with_simplified(validation_docs);
+    }
     let masking = MaskingOptions {
         whole_word: options.whole_word,
         ..MaskingOptions::default()
@@ -239,5 +249,60 @@ impl Task for MlmTask<'_> {
         let mut files = model_files(self.config(), &self.model.architecture_name(), self.params)?;
         files.extend(self.tokenizer_files.iter().cloned());
         Ok(files)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::{build_vocab, is_validation, read_corpus, VocabOptions};
+
+    #[test]
+    fn simplified_copies_double_both_sides_of_the_split() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/poetry");
+        let docs = with_simplified(read_corpus(&dir, None).unwrap());
+        let options = VocabOptions::new(3000);
+        let built = build_vocab(&docs, &options).unwrap();
+        let tokenizer = RoFormerTokenizer::new(built.vocab(), options.config.clone()).unwrap();
+        let data = |also_simplified| {
+            prepare_mlm_data(
+                &tokenizer,
+                &MlmDataOptions {
+                    corpus: vec![dir.clone()],
+                    format: None,
+                    seq_len: 32,
+                    packed: true,
+                    validation_fraction: 0.3,
+                    batch_size: 4,
+                    seed: 0,
+                    whole_word: false,
+                    max_eval_batches: 0,
+                    also_simplified,
+                },
+            )
+            .unwrap()
+        };
+        let (one, both) = (data(false), data(true));
+        assert_eq!(one.documents, both.documents);
+        assert!(
+            both.blocks.0 > one.blocks.0 * 3 / 2,
+            "{:?} {:?}",
+            one.blocks,
+            both.blocks
+        );
+        assert!(
+            both.blocks.1 > one.blocks.1,
+            "{:?} {:?}",
+            one.blocks,
+            both.blocks
+        );
+        // The copy of a held-out poem is held out too, though its own hash may say otherwise.
+        let originals = read_corpus(&dir, None).unwrap();
+        let (_, held_out) = split_documents(originals, 0.3);
+        let copies = with_simplified(held_out.clone());
+        assert!(copies.len() > held_out.len());
+        assert!(copies[held_out.len()..]
+            .iter()
+            .any(|c| !is_validation(&c.text, 0.3)));
     }
 }
