@@ -9,6 +9,7 @@ mod classify;
 mod default_model;
 mod embed;
 mod eval;
+mod experiment;
 mod fill_mask;
 mod forward;
 mod plot;
@@ -59,6 +60,10 @@ enum Command {
     Train(train::Command),
     /// Label texts with a fine-tuned classifier.
     Classify(classify::Args),
+    /// The paper's training claims at small scale (results.json, figures, EXPERIMENTS.md
+    /// sections).
+    #[command(subcommand)]
+    Experiment(experiment::Command),
 }
 
 fn main() -> ExitCode {
@@ -75,6 +80,7 @@ fn main() -> ExitCode {
         Command::Eval(c) => eval::run(c),
         Command::Train(c) => train::run(c),
         Command::Classify(a) => classify::run(a),
+        Command::Experiment(c) => experiment::run(c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

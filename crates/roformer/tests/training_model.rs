@@ -111,6 +111,42 @@ fn fresh_weights_follow_transformers_initialisation() {
 }
 
 #[test]
+fn position_variants_start_from_the_same_shared_weights() {
+    let build = |position: &str| {
+        build_trainable::<RoFormerForMaskedLM>(&config(position), None, 5, &Device::Cpu).unwrap()
+    };
+    let values = |t: &roformer::train::Trainable<RoFormerForMaskedLM>, name: &str| {
+        t.params
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name}"))
+            .as_tensor()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+    };
+    let (rotary, bert) = (build("rotary"), build("absolute"));
+    assert!(bert
+        .params
+        .get("bert.embeddings.position_embeddings.weight")
+        .is_some());
+    for name in [
+        "embeddings.word_embeddings.weight",
+        "encoder.layer.0.attention.self.query.weight",
+        "encoder.layer.1.output.dense.weight",
+    ] {
+        assert_eq!(
+            values(&rotary, &format!("roformer.{name}")),
+            values(&bert, &format!("bert.{name}")),
+            "{name}: the extra position table and the prefix must not change it"
+        );
+    }
+    let q = "roformer.encoder.layer.0.attention.self.query.weight";
+    let k = "roformer.encoder.layer.0.attention.self.key.weight";
+    assert_ne!(values(&rotary, q), values(&rotary, k), "tensors draw apart");
+}
+
+#[test]
 fn a_missing_head_is_initialised_and_listed_but_a_missing_encoder_tensor_is_an_error() {
     let cfg = config("rotary");
     let mlm = build_trainable::<RoFormerForMaskedLM>(&cfg, None, 0, &Device::Cpu).unwrap();

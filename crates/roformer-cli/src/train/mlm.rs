@@ -321,7 +321,7 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
     let task = MlmTask {
         model: &model,
         params: &params,
-        data,
+        data: &data,
         max_eval_batches: args.eval_batches,
         tokenizer_files: tokenizer_files(&tokenizer, &cfg)?,
     };

@@ -2,10 +2,10 @@
 //! progress bar, `metrics.jsonl`, a loss plot, checkpoints as Hugging Face directories, and
 //! Ctrl-C writing a checkpoint before it exits.
 
-mod classify;
-mod common;
+pub(crate) mod classify;
+pub(crate) mod common;
 mod loss_plot;
-mod mlm;
+pub(crate) mod mlm;
 mod progress;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,6 +26,16 @@ pub enum Command {
 /// # Errors
 /// The command's errors.
 pub fn run(command: Command) -> anyhow::Result<()> {
+    let stop = stop_flag();
+    match command {
+        Command::Mlm(a) => mlm::run(a, &stop),
+        Command::Classify(a) => classify::run(a, &stop),
+    }
+}
+
+/// A flag that the first Ctrl-C sets (the run finishes its step, saves and stops); a second
+/// Ctrl-C exits at once with status 130.
+pub fn stop_flag() -> Arc<AtomicBool> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);
     // A handler can only be set once per process; failing to set it only loses the clean stop.
@@ -35,8 +45,5 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         }
         eprintln!("\nstopping after this step (Ctrl-C again to quit at once)");
     });
-    match command {
-        Command::Mlm(a) => mlm::run(a, &stop),
-        Command::Classify(a) => classify::run(a, &stop),
-    }
+    stop
 }

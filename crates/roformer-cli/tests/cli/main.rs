@@ -10,6 +10,7 @@ mod bench_train;
 mod common;
 mod default_model;
 mod embed;
+mod experiment;
 mod fill_mask;
 mod forward;
 mod plot_files;

@@ -168,7 +168,7 @@ pub struct MlmTask<'a> {
     /// Its variables.
     pub params: &'a Params,
     /// The batches.
-    pub data: MlmData,
+    pub data: &'a MlmData,
     /// Most validation batches evaluated (0: all).
     pub max_eval_batches: usize,
     /// Files saved beside the model (`vocab.txt`, `tokenizer_config.json`).

@@ -7,6 +7,11 @@
 //! - biases (and the MLM output bias): 0;
 //! - norm weights: 1, norm biases: 0.
 //!
+//! Each random tensor draws from its own stream, keyed by the seed and the tensor's name
+//! without the encoder prefix (`roformer.` / `bert.`): models that differ only in their
+//! position scheme (an extra position table, another prefix) start from the same values in
+//! every tensor they share, and adding a tensor shifts no other.
+//!
 //! Every tensor is one `Var` named as transformers names it in a head model's state dict
 //! (`roformer.encoder.layer.0.attention.self.query.weight`, `cls.predictions.bias`, ...). A
 //! tied MLM decoder is the word-embedding `Var` itself, so its gradient is the sum of both
@@ -23,6 +28,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Normal};
 
 use crate::config::RoFormerConfig;
+use crate::data::split::fnv1a64;
 use crate::error::{ModelError, Result, WeightProblem, WeightProblems};
 use crate::model::Architecture;
 use crate::weights::Checkpoint;
@@ -74,16 +80,30 @@ pub struct Trainable<M> {
 }
 
 /// How missing tensors are initialised: transformers' rules (module doc) with a seeded
-/// generator, so that a fresh model repeats bit for bit.
+/// generator per tensor, so that a fresh model repeats bit for bit.
 struct Init {
     std: f64,
     pad_row: Option<usize>,
-    rng: ChaCha8Rng,
+    seed: u64,
+    encoder_prefix: &'static str,
+}
+
+/// The generator of tensor `name`: ChaCha8 keyed by `seed` and the FNV-1a hash of the name
+/// without the encoder prefix.
+fn tensor_stream(seed: u64, name: &str, encoder_prefix: &str) -> ChaCha8Rng {
+    let unprefixed = name
+        .strip_prefix(encoder_prefix)
+        .and_then(|rest| rest.strip_prefix('.'))
+        .unwrap_or(name);
+    let mut key = [0u8; 32];
+    key[..8].copy_from_slice(&seed.to_le_bytes());
+    key[8..16].copy_from_slice(&fnv1a64(unprefixed.as_bytes()).to_le_bytes());
+    ChaCha8Rng::from_seed(key)
 }
 
 impl Init {
     /// The initial value of the tensor `name` of shape `dims`.
-    fn tensor(&mut self, name: &str, dims: &[usize], device: &Device) -> Result<Tensor> {
+    fn tensor(&self, name: &str, dims: &[usize], device: &Device) -> Result<Tensor> {
         let n: usize = dims.iter().product();
         let leaf = name.rsplit('.').next().unwrap_or(name);
         let is_norm = name.contains("LayerNorm") || name.contains("layer_norm");
@@ -96,9 +116,8 @@ impl Init {
                 field: "initializer_range",
                 reason: e.to_string(),
             })?;
-            let mut v: Vec<f32> = (0..n)
-                .map(|_| normal.sample(&mut self.rng) as f32)
-                .collect();
+            let mut rng = tensor_stream(self.seed, name, self.encoder_prefix);
+            let mut v: Vec<f32> = (0..n).map(|_| normal.sample(&mut rng) as f32).collect();
             if let (Some(pad), true, [rows, width]) =
                 (self.pad_row, name.ends_with("word_embeddings.weight"), dims)
             {
@@ -267,7 +286,8 @@ pub fn build_trainable<M: Architecture>(
         init: Init {
             std: cfg.initializer_range,
             pad_row: cfg.pad_token_id.map(|p| p as usize),
-            rng: ChaCha8Rng::seed_from_u64(seed),
+            seed,
+            encoder_prefix: cfg.base_prefix(),
         },
         initialised: Vec::new(),
         used: BTreeSet::new(),

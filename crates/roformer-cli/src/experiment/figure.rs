@@ -1,0 +1,169 @@
+//! The experiments' figure: one line per arm (the mean over seeds) with a shaded band from the
+//! smallest to the largest seed, on a linear or log2 x axis.
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::plot::{err, Figure, FAMILY};
+
+/// A point of a series: x, and the mean, min and max over seeds.
+#[derive(Debug, Clone, Copy)]
+pub struct Point {
+    /// The x value (step, length, ...).
+    pub x: f64,
+    /// The mean over seeds.
+    pub mean: f64,
+    /// The smallest seed's value.
+    pub min: f64,
+    /// The largest seed's value.
+    pub max: f64,
+}
+
+/// One arm's line.
+#[derive(Debug, Clone)]
+pub struct Series {
+    /// The legend's name.
+    pub name: String,
+    /// The points, by increasing x.
+    pub points: Vec<Point>,
+}
+
+/// Lines with min–max bands.
+#[derive(Debug, Clone)]
+pub struct BandFigure {
+    /// The caption.
+    pub title: String,
+    /// The x axis's description.
+    pub x_desc: String,
+    /// The y axis's description.
+    pub y_desc: String,
+    /// Plot x on a log2 scale (lengths).
+    pub log2_x: bool,
+    /// The lines.
+    pub series: Vec<Series>,
+    /// A horizontal reference line and its legend (e.g. the unigram entropy).
+    pub reference: Option<(f64, String)>,
+}
+
+/// The colours of the arms, in order.
+const COLOURS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+    RGBColor(255, 127, 14),
+    RGBColor(140, 86, 75),
+];
+
+impl BandFigure {
+    fn x_of(&self, x: f64) -> f64 {
+        if self.log2_x {
+            x.log2()
+        } else {
+            x
+        }
+    }
+}
+
+impl Figure for BandFigure {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> anyhow::Result<()> {
+        let points = || self.series.iter().flat_map(|s| s.points.iter());
+        let (mut x0, mut x1, mut y0, mut y1) = (
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+        );
+        for p in points() {
+            x0 = x0.min(self.x_of(p.x));
+            x1 = x1.max(self.x_of(p.x));
+            y0 = y0.min(p.min);
+            y1 = y1.max(p.max);
+        }
+        if let Some((r, _)) = &self.reference {
+            y0 = y0.min(*r);
+            y1 = y1.max(*r);
+        }
+        if !x0.is_finite() || !y0.is_finite() {
+            x0 = 0.0;
+            x1 = 1.0;
+            y0 = 0.0;
+            y1 = 1.0;
+        }
+        let pad = ((y1 - y0) * 0.05).max(1e-6);
+        let x_pad = ((x1 - x0) * 0.02).max(1e-6);
+        let log2 = self.log2_x;
+        let mut chart = ChartBuilder::on(root)
+            .caption(&self.title, (FAMILY, 22))
+            .margin(12)
+            .x_label_area_size(45)
+            .y_label_area_size(60)
+            .build_cartesian_2d((x0 - x_pad)..(x1 + x_pad), (y0 - pad)..(y1 + pad))
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc(self.x_desc.as_str())
+            .y_desc(self.y_desc.as_str())
+            .x_label_formatter(&|x| {
+                if log2 {
+                    format!("{:.0}", 2f64.powf(*x))
+                } else {
+                    format!("{x:.0}")
+                }
+            })
+            .label_style((FAMILY, 14))
+            .axis_desc_style((FAMILY, 16))
+            .draw()
+            .map_err(err)?;
+        if let Some((r, name)) = &self.reference {
+            let grey = RGBColor(120, 120, 120);
+            chart
+                .draw_series(LineSeries::new(
+                    [(x0 - x_pad, *r), (x1 + x_pad, *r)],
+                    grey.stroke_width(1),
+                ))
+                .map_err(err)?
+                .label(name.as_str())
+                .legend(move |(x, y)| {
+                    PathElement::new([(x, y), (x + 20, y)], grey.stroke_width(1))
+                });
+        }
+        for (i, s) in self.series.iter().enumerate() {
+            let colour = COLOURS[i % COLOURS.len()];
+            let band: Vec<(f64, f64)> = s
+                .points
+                .iter()
+                .map(|p| (self.x_of(p.x), p.max))
+                .chain(s.points.iter().rev().map(|p| (self.x_of(p.x), p.min)))
+                .collect();
+            if s.points.len() > 1 {
+                chart
+                    .draw_series(std::iter::once(Polygon::new(
+                        band,
+                        colour.mix(0.18).filled(),
+                    )))
+                    .map_err(err)?;
+            }
+            let line: Vec<(f64, f64)> = s.points.iter().map(|p| (self.x_of(p.x), p.mean)).collect();
+            chart
+                .draw_series(LineSeries::new(line.clone(), colour.stroke_width(2)))
+                .map_err(err)?
+                .label(s.name.as_str())
+                .legend(move |(x, y)| {
+                    PathElement::new([(x, y), (x + 20, y)], colour.stroke_width(2))
+                });
+            chart
+                .draw_series(line.into_iter().map(|p| Circle::new(p, 3, colour.filled())))
+                .map_err(err)?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .label_font((FAMILY, 14))
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(err)?;
+        Ok(())
+    }
+}

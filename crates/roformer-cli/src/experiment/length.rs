@@ -1,0 +1,290 @@
+//! `experiment length`: the models `experiment convergence` pre-trained on 128-token blocks,
+//! evaluated on validation blocks of other lengths (64 to 1024): does the MLM loss keep
+//! falling with more context past the training length (rotary, sinusoidal), or break
+//! (absolute: its untrained table rows up to 512, nothing past it)?
+//!
+//! Every model sees the same blocks and masks at a length (the validation documents packed
+//! into blocks of that length, masks drawn from seed 0), about `--tokens` tokens per length.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use candle_core::Device;
+use roformer::train::mlm::{prepare_mlm_data, MlmDataOptions, MlmTask};
+use roformer::train::run::Task;
+use roformer::train::{build_trainable, Trainable};
+use roformer::{
+    HeadModel, ModelDir, PositionEmbeddingType, RoFormerForMaskedLM, RoFormerTokenizer,
+};
+use serde::Serialize;
+
+use super::figure::{BandFigure, Point, Series};
+use super::pretrain::RunRecord;
+use super::stats::Spread;
+use super::{command_line, write_json, write_section};
+use crate::plot;
+
+/// Arguments of `experiment length`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// The output directory of `experiment convergence` (its runs are evaluated).
+    #[arg(long, default_value = "experiments/convergence")]
+    pub from: PathBuf,
+    /// The corpus the runs were trained on (its validation documents are evaluated).
+    #[arg(long, default_value = "data/chinese-poetry/poems")]
+    pub corpus: PathBuf,
+    /// The output directory.
+    #[arg(long, default_value = "experiments/length")]
+    pub out: PathBuf,
+    /// Block lengths, [CLS] and [SEP] included.
+    #[arg(long, value_delimiter = ',', default_value = "64,128,256,512,1024")]
+    pub lengths: Vec<usize>,
+    /// Tokens evaluated per length (whole blocks, at least one).
+    #[arg(long, default_value_t = 65536)]
+    pub tokens: usize,
+}
+
+/// One arm at one length.
+#[derive(Debug, Serialize)]
+pub struct Cell {
+    /// The block length.
+    pub length: usize,
+    /// Validation loss over seeds (`None`: past the absolute table).
+    pub loss: Option<Spread>,
+    /// Validation accuracy over seeds.
+    pub accuracy: Option<Spread>,
+}
+
+/// One arm's row.
+#[derive(Debug, Serialize)]
+pub struct Row {
+    /// The arm.
+    pub arm: String,
+    /// Its cells by length.
+    pub cells: Vec<Cell>,
+}
+
+/// `results.json`.
+#[derive(Debug, Serialize)]
+pub struct Results {
+    /// The command.
+    pub command: String,
+    /// The training length of the models.
+    pub trained_at: Option<usize>,
+    /// Rows by arm.
+    pub rows: Vec<Row>,
+}
+
+/// The finished runs of a convergence experiment, in (seed, arm) order.
+fn runs_of(from: &Path) -> anyhow::Result<Vec<RunRecord>> {
+    let runs = from.join("runs");
+    let mut records = Vec::new();
+    let entries = std::fs::read_dir(&runs).with_context(|| {
+        format!(
+            "{}: run `roformer experiment convergence` first",
+            runs.display()
+        )
+    })?;
+    for entry in entries {
+        let done = entry?.path().join("done.json");
+        if done.is_file() {
+            let text = std::fs::read_to_string(&done)?;
+            records.push(serde_json::from_str::<RunRecord>(&text)?);
+        }
+    }
+    anyhow::ensure!(!records.is_empty(), "{}: no finished run", runs.display());
+    records.sort_by(|a, b| (a.seed, &a.arm).cmp(&(b.seed, &b.arm)));
+    Ok(records)
+}
+
+/// A loaded model and what it needs to be evaluated.
+struct Loaded {
+    record: RunRecord,
+    trainable: Trainable<RoFormerForMaskedLM>,
+    tokenizer: RoFormerTokenizer,
+}
+
+/// Runs `experiment length`.
+///
+/// # Errors
+/// Missing runs, unreadable checkpoints or corpus, file errors.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    anyhow::ensure!(!args.lengths.is_empty(), "--lengths is empty");
+    anyhow::ensure!(
+        args.lengths.iter().all(|&l| l >= 3),
+        "every length needs at least 3 tokens ([CLS], a token, [SEP])"
+    );
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let mut models = Vec::new();
+    for record in runs_of(&args.from)? {
+        let dir = record.dir.join("checkpoint");
+        let md = ModelDir::open(&dir)?;
+        let trainable = build_trainable::<RoFormerForMaskedLM>(
+            &md.config,
+            Some(&md.checkpoint),
+            0,
+            &Device::Cpu,
+        )?;
+        let tokenizer = RoFormerTokenizer::from_dir(&dir)?;
+        models.push(Loaded {
+            record,
+            trainable,
+            tokenizer,
+        });
+    }
+    let trained_at = std::fs::read_to_string(models[0].record.dir.join("run.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v["seq_len"].as_u64())
+        .map(|l| l as usize);
+    // losses[arm][length] = per-seed (loss, accuracy)
+    let mut arms: Vec<String> = Vec::new();
+    for m in &models {
+        if !arms.contains(&m.record.arm) {
+            arms.push(m.record.arm.clone());
+        }
+    }
+    let mut measured = vec![vec![Vec::new(); args.lengths.len()]; arms.len()];
+    for (li, &length) in args.lengths.iter().enumerate() {
+        let batch_size = (4096 / length).max(1);
+        let batches = args.tokens.div_ceil(batch_size * length).max(1);
+        let data_options = MlmDataOptions {
+            corpus: vec![args.corpus.clone()],
+            format: None,
+            seq_len: length,
+            packed: true,
+            validation_fraction: 0.05,
+            batch_size,
+            seed: 0,
+            whole_word: false,
+            max_eval_batches: batches,
+            also_simplified: false,
+        };
+        let data = prepare_mlm_data(&models[0].tokenizer, &data_options)?;
+        for m in &models {
+            anyhow::ensure!(
+                m.tokenizer.vocab_size() == models[0].tokenizer.vocab_size(),
+                "{}: another vocabulary than the other runs'",
+                m.record.dir.display()
+            );
+            let cfg = m.trainable.model.roformer().config();
+            if cfg.position_embedding_type == PositionEmbeddingType::Absolute
+                && length > cfg.max_position_embeddings
+            {
+                continue;
+            }
+            eprintln!("length {length}: {}-s{}", m.record.arm, m.record.seed);
+            let task = MlmTask {
+                model: &m.trainable.model,
+                params: &m.trainable.params,
+                data: &data,
+                max_eval_batches: batches,
+                tokenizer_files: Vec::new(),
+            };
+            let Some(e) = task.evaluate(0)? else {
+                anyhow::bail!("no validation block of {length} tokens");
+            };
+            let ai = arms.iter().position(|a| *a == m.record.arm).unwrap_or(0);
+            measured[ai][li].push((e.loss, e.accuracy));
+        }
+    }
+    let rows: Vec<Row> = arms
+        .iter()
+        .zip(&measured)
+        .map(|(arm, by_length)| Row {
+            arm: arm.clone(),
+            cells: args
+                .lengths
+                .iter()
+                .zip(by_length)
+                .map(|(&length, v)| Cell {
+                    length,
+                    loss: Spread::of(v.iter().map(|x| x.0).collect()),
+                    accuracy: Spread::of(v.iter().map(|x| x.1).collect()),
+                })
+                .collect(),
+        })
+        .collect();
+    let results = Results {
+        command: command_line(),
+        trained_at,
+        rows,
+    };
+    write_json(&args.out, "results.json", &results)?;
+    let figure_path = args.out.join("length.png");
+    let figure = BandFigure {
+        title: format!(
+            "Validation MLM loss by block length (trained at {})",
+            trained_at.map_or("?".into(), |t| t.to_string())
+        ),
+        x_desc: "block length (tokens)".into(),
+        y_desc: "validation MLM loss".into(),
+        log2_x: true,
+        series: results
+            .rows
+            .iter()
+            .map(|r| Series {
+                name: r.arm.clone(),
+                points: r
+                    .cells
+                    .iter()
+                    .filter_map(|c| {
+                        c.loss.as_ref().map(|l| Point {
+                            x: c.length as f64,
+                            mean: l.mean,
+                            min: l.min,
+                            max: l.max,
+                        })
+                    })
+                    .collect(),
+            })
+            .collect(),
+        reference: None,
+    };
+    plot::save(&figure, &figure_path, (900, 560))?;
+    let table = table(&results);
+    let section = format!(
+        "### 2. Inputs longer than trained on\n\n```sh\n{}\n```\n\n\
+         The models of experiment 1 (trained on {}-token blocks), on the validation poems \
+         packed into blocks of each length, about {} tokens per length, the same blocks and \
+         masks for every model. Loss, mean ± std (min–max) over the seeds; `n/a`: past the \
+         absolute table.\n\n{}\n![loss by length]({})\n",
+        results.command,
+        trained_at.map_or("?".into(), |t| t.to_string()),
+        args.tokens,
+        table,
+        figure_path.display()
+    );
+    let section_path = write_section(&args.out, &section)?;
+    println!("{table}");
+    println!("section: {}", section_path.display());
+    Ok(())
+}
+
+/// The Markdown table: arms by lengths.
+fn table(results: &Results) -> String {
+    let lengths: Vec<usize> = results
+        .rows
+        .first()
+        .map(|r| r.cells.iter().map(|c| c.length).collect())
+        .unwrap_or_default();
+    let mut s = "| arm |".to_string();
+    for l in &lengths {
+        s += &format!(" {l} |");
+    }
+    s += "\n|---|";
+    s += &"---|".repeat(lengths.len());
+    s += "\n";
+    for r in &results.rows {
+        s += &format!("| {} |", r.arm);
+        for c in &r.cells {
+            s += &match &c.loss {
+                Some(l) => format!(" {:.3} ± {:.3} |", l.mean, l.std),
+                None => " n/a |".into(),
+            };
+        }
+        s += "\n";
+    }
+    s
+}

@@ -1,0 +1,44 @@
+//! `experiment linear`: the convergence experiment with the paper's linear attention (eq. 19:
+//! `phi(q) = elu(q) + 1`, rotary applied after the feature map), rotary against no positions
+//! and absolute positions (the paper's Figure 3, right: RoPE also speeds up linear attention).
+
+use std::sync::atomic::AtomicBool;
+
+use super::convergence::{curves_figure, out_dir, summarise, table, verdict};
+use super::{pretrain, write_json, write_section};
+use crate::plot;
+use crate::train::mlm::Position;
+
+/// Runs `experiment linear`.
+///
+/// # Errors
+/// The runs' errors, file errors.
+pub fn run(args: &pretrain::Args, stop: &AtomicBool) -> anyhow::Result<()> {
+    let out = out_dir(args, "linear");
+    let arms = [Position::Rotary, Position::Absolute, Position::None];
+    let records = pretrain::run_arms(args, &out, "linear", &arms, stop)?;
+    let results = summarise(&records, &arms, Position::Absolute, "linear")?;
+    write_json(&out, "results.json", &results)?;
+    let figure_path = out.join("linear.png");
+    plot::save(
+        &curves_figure(&results, "Linear attention: MLM validation loss"),
+        &figure_path,
+        (900, 560),
+    )?;
+    let section = format!(
+        "### 4. Linear attention with and without RoPE\n\n```sh\n{}\n```\n\n\
+         The convergence experiment's model, data and schedule with `attention_type: \"linear\"`; \
+         {} seeds per arm.\n\n{}\n![validation loss]({})\n\n\
+         Rotary against absolute: {}. Rotary against none: {}.\n",
+        results.command,
+        args.seeds,
+        table(&results),
+        figure_path.display(),
+        verdict(&results, "rotary", "absolute"),
+        verdict(&results, "rotary", "none"),
+    );
+    let section_path = write_section(&out, &section)?;
+    println!("{}", table(&results));
+    println!("section: {}", section_path.display());
+    Ok(())
+}

@@ -1,0 +1,471 @@
+//! `experiment long-docs`: the paper's CAIL2019-SCM comparison (512 against 1024 tokens) in
+//! small: a classification task whose evidence is spread over a long text, fine-tuned from the
+//! models `experiment convergence` pre-trained at 128 tokens, at max length 128 and 512.
+//!
+//! The task: a document is ten consecutive poems by one poet from one collection, labelled
+//! with the collection: Tang shi, Song shi or Song ci. A single poem often does not tell Tang
+//! from Song shi; ten do better, so a model that reads more of the document should do better.
+//! Poets are split between training and dev by a hash of their name (no poet on both sides),
+//! at most `--max-per-poet` documents per poet, and the same number per class (chosen by a
+//! hash of the text).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+use anyhow::Context;
+use roformer::data::{is_validation, read_corpus, text_hash};
+use serde::{Deserialize, Serialize};
+
+use super::figure::{BandFigure, Point, Series};
+use super::pretrain::RunRecord;
+use super::stats::Spread;
+use super::{check_stopped, command_line, is_done, mark_done, write_json, write_section};
+use crate::plot;
+use crate::train::classify;
+use crate::train::common::Decay;
+
+/// The classes: (label, folder of the corpus).
+const CLASSES: [(&str, &str); 3] = [
+    ("tang-shi", "tang"),
+    ("song-shi", "song"),
+    ("song-ci", "ci"),
+];
+
+/// Arguments of `experiment long-docs`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// The output directory of `experiment convergence` (its checkpoints are fine-tuned).
+    #[arg(long, default_value = "experiments/convergence")]
+    pub from: PathBuf,
+    /// The poems, with folders `tang`, `song` and `ci` (scripts/fetch_chinese_poetry.sh).
+    #[arg(long, default_value = "data/chinese-poetry/poems")]
+    pub corpus: PathBuf,
+    /// The output directory.
+    #[arg(long, default_value = "experiments/long-docs")]
+    pub out: PathBuf,
+    /// The arms fine-tuned (position types of the convergence runs).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "rotary,absolute,sinusoidal"
+    )]
+    pub arms: Vec<String>,
+    /// Max lengths fine-tuned and evaluated at, [CLS] and [SEP] included.
+    #[arg(long, value_delimiter = ',', default_value = "128,512")]
+    pub lengths: Vec<usize>,
+    /// Poems per document.
+    #[arg(long, default_value_t = 10)]
+    pub poems_per_doc: usize,
+    /// Most documents per poet.
+    #[arg(long, default_value_t = 3)]
+    pub max_per_poet: usize,
+    /// Training documents per class.
+    #[arg(long, default_value_t = 300)]
+    pub train_per_class: usize,
+    /// Dev documents per class.
+    #[arg(long, default_value_t = 100)]
+    pub dev_per_class: usize,
+    /// Share of poets held out for dev (by hash of the name).
+    #[arg(long, default_value_t = 0.25)]
+    pub dev_poets: f64,
+    /// Fine-tuning steps.
+    #[arg(long, default_value_t = 120)]
+    pub steps: u64,
+    /// Documents per step.
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    /// Peak learning rate (warm-up a tenth of the steps, then linear decay).
+    #[arg(long, default_value_t = 5e-4)]
+    pub lr: f64,
+}
+
+/// A labelled document of the dataset.
+#[derive(Debug, Serialize, Deserialize)]
+struct LabelledDoc {
+    text: String,
+    label: String,
+}
+
+/// How the dataset came out.
+#[derive(Debug, Serialize)]
+pub struct DatasetStats {
+    /// (label, training documents, dev documents).
+    pub classes: Vec<(String, usize, usize)>,
+    /// Mean characters per document.
+    pub mean_chars: f64,
+}
+
+/// Builds the dataset into `out/data/{train,dev}.jsonl` (once).
+fn build_dataset(args: &Args, out: &Path) -> anyhow::Result<(PathBuf, PathBuf, DatasetStats)> {
+    let dir = out.join("data");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let (train_path, dev_path) = (dir.join("train.jsonl"), dir.join("dev.jsonl"));
+    let mut train = Vec::new();
+    let mut dev = Vec::new();
+    let mut classes = Vec::new();
+    for (label, folder) in CLASSES {
+        let path = args.corpus.join(folder);
+        let documents = read_corpus(&path, None).with_context(|| {
+            format!(
+                "{}: fetch the corpus with scripts/fetch_chinese_poetry.sh",
+                path.display()
+            )
+        })?;
+        let mut by_poet: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for d in documents {
+            if let Some(author) = d.author.filter(|a| !a.trim().is_empty()) {
+                by_poet.entry(author).or_default().push(d.text);
+            }
+        }
+        let (mut tr, mut dv) = (Vec::new(), Vec::new());
+        for (poet, poems) in &by_poet {
+            let side = if is_validation(poet, args.dev_poets) {
+                &mut dv
+            } else {
+                &mut tr
+            };
+            for group in poems
+                .chunks_exact(args.poems_per_doc)
+                .take(args.max_per_poet)
+            {
+                side.push(group.concat());
+            }
+        }
+        for (side, want) in [
+            (&mut tr, args.train_per_class),
+            (&mut dv, args.dev_per_class),
+        ] {
+            side.sort_by_key(|t| text_hash(t));
+            side.truncate(want);
+        }
+        classes.push((label.to_string(), tr.len(), dv.len()));
+        train.extend(tr.into_iter().map(|text| LabelledDoc {
+            text,
+            label: label.into(),
+        }));
+        dev.extend(dv.into_iter().map(|text| LabelledDoc {
+            text,
+            label: label.into(),
+        }));
+    }
+    // Classes interleaved by a hash, not in blocks.
+    train.sort_by_key(|d| text_hash(&d.text));
+    dev.sort_by_key(|d| text_hash(&d.text));
+    let chars: usize = train
+        .iter()
+        .chain(&dev)
+        .map(|d| d.text.chars().count())
+        .sum();
+    let stats = DatasetStats {
+        classes,
+        mean_chars: chars as f64 / (train.len() + dev.len()).max(1) as f64,
+    };
+    for (path, docs) in [(&train_path, &train), (&dev_path, &dev)] {
+        anyhow::ensure!(
+            !docs.is_empty(),
+            "no document of {} poems for {}",
+            args.poems_per_doc,
+            path.display()
+        );
+        let mut file = std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        );
+        for d in docs {
+            writeln!(file, "{}", serde_json::to_string(d)?)?;
+        }
+        file.flush()?;
+    }
+    Ok((train_path, dev_path, stats))
+}
+
+/// What a finished fine-tuning run recorded.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FineTuneRecord {
+    /// The arm.
+    pub arm: String,
+    /// The max length.
+    pub length: usize,
+    /// The seed (of pre-training and fine-tuning).
+    pub seed: u64,
+    /// Dev accuracy at the end.
+    pub accuracy: f64,
+    /// Dev macro-F1 at the end.
+    pub macro_f1: f64,
+    /// Wall time, seconds.
+    pub seconds: f64,
+}
+
+/// The last dev evaluation of a classification run: (accuracy, macro-F1).
+fn last_eval(dir: &Path) -> anyhow::Result<(f64, f64)> {
+    let path = dir.join("metrics.jsonl");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut last = None;
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line)?;
+        if v["event"] == "eval" {
+            if let (Some(a), Some(f)) = (v["accuracy"].as_f64(), v["macro_f1"].as_f64()) {
+                last = Some((a, f));
+            }
+        }
+    }
+    last.with_context(|| format!("{}: no dev evaluation", path.display()))
+}
+
+/// One arm at one length.
+#[derive(Debug, Serialize)]
+pub struct Cell {
+    /// The arm.
+    pub arm: String,
+    /// The max length.
+    pub length: usize,
+    /// Dev accuracy over seeds.
+    pub accuracy: Spread,
+    /// Dev macro-F1 over seeds.
+    pub macro_f1: Spread,
+}
+
+/// `results.json`.
+#[derive(Debug, Serialize)]
+pub struct Results {
+    /// The command.
+    pub command: String,
+    /// The dataset.
+    pub dataset: DatasetStats,
+    /// Arms by lengths.
+    pub cells: Vec<Cell>,
+    /// The runs.
+    pub runs: Vec<FineTuneRecord>,
+}
+
+/// Runs `experiment long-docs`.
+///
+/// # Errors
+/// Missing pre-training runs, unreadable corpus, the runs' errors, file errors.
+pub fn run(args: &Args, stop: &AtomicBool) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.poems_per_doc >= 1,
+        "--poems-per-doc must be at least 1"
+    );
+    anyhow::ensure!(
+        args.steps >= 1 && args.batch >= 1,
+        "--steps and --batch must be at least 1"
+    );
+    let (train, dev, dataset) = build_dataset(args, &args.out)?;
+    let pretrained = pretrained_runs(&args.from)?;
+    let mut records = Vec::new();
+    let seeds: Vec<u64> = {
+        let mut s: Vec<u64> = pretrained.iter().map(|r| r.seed).collect();
+        s.sort_unstable();
+        s.dedup();
+        s
+    };
+    let total = seeds.len() * args.arms.len() * args.lengths.len();
+    for &seed in &seeds {
+        for arm in &args.arms {
+            let Some(base) = pretrained.iter().find(|r| r.seed == seed && &r.arm == arm) else {
+                anyhow::bail!(
+                    "no finished {arm} run of seed {seed} in {}",
+                    args.from.display()
+                );
+            };
+            for &length in &args.lengths {
+                let dir = args
+                    .out
+                    .join("runs")
+                    .join(format!("{arm}-L{length}-s{seed}"));
+                if is_done(&dir) {
+                    let text = std::fs::read_to_string(dir.join("done.json"))?;
+                    records.push(serde_json::from_str::<FineTuneRecord>(&text)?);
+                    continue;
+                }
+                eprintln!(
+                    "[{}/{total}] fine-tuning {arm} at {length} tokens, seed {seed}",
+                    records.len() + 1
+                );
+                let started = Instant::now();
+                classify::run(
+                    classify_args(args, &base.dir, &train, &dev, length, seed, &dir),
+                    stop,
+                )?;
+                check_stopped(stop)?;
+                let (accuracy, macro_f1) = last_eval(&dir)?;
+                let record = FineTuneRecord {
+                    arm: arm.clone(),
+                    length,
+                    seed,
+                    accuracy,
+                    macro_f1,
+                    seconds: started.elapsed().as_secs_f64(),
+                };
+                mark_done(&dir, &record)?;
+                records.push(record);
+            }
+        }
+    }
+    let mut cells = Vec::new();
+    for arm in &args.arms {
+        for &length in &args.lengths {
+            let of = |f: fn(&FineTuneRecord) -> f64| {
+                Spread::of(
+                    records
+                        .iter()
+                        .filter(|r| &r.arm == arm && r.length == length)
+                        .map(f)
+                        .collect(),
+                )
+            };
+            if let (Some(accuracy), Some(macro_f1)) = (of(|r| r.accuracy), of(|r| r.macro_f1)) {
+                cells.push(Cell {
+                    arm: arm.clone(),
+                    length,
+                    accuracy,
+                    macro_f1,
+                });
+            }
+        }
+    }
+    let results = Results {
+        command: command_line(),
+        dataset,
+        cells,
+        runs: records,
+    };
+    write_json(&args.out, "results.json", &results)?;
+    let figure_path = args.out.join("long-docs.png");
+    plot::save(&figure(args, &results), &figure_path, (900, 560))?;
+    let table = table(&results);
+    let classes: Vec<String> = results
+        .dataset
+        .classes
+        .iter()
+        .map(|(l, t, d)| format!("{l} {t}/{d}"))
+        .collect();
+    let section = format!(
+        "### 3. Long documents: 128 against 512 tokens\n\n```sh\n{}\n```\n\n\
+         Documents of {} consecutive poems by one poet, labelled Tang shi, Song shi or Song ci \
+         (training/dev documents per class: {}; poets split by a hash of the name; {:.0} \
+         characters per document on average, so 128 tokens hold about a fifth of one). Each \
+         pre-trained model of experiment 1 is fine-tuned with its own seed: {} steps of {} \
+         documents, AdamW lr {} (warm-up a tenth, linear decay), evaluated on dev at the end.\n\n\
+         {}\n![dev accuracy]({})\n",
+        results.command,
+        args.poems_per_doc,
+        classes.join(", "),
+        results.dataset.mean_chars,
+        args.steps,
+        args.batch,
+        args.lr,
+        table,
+        figure_path.display()
+    );
+    let section_path = write_section(&args.out, &section)?;
+    println!("{table}");
+    println!("section: {}", section_path.display());
+    Ok(())
+}
+
+/// The finished pre-training runs of a convergence experiment.
+fn pretrained_runs(from: &Path) -> anyhow::Result<Vec<RunRecord>> {
+    let runs = from.join("runs");
+    let entries = std::fs::read_dir(&runs).with_context(|| {
+        format!(
+            "{}: run `roformer experiment convergence` first",
+            runs.display()
+        )
+    })?;
+    let mut records = Vec::new();
+    for entry in entries {
+        let done = entry?.path().join("done.json");
+        if done.is_file() {
+            records.push(serde_json::from_str(&std::fs::read_to_string(&done)?)?);
+        }
+    }
+    Ok(records)
+}
+
+/// The `train classify` arguments of one run.
+fn classify_args(
+    args: &Args,
+    base: &Path,
+    train: &Path,
+    dev: &Path,
+    length: usize,
+    seed: u64,
+    dir: &Path,
+) -> classify::Args {
+    classify::Args {
+        init: Some(base.join("checkpoint")),
+        train: Some(train.to_path_buf()),
+        eval: Some(dev.to_path_buf()),
+        labels: CLASSES.iter().map(|(l, _)| l.to_string()).collect(),
+        max_length: length,
+        batch: args.batch,
+        grad_accum: 1,
+        steps: Some(args.steps),
+        lr: args.lr,
+        warmup: args.steps / 10,
+        decay: Decay::Linear,
+        weight_decay: 0.01,
+        max_grad_norm: 1.0,
+        seed,
+        eval_every: 0,
+        save_every: 0,
+        out: dir.to_path_buf(),
+        overwrite: true,
+        resume: false,
+        plot: "loss.png".into(),
+        stop_after: None,
+        json: false,
+        quiet: true,
+    }
+}
+
+/// Dev accuracy against max length, one line per arm.
+fn figure(args: &Args, results: &Results) -> BandFigure {
+    BandFigure {
+        title: "Ten-poem documents: dev accuracy by max length".into(),
+        x_desc: "max length (tokens)".into(),
+        y_desc: "dev accuracy".into(),
+        log2_x: true,
+        series: args
+            .arms
+            .iter()
+            .map(|arm| Series {
+                name: arm.clone(),
+                points: results
+                    .cells
+                    .iter()
+                    .filter(|c| &c.arm == arm)
+                    .map(|c| Point {
+                        x: c.length as f64,
+                        mean: c.accuracy.mean,
+                        min: c.accuracy.min,
+                        max: c.accuracy.max,
+                    })
+                    .collect(),
+            })
+            .collect(),
+        reference: Some((1.0 / CLASSES.len() as f64, "chance".into())),
+    }
+}
+
+/// The Markdown table: a row per arm and length.
+fn table(results: &Results) -> String {
+    let mut s = "| arm | max length | dev accuracy, mean ± std (min–max) | dev macro-F1 |\n\
+                 |---|---:|---|---|\n"
+        .to_string();
+    for c in &results.cells {
+        s += &format!(
+            "| {} | {} | {} | {} |\n",
+            c.arm,
+            c.length,
+            c.accuracy.show(3),
+            c.macro_f1.show(3)
+        );
+    }
+    s
+}

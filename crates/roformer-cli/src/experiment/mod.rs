@@ -1,0 +1,97 @@
+//! `roformer experiment ...`: the paper's training claims at small scale, each one command that
+//! trains (or reuses) its runs and writes `results.json`, figures and `section.md` (its part
+//! of EXPERIMENTS.md) into its output directory.
+//!
+//! - `convergence`: MLM pre-training with rotary, absolute (BERT), sinusoidal and no positions,
+//!   everything else identical (the paper's Figure 3, left);
+//! - `length`: the pre-trained models of `convergence` on validation blocks longer and shorter
+//!   than their training length;
+//! - `long-docs`: fine-tuning them to classify ten-poem documents at 128 and 512 tokens;
+//! - `linear`: the same pre-training with linear attention (Figure 3, right).
+//!
+//! Every run lives in `OUT/runs/NAME/` (a `train mlm` / `train classify` output directory);
+//! a run with a `done.json` is not run again, so an interrupted experiment continues where it
+//! stopped when the same command is given again.
+
+mod convergence;
+mod figure;
+mod length;
+mod linear;
+mod long_docs;
+mod pretrain;
+mod stats;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::{bail, Context};
+use serde::Serialize;
+
+/// The experiments.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// MLM convergence: rotary against absolute, sinusoidal and no positions.
+    Convergence(pretrain::Args),
+    /// Validation MLM loss at lengths 64..1024 of the models `convergence` pre-trained at 128.
+    Length(length::Args),
+    /// Ten-poem documents classified at 128 and 512 tokens, fine-tuned from `convergence`.
+    LongDocs(long_docs::Args),
+    /// MLM convergence with linear attention: rotary against none and absolute.
+    Linear(pretrain::Args),
+}
+
+/// Runs an experiment; Ctrl-C stops the current run after its step and exits (the same
+/// command continues).
+///
+/// # Errors
+/// The runs' errors, unreadable inputs, file errors.
+pub fn run(command: Command) -> anyhow::Result<()> {
+    let stop = crate::train::stop_flag();
+    match command {
+        Command::Convergence(a) => convergence::run(&a, &stop),
+        Command::Length(a) => length::run(&a),
+        Command::LongDocs(a) => long_docs::run(&a, &stop),
+        Command::Linear(a) => linear::run(&a, &stop),
+    }
+}
+
+/// The command line that was run, for the reports.
+fn command_line() -> String {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    format!("roformer {}", args.join(" "))
+}
+
+/// Whether run directory `dir` finished (holds `done.json`).
+fn is_done(dir: &Path) -> bool {
+    dir.join("done.json").is_file()
+}
+
+/// Marks run directory `dir` finished, with what the experiment needs to know of it.
+fn mark_done(dir: &Path, record: &impl Serialize) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(record)?;
+    std::fs::write(dir.join("done.json"), text)
+        .with_context(|| format!("writing {}", dir.join("done.json").display()))
+}
+
+/// Fails when Ctrl-C stopped the last run (it is left unfinished, to be run again).
+fn check_stopped(stop: &AtomicBool) -> anyhow::Result<()> {
+    if stop.load(Ordering::SeqCst) {
+        bail!("stopped; give the same command again to continue");
+    }
+    Ok(())
+}
+
+/// Writes `value` as pretty JSON to `dir/name`.
+fn write_json(dir: &Path, name: &str, value: &impl Serialize) -> anyhow::Result<PathBuf> {
+    let path = dir.join(name);
+    std::fs::write(&path, serde_json::to_string_pretty(value)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
+/// Writes `text` to `dir/section.md`.
+fn write_section(dir: &Path, text: &str) -> anyhow::Result<PathBuf> {
+    let path = dir.join("section.md");
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}

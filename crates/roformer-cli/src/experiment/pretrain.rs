@@ -1,0 +1,261 @@
+//! MLM pre-training of the arms of an experiment: one small model config, one vocabulary, and
+//! for every seed the same data order, masks and initial weights in every arm (the data and
+//! masks are functions of the seed and the step, and each initial tensor is drawn from a
+//! stream keyed by the seed and its name), so that the arms differ only in their positions
+//! (and attention).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+use anyhow::Context;
+use roformer::data::{build_vocab, read_corpus, VocabOptions};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::{check_stopped, is_done, mark_done};
+use crate::train::common::Decay;
+use crate::train::mlm::{self, Format, Position};
+
+/// Arguments shared by the pre-training experiments (`convergence`, `linear`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// The corpus (the chinese-poetry poems from `scripts/fetch_chinese_poetry.sh`).
+    #[arg(long, default_value = "data/chinese-poetry/poems")]
+    pub corpus: PathBuf,
+    /// The output directory [default: experiments/NAME].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Seeds per arm (0, 1, ...).
+    #[arg(long, default_value_t = 3)]
+    pub seeds: u64,
+    /// Optimisation steps per run.
+    #[arg(long, default_value_t = 500)]
+    pub steps: u64,
+    /// Sequences per step.
+    #[arg(long, default_value_t = 32)]
+    pub batch: usize,
+    /// Tokens per packed block.
+    #[arg(long, default_value_t = 128)]
+    pub seq_len: usize,
+    /// Peak learning rate (linear warm-up, then linear decay to 0).
+    #[arg(long, default_value_t = 3e-3)]
+    pub lr: f64,
+    /// Warm-up steps.
+    #[arg(long, default_value_t = 50)]
+    pub warmup: u64,
+    /// Validation every this many steps.
+    #[arg(long, default_value_t = 50)]
+    pub eval_every: u64,
+    /// Validation batches per evaluation.
+    #[arg(long, default_value_t = 16)]
+    pub eval_batches: usize,
+    /// Hidden size of the model.
+    #[arg(long, default_value_t = 128)]
+    pub hidden: usize,
+    /// Layers of the model.
+    #[arg(long, default_value_t = 3)]
+    pub layers: usize,
+    /// Attention heads.
+    #[arg(long, default_value_t = 4)]
+    pub heads: usize,
+    /// Vocabulary size (characters by frequency, `vocab build`).
+    #[arg(long, default_value_t = 5000)]
+    pub vocab_size: usize,
+    /// The absolute position table's length (BERT's 512; rotary and sinusoidal need none).
+    #[arg(long, default_value_t = 512)]
+    pub max_positions: usize,
+}
+
+/// What a finished pre-training run recorded (`done.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// The arm (position type).
+    pub arm: String,
+    /// The seed.
+    pub seed: u64,
+    /// The run directory (its checkpoint is `checkpoint/`).
+    pub dir: PathBuf,
+    /// Validation evaluations: (step, loss, accuracy).
+    pub evals: Vec<(u64, f64, f64)>,
+    /// Wall time of the run, seconds.
+    pub seconds: f64,
+}
+
+/// The name of a position arm.
+pub fn arm_name(p: Position) -> &'static str {
+    match p {
+        Position::Rotary => "rotary",
+        Position::Absolute => "absolute",
+        Position::Sinusoidal => "sinusoidal",
+        Position::None => "none",
+    }
+}
+
+/// Builds (once) the vocabulary of the corpus in `out/vocab/vocab.txt`.
+fn ensure_vocab(args: &Args, out: &Path) -> anyhow::Result<PathBuf> {
+    let dir = out.join("vocab");
+    let path = dir.join("vocab.txt");
+    if path.is_file() {
+        return Ok(path);
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let documents = read_corpus(&args.corpus, None).with_context(|| {
+        format!(
+            "{}: fetch the corpus with scripts/fetch_chinese_poetry.sh",
+            args.corpus.display()
+        )
+    })?;
+    let options = VocabOptions::new(args.vocab_size);
+    let built = build_vocab(&documents, &options)?;
+    let text = built.tokens.join("\n") + "\n";
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    roformer::data::vocab_builder::write_tokenizer_config(
+        &dir.join("tokenizer_config.json"),
+        &options.config,
+    )?;
+    Ok(path)
+}
+
+/// Writes the experiment's model config (`attention`: "softmax" or "linear").
+fn write_config(args: &Args, out: &Path, attention: &str) -> anyhow::Result<PathBuf> {
+    let path = out.join(format!("config-{attention}.json"));
+    let config = json!({
+        "architectures": ["RoFormerForMaskedLM"],
+        "model_type": "roformer",
+        "vocab_size": args.vocab_size,
+        "embedding_size": args.hidden,
+        "hidden_size": args.hidden,
+        "num_hidden_layers": args.layers,
+        "num_attention_heads": args.heads,
+        "intermediate_size": 4 * args.hidden,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": 0.0,
+        "max_position_embeddings": args.max_positions,
+        "type_vocab_size": 2,
+        "initializer_range": 0.02,
+        "layer_norm_eps": 1e-12,
+        "pad_token_id": 0,
+        "tie_word_embeddings": true,
+        "attention_type": attention,
+    });
+    std::fs::write(&path, serde_json::to_string_pretty(&config)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
+/// The validation evaluations in a run's `metrics.jsonl`: (step, loss, accuracy).
+pub fn read_evals(dir: &Path) -> anyhow::Result<Vec<(u64, f64, f64)>> {
+    let path = dir.join("metrics.jsonl");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut evals = Vec::new();
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .with_context(|| format!("{}: not JSON lines", path.display()))?;
+        if v["event"] == "eval" {
+            if let (Some(s), Some(l), Some(a)) = (
+                v["step"].as_u64(),
+                v["loss"].as_f64(),
+                v["accuracy"].as_f64(),
+            ) {
+                evals.push((s, l, a));
+            }
+        }
+    }
+    Ok(evals)
+}
+
+/// Pre-trains every arm for every seed (seed by seed, so that a stopped experiment has whole
+/// seeds), skipping finished runs; returns their records in (seed, arm) order.
+///
+/// # Errors
+/// A run's errors, a stop by Ctrl-C, file errors.
+pub fn run_arms(
+    args: &Args,
+    out: &Path,
+    attention: &str,
+    arms: &[Position],
+    stop: &AtomicBool,
+) -> anyhow::Result<Vec<RunRecord>> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let vocab = ensure_vocab(args, out)?;
+    let config = write_config(args, out, attention)?;
+    let total = args.seeds as usize * arms.len();
+    let mut records = Vec::new();
+    for seed in 0..args.seeds {
+        for &arm in arms {
+            let name = format!("{}-s{seed}", arm_name(arm));
+            let dir = out.join("runs").join(&name);
+            let done = dir.join("done.json");
+            if is_done(&dir) {
+                let text = std::fs::read_to_string(&done)?;
+                records.push(serde_json::from_str(&text)?);
+                continue;
+            }
+            eprintln!(
+                "[{}/{total}] pre-training {name} ({attention} attention, {} steps)",
+                records.len() + 1,
+                args.steps
+            );
+            let started = Instant::now();
+            mlm::run(mlm_args(args, &config, &vocab, arm, seed, &dir), stop)?;
+            check_stopped(stop)?;
+            let record = RunRecord {
+                arm: arm_name(arm).into(),
+                seed,
+                evals: read_evals(&dir)?,
+                dir: dir.clone(),
+                seconds: started.elapsed().as_secs_f64(),
+            };
+            mark_done(&dir, &record)?;
+            records.push(record);
+        }
+    }
+    Ok(records)
+}
+
+/// The `train mlm` arguments of one run.
+fn mlm_args(
+    args: &Args,
+    config: &Path,
+    vocab: &Path,
+    arm: Position,
+    seed: u64,
+    dir: &Path,
+) -> mlm::Args {
+    mlm::Args {
+        config: Some(config.to_path_buf()),
+        vocab: Some(vocab.to_path_buf()),
+        init: None,
+        position: Some(arm),
+        corpus: vec![args.corpus.clone()],
+        format: Format::Auto,
+        text_field: "text".into(),
+        seq_len: args.seq_len,
+        line_by_line: false,
+        whole_word: false,
+        also_simplified: false,
+        validation: 0.05,
+        batch: args.batch,
+        grad_accum: 1,
+        steps: Some(args.steps),
+        lr: args.lr,
+        warmup: args.warmup,
+        decay: Decay::Linear,
+        weight_decay: 0.01,
+        max_grad_norm: 1.0,
+        seed,
+        eval_every: args.eval_every,
+        eval_batches: args.eval_batches,
+        save_every: 0,
+        out: dir.to_path_buf(),
+        overwrite: true,
+        resume: false,
+        plot: "loss.png".into(),
+        stop_after: None,
+        json: false,
+        quiet: true,
+    }
+}

@@ -1,0 +1,256 @@
+//! `roformer experiment {convergence,length,long-docs,linear}` end to end, at toy size on the
+//! committed poetry sample (`crates/roformer/tests/fixtures/poetry/`).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::common::{roformer, roformer_ok};
+
+fn poetry() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../roformer/tests/fixtures/poetry")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("roformer-exp-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The toy pre-training options: 1 layer of width 16, 6 steps, 2 seeds, a 32-row position
+/// table.
+fn toy(corpus: &Path, out: &Path) -> Vec<String> {
+    [
+        "--corpus",
+        corpus.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--seeds",
+        "2",
+        "--steps",
+        "6",
+        "--warmup",
+        "1",
+        "--batch",
+        "4",
+        "--seq-len",
+        "32",
+        "--eval-every",
+        "3",
+        "--eval-batches",
+        "2",
+        "--hidden",
+        "16",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--vocab-size",
+        "400",
+        "--max-positions",
+        "32",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn run(command: &[&str], options: &[String]) -> std::process::Output {
+    let mut args: Vec<&str> = command.to_vec();
+    args.extend(options.iter().map(String::as_str));
+    roformer_ok(&args)
+}
+
+/// The arms of a pre-training `results.json`, with the number of seeds each summarises.
+fn arms(results: &Value) -> Vec<(String, usize)> {
+    results["arms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["arm"].as_str().unwrap().to_string(),
+                a["final_loss"]["values"].as_array().unwrap().len(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_four_experiments_run_end_to_end_and_resume() {
+    let dir = scratch("all");
+    let conv = dir.join("conv");
+    run(&["experiment", "convergence"], &toy(&poetry(), &conv));
+    let results = read_json(&conv.join("results.json"));
+    assert_eq!(
+        arms(&results),
+        [
+            ("rotary".into(), 2),
+            ("absolute".into(), 2),
+            ("sinusoidal".into(), 2),
+            ("none".into(), 2)
+        ]
+    );
+    assert_eq!(results["reference"][0], "absolute");
+    let rotary = &results["arms"][0];
+    assert_eq!(
+        rotary["curve"].as_array().unwrap().len(),
+        2,
+        "evals at 3 and 6"
+    );
+    assert!(rotary["final_loss"]["mean"].as_f64().unwrap().is_finite());
+    let section = std::fs::read_to_string(conv.join("section.md")).unwrap();
+    assert!(section.contains("| rotary |") && section.contains("convergence.png"));
+    assert!(
+        std::fs::metadata(conv.join("convergence.png"))
+            .unwrap()
+            .len()
+            > 1000
+    );
+    let runs = results["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 8);
+    let seeds = rotary["final_loss"]["values"].as_array().unwrap();
+    assert_ne!(seeds[0], seeds[1], "another seed, another run");
+
+    // A second invocation reuses the finished runs (done.json) instead of training again.
+    let metrics = conv.join("runs/rotary-s0/metrics.jsonl");
+    let before = std::fs::metadata(&metrics).unwrap().modified().unwrap();
+    let again = run(&["experiment", "convergence"], &toy(&poetry(), &conv));
+    assert!(!String::from_utf8_lossy(&again.stderr).contains("pre-training"));
+    assert_eq!(
+        std::fs::metadata(&metrics).unwrap().modified().unwrap(),
+        before
+    );
+
+    // Longer inputs: absolute positions stop at their 32-row table.
+    let len = dir.join("len");
+    roformer_ok(&[
+        "experiment",
+        "length",
+        "--from",
+        conv.to_str().unwrap(),
+        "--corpus",
+        poetry().to_str().unwrap(),
+        "--out",
+        len.to_str().unwrap(),
+        "--lengths",
+        "16,32,64",
+        "--tokens",
+        "256",
+    ]);
+    let results = read_json(&len.join("results.json"));
+    assert_eq!(results["trained_at"], 32);
+    for row in results["rows"].as_array().unwrap() {
+        let cells = row["cells"].as_array().unwrap();
+        assert_eq!(cells.len(), 3);
+        let past = &cells[2]["loss"];
+        if row["arm"] == "absolute" {
+            assert!(past.is_null(), "absolute at 64 > 32 rows: {past}");
+        } else {
+            assert_eq!(past["values"].as_array().unwrap().len(), 2, "{row}");
+        }
+    }
+    assert!(len.join("length.png").is_file());
+
+    // Long documents: the classes are the folders tang, song and ci.
+    let classes = dir.join("classes");
+    for (folder, file) in [
+        ("tang", "quantangshi/poet.tang.0.json"),
+        ("song", "quantangshi/poet.song.0.json"),
+        ("ci", "songci/ci.song.0.json"),
+    ] {
+        std::fs::create_dir_all(classes.join(folder)).unwrap();
+        let name = Path::new(file).file_name().unwrap();
+        std::fs::copy(poetry().join(file), classes.join(folder).join(name)).unwrap();
+    }
+    let docs = dir.join("docs");
+    roformer_ok(&[
+        "experiment",
+        "long-docs",
+        "--from",
+        conv.to_str().unwrap(),
+        "--corpus",
+        classes.to_str().unwrap(),
+        "--out",
+        docs.to_str().unwrap(),
+        "--arms",
+        "rotary,absolute",
+        "--lengths",
+        "16,32",
+        "--poems-per-doc",
+        "2",
+        "--train-per-class",
+        "6",
+        "--dev-per-class",
+        "3",
+        "--dev-poets",
+        "0.4",
+        "--steps",
+        "2",
+        "--batch",
+        "4",
+    ]);
+    let results = read_json(&docs.join("results.json"));
+    let cells = results["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 4, "2 arms x 2 lengths");
+    for c in cells {
+        let acc = c["accuracy"]["mean"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&acc));
+        assert_eq!(c["accuracy"]["values"].as_array().unwrap().len(), 2);
+    }
+    let train = std::fs::read_to_string(docs.join("data/train.jsonl")).unwrap();
+    let dev = std::fs::read_to_string(docs.join("data/dev.jsonl")).unwrap();
+    assert!(!train.is_empty() && !dev.is_empty());
+    assert!(
+        train.lines().all(|l| !dev.contains(l)),
+        "no document on both sides"
+    );
+
+    // Linear attention.
+    let linear = dir.join("linear");
+    run(&["experiment", "linear"], &toy(&poetry(), &linear));
+    let results = read_json(&linear.join("results.json"));
+    assert_eq!(results["attention"], "linear");
+    assert_eq!(
+        arms(&results),
+        [
+            ("rotary".into(), 2),
+            ("absolute".into(), 2),
+            ("none".into(), 2)
+        ]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn experiments_without_their_inputs_fail_clearly() {
+    let dir = scratch("missing");
+    let out = roformer(&[
+        "experiment",
+        "length",
+        "--from",
+        dir.join("nothing").to_str().unwrap(),
+        "--out",
+        dir.join("len").to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("experiment convergence"), "{err}");
+    let out = roformer(&[
+        "experiment",
+        "convergence",
+        "--corpus",
+        dir.join("no-corpus").to_str().unwrap(),
+        "--out",
+        dir.join("conv").to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("fetch_chinese_poetry"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
