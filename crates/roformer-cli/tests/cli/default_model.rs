@@ -166,4 +166,16 @@ fn transformers_loads_the_built_in_model() {
     assert_eq!(dir["logits_shape"], serde_json::json!([2, 14, 10000]));
     assert_eq!(report["ok"], true, "{report}");
     assert!(dir["max_abs_diff"].as_f64().unwrap() <= 1e-4, "{dir}");
+    // The report is of the shipped weights: a new model needs a new report
+    // (scripts/make_poetry_parity_report.sh).
+    let weights = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("assets/poetry-model/model.safetensors"),
+    )
+    .unwrap();
+    assert_eq!(
+        report["model_crc32"].as_u64(),
+        Some(u64::from(crc32fast::hash(&weights))),
+        "the report was made for other weights"
+    );
 }
