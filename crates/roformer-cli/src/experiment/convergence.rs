@@ -223,12 +223,15 @@ pub fn out_dir(args: &pretrain::Args, name: &str) -> PathBuf {
 /// The runs' errors, file errors.
 pub fn run(args: &pretrain::Args, stop: &AtomicBool) -> anyhow::Result<()> {
     let out = out_dir(args, "convergence");
-    let arms = [
-        Position::Rotary,
+    let arms = args.arms_or(
+        &[
+            Position::Rotary,
+            Position::Absolute,
+            Position::Sinusoidal,
+            Position::None,
+        ],
         Position::Absolute,
-        Position::Sinusoidal,
-        Position::None,
-    ];
+    )?;
     let records = pretrain::run_arms(args, &out, "softmax", &arms, stop)?;
     let results = summarise(&records, &arms, Position::Absolute, "softmax")?;
     write_json(&out, "results.json", &results)?;

@@ -15,7 +15,10 @@ use crate::train::mlm::Position;
 /// The runs' errors, file errors.
 pub fn run(args: &pretrain::Args, stop: &AtomicBool) -> anyhow::Result<()> {
     let out = out_dir(args, "linear");
-    let arms = [Position::Rotary, Position::Absolute, Position::None];
+    let arms = args.arms_or(
+        &[Position::Rotary, Position::Absolute, Position::None],
+        Position::Absolute,
+    )?;
     let records = pretrain::run_arms(args, &out, "linear", &arms, stop)?;
     let results = summarise(&records, &arms, Position::Absolute, "linear")?;
     write_json(&out, "results.json", &results)?;

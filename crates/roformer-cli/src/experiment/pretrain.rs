@@ -26,6 +26,10 @@ pub struct Args {
     /// The output directory [default: experiments/NAME].
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// The arms, comma-separated [default: the experiment's; the reference arm, absolute,
+    /// must be among them].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub arms: Vec<Position>,
     /// Seeds per arm (0, 1, ...).
     #[arg(long, default_value_t = 3)]
     pub seeds: u64,
@@ -80,6 +84,30 @@ pub struct RunRecord {
     pub evals: Vec<(u64, f64, f64)>,
     /// Wall time of the run, seconds.
     pub seconds: f64,
+}
+
+impl Args {
+    /// `--arms`, or `default` when not given; the reference arm must be among them.
+    ///
+    /// # Errors
+    /// Arms without the reference arm.
+    pub fn arms_or(
+        &self,
+        default: &[Position],
+        reference: Position,
+    ) -> anyhow::Result<Vec<Position>> {
+        let arms = if self.arms.is_empty() {
+            default.to_vec()
+        } else {
+            self.arms.clone()
+        };
+        anyhow::ensure!(
+            arms.contains(&reference),
+            "--arms must include {} (the reference arm)",
+            arm_name(reference)
+        );
+        Ok(arms)
+    }
 }
 
 /// The name of a position arm.
@@ -237,6 +265,7 @@ fn mlm_args(
         line_by_line: false,
         whole_word: false,
         also_simplified: false,
+        also_lines: 0.0,
         validation: 0.05,
         batch: args.batch,
         grad_accum: 1,

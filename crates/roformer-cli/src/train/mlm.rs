@@ -74,6 +74,12 @@ pub struct Args {
     #[arg(long)]
     #[serde(default)]
     pub also_simplified: bool,
+    /// Also train on the lines of this share of the documents (chosen by hash) as documents
+    /// without punctuation, so that the model sees texts that end on a character
+    /// (`举头望明[MASK]`); after the simplified copies, on each side of the split.
+    #[arg(long, default_value_t = 0.0)]
+    #[serde(default)]
+    pub also_lines: f64,
     /// Share of documents held out for validation, by hash of the text.
     #[arg(long, default_value_t = 0.05)]
     pub validation: f64,
@@ -188,6 +194,9 @@ impl Args {
         if self.seq_len < 3 {
             bail!("--seq-len must be at least 3 ([CLS], a token, [SEP])");
         }
+        if !(0.0..=1.0).contains(&self.also_lines) {
+            bail!("--also-lines must be a share in [0, 1]");
+        }
         if !(0.0..1.0).contains(&self.validation) {
             bail!("--validation must be in [0, 1)");
         }
@@ -290,6 +299,7 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
         whole_word: args.whole_word,
         max_eval_batches: args.eval_batches,
         also_simplified: args.also_simplified,
+        line_share: args.also_lines,
     };
     let data = prepare_mlm_data(&tokenizer, &data_options)?;
     let entropy = data.unigram_entropy;

@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::RoFormerConfig;
 use crate::data::{
-    make_blocks, read_corpus, split_documents, tokenize_documents, with_simplified, BlockMode,
-    CorpusFormat, Masker, MaskingOptions, MlmBatch, MlmBatches,
+    make_blocks, read_corpus, split_documents, tokenize_documents, with_lines, with_simplified,
+    BlockMode, CorpusFormat, Masker, MaskingOptions, MlmBatch, MlmBatches,
 };
 use crate::mode::{Dropout, Mode};
 use crate::tasks::{HeadModel, RoFormerForMaskedLM};
@@ -47,6 +47,10 @@ pub struct MlmDataOptions {
     /// side of the split.
     #[serde(default)]
     pub also_simplified: bool,
+    /// Also train (and validate) on the lines of this share of the documents, without their
+    /// punctuation ([`crate::data::with_lines`]), after the simplified copies.
+    #[serde(default)]
+    pub line_share: f64,
 }
 
 /// The batches of a corpus and what they hold.
@@ -107,6 +111,10 @@ pub fn prepare_mlm_data(
     if options.also_simplified {
         train_docs = with_simplified(train_docs);
         validation_docs = with_simplified(validation_docs);
+    }
+    if options.line_share > 0.0 {
+        train_docs = with_lines(train_docs, options.line_share);
+        validation_docs = with_lines(validation_docs, options.line_share);
     }
     let masking = MaskingOptions {
         whole_word: options.whole_word,
@@ -264,7 +272,7 @@ mod tests {
         let options = VocabOptions::new(3000);
         let built = build_vocab(&docs, &options).unwrap();
         let tokenizer = RoFormerTokenizer::new(built.vocab(), options.config.clone()).unwrap();
-        let data = |also_simplified| {
+        let data = |also_simplified, line_share| {
             prepare_mlm_data(
                 &tokenizer,
                 &MlmDataOptions {
@@ -278,11 +286,12 @@ mod tests {
                     whole_word: false,
                     max_eval_batches: 0,
                     also_simplified,
+                    line_share,
                 },
             )
             .unwrap()
         };
-        let (one, both) = (data(false), data(true));
+        let (one, both) = (data(false, 0.0), data(true, 0.0));
         assert_eq!(one.documents, both.documents);
         assert!(
             both.blocks.0 > one.blocks.0 * 3 / 2,
@@ -296,6 +305,10 @@ mod tests {
             one.blocks,
             both.blocks
         );
+        // Lines as documents: more blocks on both sides; the documents read stay the same.
+        let lines = data(false, 1.0);
+        assert_eq!(lines.documents, one.documents);
+        assert!(lines.blocks.0 > one.blocks.0 && lines.blocks.1 > one.blocks.1);
         // The copy of a held-out poem is held out too, though its own hash may say otherwise.
         let originals = read_corpus(&dir, None).unwrap();
         let (_, held_out) = split_documents(originals, 0.3);
