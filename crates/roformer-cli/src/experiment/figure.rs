@@ -105,10 +105,13 @@ impl Figure for BandFigure {
             .x_desc(self.x_desc.as_str())
             .y_desc(self.y_desc.as_str())
             .x_label_formatter(&|x| {
-                if log2 {
-                    format!("{:.0}", 2f64.powf(*x))
-                } else {
+                if !log2 {
                     format!("{x:.0}")
+                } else if (x - x.round()).abs() < 1e-9 {
+                    // Powers of two only: 64, 128, ... (not 91 or 181).
+                    format!("{:.0}", 2f64.powf(x.round()))
+                } else {
+                    String::new()
                 }
             })
             .label_style((FAMILY, 14))

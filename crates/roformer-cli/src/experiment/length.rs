@@ -145,6 +145,14 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             arms.push(m.record.arm.clone());
         }
     }
+    // The order of experiment 1 (and its colours): rotary, absolute, sinusoidal, none.
+    let rank = |arm: &str| {
+        ["rotary", "absolute", "sinusoidal", "none"]
+            .iter()
+            .position(|a| *a == arm)
+            .unwrap_or(usize::MAX)
+    };
+    arms.sort_by_key(|a| rank(a));
     let mut measured = vec![vec![Vec::new(); args.lengths.len()]; arms.len()];
     for (li, &length) in args.lengths.iter().enumerate() {
         let batch_size = (4096 / length).max(1);
