@@ -156,6 +156,7 @@ pub fn curves_figure(results: &Results, title: &str) -> BandFigure {
             })
             .collect(),
         reference: None,
+        legend: plotters::prelude::SeriesLabelPosition::UpperRight,
     }
 }
 

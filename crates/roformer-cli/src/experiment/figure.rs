@@ -41,8 +41,10 @@ pub struct BandFigure {
     pub log2_x: bool,
     /// The lines.
     pub series: Vec<Series>,
-    /// A horizontal reference line and its legend (e.g. the unigram entropy).
+    /// A horizontal reference line and its legend (e.g. chance accuracy).
     pub reference: Option<(f64, String)>,
+    /// Where the legend goes (clear of the lines).
+    pub legend: SeriesLabelPosition,
 }
 
 /// The colours of the arms, in order.
@@ -91,7 +93,8 @@ impl Figure for BandFigure {
             y1 = 1.0;
         }
         let pad = ((y1 - y0) * 0.05).max(1e-6);
-        let x_pad = ((x1 - x0) * 0.02).max(1e-6);
+        // Room on the right for the last tick's label (plotters drops a label that would not fit).
+        let x_pad = ((x1 - x0) * if self.log2_x { 0.06 } else { 0.02 }).max(1e-6);
         let log2 = self.log2_x;
         let mut chart = ChartBuilder::on(root)
             .caption(&self.title, (FAMILY, 22))
@@ -161,7 +164,7 @@ impl Figure for BandFigure {
         }
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
+            .position(self.legend.clone())
             .label_font((FAMILY, 14))
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK)

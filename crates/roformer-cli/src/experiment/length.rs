@@ -250,6 +250,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             })
             .collect(),
         reference: None,
+        legend: plotters::prelude::SeriesLabelPosition::UpperRight,
     };
     plot::save(&figure, &figure_path, (900, 560))?;
     let table = table(&results);
