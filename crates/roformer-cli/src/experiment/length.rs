@@ -6,7 +6,7 @@
 //! Every model sees the same blocks and masks at a length (the validation documents packed
 //! into blocks of that length, masks drawn from seed 0), about `--tokens` tokens per length.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Context;
 use candle_core::Device;
@@ -19,7 +19,7 @@ use roformer::{
 use serde::Serialize;
 
 use super::figure::{BandFigure, Point, Series};
-use super::pretrain::RunRecord;
+use super::pretrain::{finished_runs, RunRecord};
 use super::stats::Spread;
 use super::{command_line, write_json, write_section};
 use crate::plot;
@@ -75,28 +75,6 @@ pub struct Results {
     pub rows: Vec<Row>,
 }
 
-/// The finished runs of a convergence experiment, in (seed, arm) order.
-fn runs_of(from: &Path) -> anyhow::Result<Vec<RunRecord>> {
-    let runs = from.join("runs");
-    let mut records = Vec::new();
-    let entries = std::fs::read_dir(&runs).with_context(|| {
-        format!(
-            "{}: run `roformer experiment convergence` first",
-            runs.display()
-        )
-    })?;
-    for entry in entries {
-        let done = entry?.path().join("done.json");
-        if done.is_file() {
-            let text = std::fs::read_to_string(&done)?;
-            records.push(serde_json::from_str::<RunRecord>(&text)?);
-        }
-    }
-    anyhow::ensure!(!records.is_empty(), "{}: no finished run", runs.display());
-    records.sort_by(|a, b| (a.seed, &a.arm).cmp(&(b.seed, &b.arm)));
-    Ok(records)
-}
-
 /// A loaded model and what it needs to be evaluated.
 struct Loaded {
     record: RunRecord,
@@ -117,7 +95,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     let mut models = Vec::new();
-    for record in runs_of(&args.from)? {
+    for record in finished_runs(&args.from)? {
         let dir = record.dir.join("checkpoint");
         let md = ModelDir::open(&dir)?;
         let trainable = build_trainable::<RoFormerForMaskedLM>(

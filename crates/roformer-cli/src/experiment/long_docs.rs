@@ -20,9 +20,11 @@ use roformer::data::{is_validation, read_corpus, text_hash};
 use serde::{Deserialize, Serialize};
 
 use super::figure::{BandFigure, Point, Series};
-use super::pretrain::RunRecord;
+use super::pretrain::finished_runs;
 use super::stats::Spread;
-use super::{check_stopped, command_line, is_done, mark_done, write_json, write_section};
+use super::{
+    check_stopped, command_line, is_done, mark_done, read_done, write_json, write_section,
+};
 use crate::plot;
 use crate::train::classify;
 use crate::train::common::Decay;
@@ -255,7 +257,7 @@ pub fn run(args: &Args, stop: &AtomicBool) -> anyhow::Result<()> {
         "--steps and --batch must be at least 1"
     );
     let (train, dev, dataset) = build_dataset(args, &args.out)?;
-    let pretrained = pretrained_runs(&args.from)?;
+    let pretrained = finished_runs(&args.from)?;
     let mut records = Vec::new();
     let seeds: Vec<u64> = {
         let mut s: Vec<u64> = pretrained.iter().map(|r| r.seed).collect();
@@ -278,8 +280,7 @@ pub fn run(args: &Args, stop: &AtomicBool) -> anyhow::Result<()> {
                     .join("runs")
                     .join(format!("{arm}-L{length}-s{seed}"));
                 if is_done(&dir) {
-                    let text = std::fs::read_to_string(dir.join("done.json"))?;
-                    records.push(serde_json::from_str::<FineTuneRecord>(&text)?);
+                    records.push(read_done::<FineTuneRecord>(&dir)?);
                     continue;
                 }
                 eprintln!(
@@ -377,25 +378,6 @@ pub fn run(args: &Args, stop: &AtomicBool) -> anyhow::Result<()> {
     println!("{table}");
     println!("section: {}", section_path.display());
     Ok(())
-}
-
-/// The finished pre-training runs of a convergence experiment.
-fn pretrained_runs(from: &Path) -> anyhow::Result<Vec<RunRecord>> {
-    let runs = from.join("runs");
-    let entries = std::fs::read_dir(&runs).with_context(|| {
-        format!(
-            "{}: run `roformer experiment convergence` first",
-            runs.display()
-        )
-    })?;
-    let mut records = Vec::new();
-    for entry in entries {
-        let done = entry?.path().join("done.json");
-        if done.is_file() {
-            records.push(serde_json::from_str(&std::fs::read_to_string(&done)?)?);
-        }
-    }
-    Ok(records)
 }
 
 /// The `train classify` arguments of one run.

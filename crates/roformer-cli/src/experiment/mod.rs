@@ -73,6 +73,17 @@ fn mark_done(dir: &Path, record: &impl Serialize) -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", dir.join("done.json").display()))
 }
 
+/// The record [`mark_done`] wrote in run directory `dir`.
+///
+/// # Errors
+/// A missing, unreadable or malformed `done.json`.
+fn read_done<T: serde::de::DeserializeOwned>(dir: &Path) -> anyhow::Result<T> {
+    let path = dir.join("done.json");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{}: not a run record", path.display()))
+}
+
 /// Fails when Ctrl-C stopped the last run (it is left unfinished, to be run again).
 fn check_stopped(stop: &AtomicBool) -> anyhow::Result<()> {
     if stop.load(Ordering::SeqCst) {

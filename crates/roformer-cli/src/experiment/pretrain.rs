@@ -13,7 +13,7 @@ use roformer::data::{build_vocab, read_corpus, VocabOptions};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::{check_stopped, is_done, mark_done};
+use super::{check_stopped, is_done, mark_done, read_done};
 use crate::train::common::Decay;
 use crate::train::mlm::{self, Format, Position};
 
@@ -195,6 +195,31 @@ pub fn read_evals(dir: &Path) -> anyhow::Result<Vec<(u64, f64, f64)>> {
     Ok(evals)
 }
 
+/// The finished pre-training runs in `from/runs/` (the output directory of `experiment
+/// convergence`), in (seed, arm) order.
+///
+/// # Errors
+/// No `runs/` directory, no finished run, or an unreadable record.
+pub fn finished_runs(from: &Path) -> anyhow::Result<Vec<RunRecord>> {
+    let runs = from.join("runs");
+    let entries = std::fs::read_dir(&runs).with_context(|| {
+        format!(
+            "{}: run `roformer experiment convergence` first",
+            runs.display()
+        )
+    })?;
+    let mut records = Vec::new();
+    for entry in entries {
+        let dir = entry?.path();
+        if is_done(&dir) {
+            records.push(read_done::<RunRecord>(&dir)?);
+        }
+    }
+    anyhow::ensure!(!records.is_empty(), "{}: no finished run", runs.display());
+    records.sort_by(|a, b| (a.seed, &a.arm).cmp(&(b.seed, &b.arm)));
+    Ok(records)
+}
+
 /// Pre-trains every arm for every seed (seed by seed, so that a stopped experiment has whole
 /// seeds), skipping finished runs; returns their records in (seed, arm) order.
 ///
@@ -216,10 +241,8 @@ pub fn run_arms(
         for &arm in arms {
             let name = format!("{}-s{seed}", arm_name(arm));
             let dir = out.join("runs").join(&name);
-            let done = dir.join("done.json");
             if is_done(&dir) {
-                let text = std::fs::read_to_string(&done)?;
-                records.push(serde_json::from_str(&text)?);
+                records.push(read_done(&dir)?);
                 continue;
             }
             eprintln!(
