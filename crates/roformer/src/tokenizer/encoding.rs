@@ -82,6 +82,23 @@ impl Encoding {
     }
 }
 
+/// An encoding cut to a length limit, with the length it had before
+/// ([`RoFormerTokenizer::encode_limited`](super::RoFormerTokenizer::encode_limited)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limited {
+    /// The encoding, at most as long as the limit.
+    pub encoding: Encoding,
+    /// Tokens of the uncut encoding, `[CLS]` and `[SEP]` included.
+    pub untruncated_len: usize,
+}
+
+impl Limited {
+    /// Whether tokens were cut off.
+    pub fn was_cut(&self) -> bool {
+        self.encoding.len() < self.untruncated_len
+    }
+}
+
 /// Cuts sequences so that, framed, they hold at most `max_length` tokens: tokenizers'
 /// `longest_first` strategy. A single sequence keeps its first `max_length - 2` tokens. A pair
 /// gets `max_length - 3` tokens in all: the shorter keeps its length when the longer can take

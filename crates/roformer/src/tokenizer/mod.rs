@@ -35,7 +35,7 @@ pub mod wordpiece;
 use std::path::Path;
 
 pub use config::TokenizerConfig;
-pub use encoding::Encoding;
+pub use encoding::{Encoding, Limited};
 pub use error::TokenizerError;
 pub use special::SpecialTokens;
 pub use vocab::Vocab;
@@ -185,6 +185,28 @@ impl RoFormerTokenizer {
         Ok(self.frame(a, b))
     }
 
+    /// Encodes one text as `[CLS] text [SEP]`, cut to at most `max_length` tokens when a limit
+    /// is given (as [`encode_truncated`](Self::encode_truncated) cuts), and tells how many
+    /// tokens the uncut encoding has, so that a caller can say what was cut.
+    ///
+    /// # Errors
+    /// [`TokenizerError::MaxLengthTooSmall`] if `max_length` is below 2.
+    pub fn encode_limited(
+        &self,
+        text: &str,
+        max_length: Option<usize>,
+    ) -> Result<Limited, TokenizerError> {
+        let mut tokens = self.tokenize(text);
+        let untruncated_len = tokens.len().saturating_add(2);
+        if let Some(max_length) = max_length {
+            encoding::truncate(&mut tokens, None, max_length)?;
+        }
+        Ok(Limited {
+            encoding: self.frame(tokens, None),
+            untruncated_len,
+        })
+    }
+
     /// Encodes several texts and pads them with the pad token (right side, type 0, attention
     /// 0) to the longest: every encoding has the same length, ready for a `[batch, seq]`
     /// tensor. With `max_length`, each text is first truncated as by
@@ -315,5 +337,28 @@ impl RoFormerTokenizer {
         let cls = self.token(self.special.cls, (0, 0));
         let sep = self.token(self.special.sep, (0, 0));
         Encoding::framed(&cls, &sep, first, second)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encode_limited_cuts_as_encode_truncated_and_counts_the_uncut_tokens() {
+        let tokenizer =
+            RoFormerTokenizer::from_texts("[PAD]\n[UNK]\n[CLS]\n[SEP]\na\nb\nc\n", None).unwrap();
+        let cut = tokenizer.encode_limited("a b c a b", Some(4)).unwrap();
+        assert_eq!(
+            cut.encoding,
+            tokenizer.encode_truncated("a b c a b", None, 4).unwrap()
+        );
+        assert_eq!((cut.encoding.len(), cut.untruncated_len), (4, 7));
+        assert!(cut.was_cut());
+        let whole = tokenizer.encode_limited("a b c a b", None).unwrap();
+        assert_eq!(whole.encoding, tokenizer.encode("a b c a b"));
+        assert!(!whole.was_cut());
+        assert!(!tokenizer.encode_limited("a", Some(3)).unwrap().was_cut());
+        assert!(tokenizer.encode_limited("a", Some(1)).is_err());
     }
 }

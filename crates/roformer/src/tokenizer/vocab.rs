@@ -16,6 +16,8 @@ use super::error::TokenizerError;
 pub struct Vocab {
     ids: HashMap<String, u32>,
     tokens: Vec<Option<String>>,
+    /// Chars in the longest token.
+    longest: usize,
 }
 
 impl Vocab {
@@ -66,9 +68,11 @@ impl Vocab {
     {
         let mut ids = HashMap::new();
         let mut by_id: Vec<Option<String>> = Vec::new();
+        let mut longest = 0;
         for (index, token) in tokens.into_iter().enumerate() {
             let Ok(id) = u32::try_from(index) else { break };
             let token = token.as_ref().trim_end().to_owned();
+            longest = longest.max(token.chars().count());
             if let Some(previous) = ids.insert(token.clone(), id) {
                 if let Some(slot) = by_id.get_mut(previous as usize) {
                     *slot = None;
@@ -76,7 +80,17 @@ impl Vocab {
             }
             by_id.push(Some(token));
         }
-        Self { ids, tokens: by_id }
+        Self {
+            ids,
+            tokens: by_id,
+            longest,
+        }
+    }
+
+    /// Chars in the longest token (`##` included): no longer string can be in the vocabulary,
+    /// which bounds WordPiece's search.
+    pub fn longest_token_chars(&self) -> usize {
+        self.longest
     }
 
     /// Number of ids (lines), including ids shadowed by a later duplicate.
@@ -135,5 +149,11 @@ mod tests {
         assert_eq!(vocab.id_to_token(0), None);
         assert_eq!(vocab.id_to_token(2), Some("x"));
         assert_eq!(vocab.id_to_token(3), None);
+    }
+
+    #[test]
+    fn the_longest_token_is_counted_in_chars() {
+        assert_eq!(Vocab::from_text("a\n##éé\nbc  \n").longest_token_chars(), 4);
+        assert_eq!(Vocab::from_text("").longest_token_chars(), 0);
     }
 }
