@@ -8,17 +8,21 @@
 //!   included, padding excluded.
 //!
 //! Empty texts (an empty or all-whitespace line, or `"text": ""`) are an error naming the line:
-//! skipping them would silently shift every later vector to the wrong row.
+//! skipping them would silently shift every later vector to the wrong row. Texts longer than
+//! `--max-length` are cut (see [`truncation`]); a vector that is not finite (weights that
+//! overflow f32 on a text) is an error naming the line and the token.
 
-use std::io::{BufWriter, IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use candle_core::{DType, Device, Tensor};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use roformer::{Encoding, RoFormerModel};
+use serde::Serialize;
 
-use crate::default_model;
+use crate::truncation::{self, Cut, Limit};
+use crate::{default_model, finite, json, output};
 
 /// How a text's token states become one vector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -53,9 +57,10 @@ pub struct Args {
     /// Texts per forward pass.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
     batch_size: u32,
-    /// Cut each text to at most this many tokens, [CLS] and [SEP] included [default: no cut;
-    /// any length runs, at a cost growing with its square]
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..))]
+    /// Cut each text to at most N tokens, [CLS] and [SEP] included, and say so on stderr
+    /// [default: the checkpoint's max_position_embeddings]. 0 keeps every token: rotary
+    /// positions have no length limit, but the cost grows with the square of the length.
+    #[arg(long, value_name = "N", value_parser = truncation::parse)]
     max_length: Option<u32>,
     /// The texts: one per line. Empty lines are an error.
     #[arg(long, value_name = "FILE")]
@@ -64,9 +69,14 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = InputFormat::Auto)]
     input_format: InputFormat,
     /// Output file: .npy (f32, shape [texts, hidden]) or .jsonl/.ndjson/.json (one JSON array
-    /// per line), one vector per input line, in input order.
+    /// per line), one vector per input line, in input order. `-` writes JSON lines to standard
+    /// output; a FIFO or device is written as a stream, a regular file replaced atomically.
     #[arg(long, value_name = "FILE")]
     output: PathBuf,
+    /// Print the summary as one JSON object: {"output", "vectors", "dim", "pooling",
+    /// "max_length" (0: no limit), "truncated": [{"line", "tokens", "kept"}]}.
+    #[arg(long)]
+    json: bool,
     /// No progress bar (it is only drawn when stderr is a terminal anyway).
     #[arg(long)]
     quiet: bool,
@@ -81,11 +91,15 @@ enum OutputFormat {
 
 impl OutputFormat {
     fn of(path: &Path) -> anyhow::Result<OutputFormat> {
+        if output::is_stdout(path) {
+            return Ok(OutputFormat::JsonLines);
+        }
         match extension(path).as_deref() {
             Some("npy") => Ok(OutputFormat::Npy),
             Some("jsonl" | "ndjson" | "json") => Ok(OutputFormat::JsonLines),
             _ => bail!(
-                "{}: the output extension must be .npy, .jsonl, .ndjson or .json",
+                "{}: the output extension must be .npy, .jsonl, .ndjson or .json (or give - for \
+                 JSON lines on standard output)",
                 path.display()
             ),
         }
@@ -98,6 +112,26 @@ fn extension(path: &Path) -> Option<String> {
         .map(str::to_ascii_lowercase)
 }
 
+/// A text cut by `--max-length`, in the `--json` summary.
+#[derive(Debug, Serialize)]
+struct LineCut {
+    /// 1-based line of the input.
+    line: usize,
+    #[serde(flatten)]
+    cut: Cut,
+}
+
+/// The `--json` summary.
+#[derive(Debug, Serialize)]
+struct Summary<'a> {
+    output: &'a Path,
+    vectors: usize,
+    dim: usize,
+    pooling: &'static str,
+    max_length: usize,
+    truncated: Vec<LineCut>,
+}
+
 /// Embeds every input text and writes the vectors.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let output_format = OutputFormat::of(&args.output)?;
@@ -108,15 +142,29 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     let tokenizer = default_model::tokenizer(args.model.as_deref())?;
     let dir = default_model::model_dir(args.model.as_deref())?;
+    let limit = Limit::new(args.max_length, dir.config.max_position_embeddings);
     let model = dir.load::<RoFormerModel>(DType::F32, &Device::Cpu)?.model;
 
-    let encodings = texts
+    let mut encodings = Vec::with_capacity(texts.len());
+    let mut truncated = Vec::new();
+    for (i, text) in texts.iter().enumerate() {
+        let limited = tokenizer.encode_limited(text, limit.tokens())?;
+        if limited.was_cut() {
+            truncated.push(LineCut {
+                line: i + 1,
+                cut: Cut {
+                    tokens: limited.untruncated_len,
+                    kept: limited.encoding.len(),
+                },
+            });
+        }
+        encodings.push(limited.encoding);
+    }
+    let named: Vec<(String, Cut)> = truncated
         .iter()
-        .map(|text| match args.max_length {
-            Some(n) => tokenizer.encode_truncated(text, None, n as usize),
-            None => Ok(tokenizer.encode(text)),
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|t| (format!("line {}", t.line), t.cut))
+        .collect();
+    truncation::note(&named, texts.len(), limit);
 
     let progress = progress_bar(encodings.len(), args.batch_size as usize, args.quiet);
     let vectors = embed_all(
@@ -130,19 +178,36 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     progress.finish_and_clear();
 
     let hidden = model.config().hidden_size;
-    match output_format {
-        OutputFormat::Npy => write_npy(&args.output, &vectors, hidden)?,
-        OutputFormat::JsonLines => write_json_lines(&args.output, &vectors)?,
+    let bytes = match output_format {
+        OutputFormat::Npy => npy_bytes(&vectors, hidden)?,
+        OutputFormat::JsonLines => json_lines(&vectors)?,
+    };
+    output::write(&args.output, &bytes)?;
+    let pooling = match args.pooling {
+        Pooling::Cls => "cls",
+        Pooling::Mean => "mean",
+    };
+    let summary = if args.json {
+        json::to_string(&Summary {
+            output: &args.output,
+            vectors: vectors.len(),
+            dim: hidden,
+            pooling,
+            max_length: limit.as_arg(),
+            truncated,
+        })?
+    } else {
+        format!(
+            "{}: {} vectors of {hidden} ({pooling} pooling)",
+            args.output.display(),
+            vectors.len(),
+        )
+    };
+    if output::is_stdout(&args.output) {
+        eprintln!("{summary}");
+    } else {
+        println!("{summary}");
     }
-    println!(
-        "{}: {} vectors of {hidden} ({} pooling)",
-        args.output.display(),
-        vectors.len(),
-        match args.pooling {
-            Pooling::Cls => "cls",
-            Pooling::Mean => "mean",
-        }
-    );
     Ok(())
 }
 
@@ -218,20 +283,39 @@ fn embed_all(
         let batch: Vec<&Encoding> = chunk.iter().map(|&i| &encodings[i]).collect();
         let pooled = embed_batch(model, &batch, pooling, pad_id)?;
         for (&i, v) in chunk.iter().zip(pooled) {
-            vectors[i] = v;
+            vectors[i] = v.map_err(|bad| {
+                anyhow::anyhow!(
+                    "line {}: the model's output is not finite ({} at token {} of {}, dimension \
+                     {}): the checkpoint's weights overflow f32 on this text",
+                    i + 1,
+                    bad.value,
+                    bad.token,
+                    encodings[i].len(),
+                    bad.dim
+                )
+            })?;
         }
         progress.inc(chunk.len() as u64);
     }
     Ok(vectors)
 }
 
-/// Pads `batch` to its longest encoding, runs the encoder and pools each text.
+/// Where a text's hidden states are first not finite.
+#[derive(Debug)]
+struct NonFinite {
+    token: usize,
+    dim: usize,
+    value: f32,
+}
+
+/// Pads `batch` to its longest encoding, runs the encoder and pools each text: its vector, or
+/// its first non-finite hidden state when the vector is not finite.
 fn embed_batch(
     model: &RoFormerModel,
     batch: &[&Encoding],
     pooling: Pooling,
     pad_id: u32,
-) -> anyhow::Result<Vec<Vec<f32>>> {
+) -> anyhow::Result<Vec<Result<Vec<f32>, NonFinite>>> {
     let device = model.device();
     let (b, t) = (
         batch.len(),
@@ -252,17 +336,46 @@ fn embed_batch(
     let pooled = match pooling {
         Pooling::Cls => hidden.narrow(1, 0, 1)?.squeeze(1)?,
         Pooling::Mean => {
-            let sum = hidden.broadcast_mul(&mask.unsqueeze(2)?)?.sum(1)?; // [b, hidden]
-            sum.broadcast_div(&mask.sum_keepdim(1)?)?
+            // Padding rows are selected away, not multiplied by 0: 0 * inf would be NaN.
+            let keep = mask.unsqueeze(2)?.broadcast_as(hidden.shape())?.ne(0f32)?;
+            let kept = keep.where_cond(&hidden, &hidden.zeros_like()?)?;
+            kept.sum(1)?.broadcast_div(&mask.sum_keepdim(1)?)? // [b, hidden]
         }
     };
-    Ok(pooled.to_dtype(DType::F32)?.to_vec2()?)
+    let pooled = pooled.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+    let mut out = Vec::with_capacity(b);
+    for (row, vector) in pooled.into_iter().enumerate() {
+        if finite::first_non_finite(&vector).is_none() {
+            out.push(Ok(vector));
+            continue;
+        }
+        let text_len = batch[row].len();
+        let states = hidden.get(row)?.narrow(0, 0, text_len)?; // [text_len, hidden]
+        let bad = match finite::first_non_finite_in(&states)? {
+            Some((index, value)) => NonFinite {
+                token: index[0],
+                dim: index[1],
+                value,
+            },
+            // Finite states whose mean overflows.
+            None => {
+                let (dim, value) = finite::first_non_finite(&vector).unwrap_or((0, f32::NAN));
+                NonFinite {
+                    token: 0,
+                    dim,
+                    value,
+                }
+            }
+        };
+        out.push(Err(bad));
+    }
+    Ok(out)
 }
 
-/// Writes `vectors` (`n` rows of `hidden`) as a NumPy `.npy` file, format 1.0: magic,
-/// version, header length (u16 LE), a header dict padded with spaces to a multiple of 64
-/// bytes in all (ending in a newline), then the f32 values little-endian, row-major.
-fn write_npy(path: &Path, vectors: &[Vec<f32>], hidden: usize) -> anyhow::Result<()> {
+/// `vectors` (`n` rows of `hidden`) as a NumPy `.npy` file, format 1.0: magic, version,
+/// header length (u16 LE), a header dict padded with spaces to a multiple of 64 bytes in all
+/// (ending in a newline), then the f32 values little-endian, row-major.
+fn npy_bytes(vectors: &[Vec<f32>], hidden: usize) -> anyhow::Result<Vec<u8>> {
     let dict = format!(
         "{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {hidden}), }}",
         vectors.len()
@@ -274,30 +387,24 @@ fn write_npy(path: &Path, vectors: &[Vec<f32>], hidden: usize) -> anyhow::Result
         " ".repeat(unpadded.next_multiple_of(64) - unpadded)
     );
     let header_len = u16::try_from(header.len()).context("npy header too long")?;
-    let mut out = BufWriter::new(
-        std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?,
-    );
-    out.write_all(b"\x93NUMPY\x01\x00")?;
-    out.write_all(&header_len.to_le_bytes())?;
-    out.write_all(header.as_bytes())?;
+    let mut out = Vec::with_capacity(header.len() + 10 + vectors.len() * hidden * 4);
+    out.extend_from_slice(b"\x93NUMPY\x01\x00");
+    out.extend_from_slice(&header_len.to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
     for v in vectors {
         for x in v {
-            out.write_all(&x.to_le_bytes())?;
+            out.extend_from_slice(&x.to_le_bytes());
         }
     }
-    out.flush()
-        .with_context(|| format!("cannot write {}", path.display()))
+    Ok(out)
 }
 
-/// Writes one JSON array of numbers per line.
-fn write_json_lines(path: &Path, vectors: &[Vec<f32>]) -> anyhow::Result<()> {
-    let mut out = BufWriter::new(
-        std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?,
-    );
+/// One JSON array of numbers per line.
+fn json_lines(vectors: &[Vec<f32>]) -> anyhow::Result<Vec<u8>> {
+    let mut out = String::new();
     for v in vectors {
-        serde_json::to_writer(&mut out, v)?;
-        out.write_all(b"\n")?;
+        out.push_str(&json::to_string(v)?);
+        out.push('\n');
     }
-    out.flush()
-        .with_context(|| format!("cannot write {}", path.display()))
+    Ok(out.into_bytes())
 }

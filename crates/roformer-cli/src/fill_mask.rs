@@ -4,6 +4,10 @@
 //! [`RoFormerForMaskedLM`], and at each mask position the logits `z` over the vocabulary become
 //! probabilities `p_i = exp(z_i - max z) / sum_j exp(z_j - max z)` (in f64, so no exponential
 //! overflows); the `k` highest are printed.
+//!
+//! A text longer than `--max-length` is cut (see [`truncation`]); a mask token that the cut
+//! would drop is an error, not a silently missing prediction. Logits that are not finite
+//! (weights that overflow f32 on the text) are an error naming the mask's token.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -12,7 +16,8 @@ use anyhow::{bail, ensure};
 use candle_core::{DType, Device, Tensor};
 use roformer::{HeadModel, RoFormerForMaskedLM};
 
-use crate::default_model;
+use crate::truncation::{self, Cut, Limit};
+use crate::{default_model, finite, json};
 use serde::Serialize;
 
 /// Arguments of `roformer fill-mask`.
@@ -26,8 +31,15 @@ pub struct Args {
     /// How many tokens to list per mask.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     top_k: u32,
+    /// Cut the text to at most N tokens, [CLS] and [SEP] included, and say so on stderr
+    /// [default: the checkpoint's max_position_embeddings]. 0 keeps every token: rotary
+    /// positions have no length limit, but the cost grows with the square of the length. A
+    /// mask token past the cut is an error.
+    #[arg(long, value_name = "N", value_parser = truncation::parse)]
+    max_length: Option<u32>,
     /// One JSON object on one line: {"text", "masks": [{"position", "predictions": [{"id",
-    /// "token", "probability"}]}]}; position is the token index in [CLS] text [SEP].
+    /// "token", "probability"}]}], "truncated": null or {"tokens", "kept"}}; position is the
+    /// token index in [CLS] text [SEP].
     #[arg(long)]
     json: bool,
     /// The text, with one or more mask tokens written as the tokenizer's mask token
@@ -56,24 +68,56 @@ struct Mask {
 struct Report<'a> {
     text: &'a str,
     masks: Vec<Mask>,
+    /// What `--max-length` cut, if anything.
+    truncated: Option<Cut>,
 }
 
 /// Predicts the tokens behind each mask of the text and prints them.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let tokenizer = default_model::tokenizer(args.model.as_deref())?;
     let mask_id = tokenizer.mask_token_id()?;
-    let encoding = tokenizer.encode(&args.text);
+    let dir = default_model::model_dir(args.model.as_deref())?;
+    let limit = Limit::new(args.max_length, dir.config.max_position_embeddings);
+    let limited = tokenizer.encode_limited(&args.text, limit.tokens())?;
+    let was_cut = limited.was_cut();
+    let whole_masks = if was_cut {
+        tokenizer
+            .encode(&args.text)
+            .ids
+            .iter()
+            .filter(|&&id| id == mask_id)
+            .count()
+    } else {
+        0
+    };
+    let encoding = limited.encoding;
     let positions: Vec<usize> = (0..encoding.len())
         .filter(|&i| encoding.ids[i] == mask_id)
         .collect();
-    if positions.is_empty() {
+    if positions.is_empty() && whole_masks == 0 {
         bail!(
             "the text has no mask token: write {} where a token should be predicted",
             tokenizer.config().mask_token
         );
     }
+    if positions.len() < whole_masks {
+        bail!(
+            "{} of the text's {whole_masks} mask tokens lie past its first {} tokens, where \
+             the text of {} tokens is cut ({limit}): pass a larger --max-length, or 0 to keep \
+             every token",
+            whole_masks - positions.len(),
+            encoding.len(),
+            limited.untruncated_len,
+        );
+    }
+    let truncated = was_cut.then_some(Cut {
+        tokens: limited.untruncated_len,
+        kept: encoding.len(),
+    });
+    if let Some(cut) = truncated {
+        truncation::note(&[("the text".to_owned(), cut)], 1, limit);
+    }
 
-    let dir = default_model::model_dir(args.model.as_deref())?;
     ensure!(
         dir.checkpoint.has_mlm_head(),
         "{} has no masked-LM head (no cls.predictions.* tensors): fill-mask needs a checkpoint \
@@ -89,6 +133,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut masks = Vec::with_capacity(positions.len());
     for position in positions {
         let row: Vec<f32> = logits.get(position)?.to_dtype(DType::F32)?.to_vec1()?;
+        if let Some((id, value)) = finite::first_non_finite(&row) {
+            bail!(
+                "the model's logits at token {position} (a mask) are not finite (id {id}: \
+                 {value}): the checkpoint's weights overflow f32 on this text"
+            );
+        }
         let predictions = top_k(&softmax(&row), args.top_k as usize)
             .into_iter()
             .map(|(id, probability)| Prediction {
@@ -105,11 +155,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let report = Report {
         text: &args.text,
         masks,
+        truncated,
     };
 
     let mut out = std::io::stdout().lock();
     if args.json {
-        writeln!(out, "{}", serde_json::to_string(&report)?)?;
+        writeln!(out, "{}", json::to_string(&report)?)?;
     } else {
         print_table(&mut out, &report)?;
     }

@@ -8,6 +8,8 @@ use anyhow::{bail, Context};
 use candle_core::{DType, Device, Tensor};
 use roformer::{HeadModel, ModelDir, RoFormerForMaskedLM, RoFormerModel};
 
+use crate::{finite, output};
+
 /// Arguments of `roformer forward`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -21,7 +23,8 @@ pub struct Args {
     input: PathBuf,
     /// Output safetensors file: f32 `last_hidden_state` [batch, seq, hidden] and, when the
     /// checkpoint has a masked-LM head (`cls.predictions.*` tensors), `logits`
-    /// [batch, seq, vocab].
+    /// [batch, seq, vocab]. `-` is standard output; a FIFO or device is written as a stream,
+    /// a regular file is replaced atomically. Non-finite values are kept, with a warning.
     #[arg(long, value_name = "OUT.safetensors")]
     output: PathBuf,
 }
@@ -107,8 +110,34 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         summary.push(format!("{name} {:?}", t.dims()));
     }
     summary.sort();
-    candle_core::safetensors::save(&outputs, &args.output)
-        .with_context(|| format!("cannot write {}", args.output.display()))?;
-    println!("{}: {}", args.output.display(), summary.join(", "));
+    warn_non_finite(&outputs)?;
+    let bytes = safetensors::serialize(&outputs, None)
+        .with_context(|| format!("cannot serialise the outputs for {}", args.output.display()))?;
+    output::write(&args.output, &bytes)?;
+    let line = format!("{}: {}", args.output.display(), summary.join(", "));
+    if output::is_stdout(&args.output) {
+        eprintln!("{line}");
+    } else {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// Warns on stderr, per output tensor (by name), about its first non-finite value: a NaN or
+/// an infinity means the weights overflow on this input. The file keeps the raw values.
+fn warn_non_finite(outputs: &HashMap<String, Tensor>) -> anyhow::Result<()> {
+    let mut names: Vec<&String> = outputs.keys().collect();
+    names.sort();
+    for name in names {
+        if let Some((index, value)) = finite::first_non_finite_in(&outputs[name])? {
+            eprintln!(
+                "warning: {name} is not finite: {name}{index:?} = {value} (sequence {}, token \
+                 {}); the weights overflow f32 on this input, and the output file holds the \
+                 raw values",
+                index.first().copied().unwrap_or(0),
+                index.get(1).copied().unwrap_or(0),
+            );
+        }
+    }
     Ok(())
 }

@@ -11,11 +11,15 @@ mod embed;
 mod eval;
 mod experiment;
 mod fill_mask;
+mod finite;
 mod forward;
+mod json;
+mod output;
 mod plot;
 mod rope_cmd;
 mod tokenize;
 mod train;
+mod truncation;
 mod vocab;
 
 use std::process::ExitCode;
@@ -67,6 +71,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    quiet_library_backtraces();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(c) => bench::run(c),
@@ -88,5 +93,17 @@ fn main() -> ExitCode {
             eprintln!("error: {err:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Keeps library errors to one message: candle attaches a backtrace to its errors (and prints
+/// it in their message) whenever `RUST_BACKTRACE` is set, which would bury a user's mistake
+/// under stack frames. `RUST_LIB_BACKTRACE=0` turns that capture off while panics still get
+/// their backtrace from `RUST_BACKTRACE`; a `RUST_LIB_BACKTRACE` already set is kept, so
+/// `RUST_LIB_BACKTRACE=1` shows where an error came from.
+fn quiet_library_backtraces() {
+    // Called first in `main`, before any other thread exists.
+    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+        std::env::set_var("RUST_LIB_BACKTRACE", "0");
     }
 }
