@@ -87,7 +87,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             probabilities: names.iter().cloned().zip(p.iter().copied()).collect(),
         };
         if args.json {
-            writeln!(out, "{}", serde_json::to_string(&prediction)?)?;
+            writeln!(out, "{}", crate::json::to_string(&prediction)?)?;
         } else {
             let rest: Vec<String> = prediction
                 .probabilities

@@ -11,6 +11,9 @@
 //!
 //! The baseline ignores context: it ranks characters by their count in the training documents
 //! and predicts the same k most frequent ones at every mask.
+//!
+//! Logits that are not finite at a mask (weights that overflow f32) are an error naming the
+//! document and the token: a NaN would otherwise rank as a plain miss.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -24,7 +27,7 @@ use roformer::data::{read_corpus, split_documents, tokenize_documents, with_simp
 use roformer::{HeadModel, RoFormerForMaskedLM, RoFormerTokenizer};
 use serde::Serialize;
 
-use crate::default_model;
+use crate::{default_model, finite, json};
 
 /// The evaluation commands.
 #[derive(Debug, clap::Subcommand)]
@@ -110,6 +113,8 @@ struct Masked {
     targets: Vec<(usize, u32)>,
     /// A simplified copy (not an original document).
     copy: bool,
+    /// How errors name the document: its start.
+    name: String,
 }
 
 /// Whether `token` is one alphabetic character (a Chinese character, not punctuation).
@@ -204,10 +209,12 @@ pub fn run(command: Command) -> anyhow::Result<()> {
                 (p, original)
             })
             .collect();
+        let start: String = held_out[i].text.chars().take(20).collect();
         masked.push(Masked {
             ids,
             targets,
             copy: i >= originals,
+            name: format!("the held-out document starting {start:?}"),
         });
     }
 
@@ -297,10 +304,17 @@ fn model_ranks(
     let mut out = Vec::with_capacity(b);
     for d in batch {
         let mut ranks = Vec::with_capacity(d.targets.len());
-        for &(_, target) in &d.targets {
+        for &(position, target) in &d.targets {
             let Some(row) = picked.next() else {
                 bail!("fewer logit rows than masks");
             };
+            if let Some((id, value)) = finite::first_non_finite(&row) {
+                bail!(
+                    "{}: the model's logits at token {position} are not finite (id {id}: \
+                     {value}): the checkpoint's weights overflow f32 on this text",
+                    d.name
+                );
+            }
             let score = row
                 .get(target as usize)
                 .copied()
@@ -344,6 +358,22 @@ impl From<&Part> for Rates {
     }
 }
 
+/// The `--json` object.
+#[derive(Serialize)]
+struct Summary<'a> {
+    model: &'a str,
+    corpus: &'a [PathBuf],
+    also_simplified: bool,
+    validation: f64,
+    mask_prob: f64,
+    seq_len: usize,
+    seed: u64,
+    baseline_top5_chars: &'a [&'a str],
+    all: &'a Rates,
+    original: &'a Rates,
+    simplified_copies: &'a Rates,
+}
+
 fn report(
     args: &MlmArgs,
     tokenizer: &RoFormerTokenizer,
@@ -365,20 +395,20 @@ fn report(
         Rates::from(simplified),
     );
     if args.json {
-        let value = serde_json::json!({
-            "model": model_name,
-            "corpus": args.corpus,
-            "also_simplified": args.also_simplified,
-            "validation": args.validation,
-            "mask_prob": args.mask_prob,
-            "seq_len": args.seq_len,
-            "seed": args.seed,
-            "baseline_top5_chars": baseline_chars,
-            "all": all_r,
-            "original": trad_r,
-            "simplified_copies": simp_r,
-        });
-        writeln!(out, "{value}")?;
+        let summary = Summary {
+            model: &model_name,
+            corpus: &args.corpus,
+            also_simplified: args.also_simplified,
+            validation: args.validation,
+            mask_prob: args.mask_prob,
+            seq_len: args.seq_len,
+            seed: args.seed,
+            baseline_top5_chars: &baseline_chars,
+            all: &all_r,
+            original: &trad_r,
+            simplified_copies: &simp_r,
+        };
+        writeln!(out, "{}", json::to_string(&summary)?)?;
     } else {
         writeln!(
             out,

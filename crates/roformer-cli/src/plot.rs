@@ -9,9 +9,13 @@ use std::path::Path;
 use std::sync::Once;
 
 use anyhow::{anyhow, bail, Context};
+use image::codecs::png::PngEncoder;
+use image::{ColorType, ImageEncoder};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
+
+use crate::output;
 
 /// The embedded font (DejaVu Sans subset: printable ASCII and a few math symbols).
 static FONT: &[u8] = include_bytes!("../assets/DejaVuSans-subset.ttf");
@@ -75,28 +79,48 @@ fn register_font() -> anyhow::Result<()> {
     result
 }
 
-/// Writes `figure` to `path` as a `size` (width, height) pixel image, PNG or SVG by extension.
+/// Writes `figure` to `path` as a `size` (width, height) pixel image, PNG or SVG by extension,
+/// through [`output::write`] (drawn in memory, then written at once).
 ///
 /// # Errors
 /// An unknown extension, a drawing error, or a file that cannot be written.
 pub fn save(figure: &impl Figure, path: &Path, size: (u32, u32)) -> anyhow::Result<()> {
     let format = Format::from_path(path)?;
     register_font()?;
-    match format {
-        Format::Png => {
-            let root = BitMapBackend::new(path, size).into_drawing_area();
-            root.fill(&WHITE).map_err(err)?;
-            figure.draw(&root)?;
-            root.present().map_err(err)
-        }
-        Format::Svg => {
-            let root = SVGBackend::new(path, size).into_drawing_area();
-            root.fill(&WHITE).map_err(err)?;
-            figure.draw(&root)?;
-            root.present().map_err(err)
-        }
+    let bytes = match format {
+        Format::Png => png(figure, size),
+        Format::Svg => svg(figure, size),
     }
-    .with_context(|| format!("writing {}", path.display()))
+    .with_context(|| format!("drawing {}", path.display()))?;
+    output::write(path, &bytes)
+}
+
+/// `figure` as PNG bytes.
+fn png(figure: &impl Figure, (width, height): (u32, u32)) -> anyhow::Result<Vec<u8>> {
+    let mut rgb = vec![0u8; width as usize * height as usize * 3];
+    {
+        let root = BitMapBackend::with_buffer(&mut rgb, (width, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        figure.draw(&root)?;
+        root.present().map_err(err)?;
+    }
+    let mut bytes = Vec::new();
+    PngEncoder::new(&mut bytes)
+        .write_image(&rgb, width, height, ColorType::Rgb8)
+        .context("encoding the PNG")?;
+    Ok(bytes)
+}
+
+/// `figure` as an SVG document.
+fn svg(figure: &impl Figure, size: (u32, u32)) -> anyhow::Result<Vec<u8>> {
+    let mut text = String::new();
+    {
+        let root = SVGBackend::with_string(&mut text, size).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        figure.draw(&root)?;
+        root.present().map_err(err)?;
+    }
+    Ok(text.into_bytes())
 }
 
 #[cfg(test)]

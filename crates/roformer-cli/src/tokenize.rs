@@ -49,7 +49,7 @@ fn render(encoding: &Encoding, json: bool) -> anyhow::Result<String> {
             tokens: &encoding.tokens,
             offsets: &encoding.offsets,
         };
-        Ok(serde_json::to_string(&line)?)
+        crate::json::to_string(&line)
     } else {
         let ids: Vec<String> = encoding.ids.iter().map(u32::to_string).collect();
         Ok(ids.join(" "))

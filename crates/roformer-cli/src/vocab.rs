@@ -5,9 +5,12 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
+use roformer::data::vocab_builder::tokenizer_config_json;
 use roformer::data::{build_vocab, read_corpus, VocabOptions};
 use serde_json::json;
+
+use crate::output;
 
 /// The vocabulary commands.
 #[derive(Debug, clap::Subcommand)]
@@ -51,6 +54,9 @@ pub struct BuildArgs {
 /// Unreadable or empty corpora, a size below the special tokens, file errors.
 pub fn run(command: Command) -> anyhow::Result<()> {
     let Command::Build(args) = command;
+    if output::is_stdout(&args.out) {
+        bail!("--out -: vocab build writes two files (vocab.txt and tokenizer_config.json beside it), give a file path");
+    }
     if !(0.0..=1.0).contains(&args.jieba_words) {
         bail!("--jieba-words is a share of the vocabulary, in [0, 1]");
     }
@@ -69,10 +75,14 @@ pub fn run(command: Command) -> anyhow::Result<()> {
     let built = build_vocab(&documents, &options)?;
     let mut text = built.tokens.join("\n");
     text.push('\n');
-    std::fs::write(&args.out, text).with_context(|| format!("writing {}", args.out.display()))?;
+    output::write(&args.out, text.as_bytes())?;
     let config_path = args.out.with_file_name("tokenizer_config.json");
-    roformer::data::vocab_builder::write_tokenizer_config(&config_path, &options.config)?;
+    output::write(
+        &config_path,
+        tokenizer_config_json(&options.config).as_bytes(),
+    )?;
     let s = &built.stats;
+    // A count over a count of at least 1: always finite, so `json!` cannot write it as null.
     let unk_share = s.unk_tokens as f64 / (s.tokens.max(1)) as f64;
     if args.json {
         println!(

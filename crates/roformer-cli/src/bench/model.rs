@@ -31,6 +31,8 @@ use rand_distr::{Distribution, Normal};
 use roformer::{RawConfig, RoFormerConfig, RoFormerModel};
 use serde_json::json;
 
+use crate::json;
+
 use super::alloc;
 use super::timing::{round_robin, Budget, Stats};
 
@@ -262,10 +264,10 @@ pub fn run(args: Args) -> Result<()> {
                     "config": record.config.name(),
                     "batch": batch,
                     "seq": seq,
-                    "seconds": stats.median,
-                    "tokens_per_s": record.tokens_per_s(),
-                    "p10_seconds": stats.p10,
-                    "p90_seconds": stats.p90,
+                    "seconds": json::finite("seconds", stats.median)?,
+                    "tokens_per_s": json::finite("tokens_per_s", record.tokens_per_s())?,
+                    "p10_seconds": json::finite("p10_seconds", stats.p10)?,
+                    "p90_seconds": json::finite("p90_seconds", stats.p90)?,
                     "reps": stats.samples,
                     "params": record.params,
                     "threads": threads,

@@ -278,7 +278,8 @@ fn run_child(spec: &str, args: &Args) -> Result<()> {
         first_loss: first_loss.unwrap_or(f32::NAN),
         last_loss,
     };
-    println!("{}", serde_json::to_string(&m)?);
+    // --min-steps is at least 1, so both losses are set; a NaN loss is an error here.
+    println!("{}", crate::json::to_string(&m)?);
     Ok(())
 }
 
@@ -355,7 +356,7 @@ pub fn run(args: Args) -> Result<()> {
     for &(batch, seq) in &args.shapes {
         let m = measure(batch, seq, &args)?;
         if args.json {
-            let mut line = serde_json::to_value(&m)?;
+            let mut line = crate::json::to_value(&m)?;
             if let serde_json::Value::Object(fields) = &mut line {
                 fields.insert("impl".into(), "roformer-rs".into());
                 fields.insert("config".into(), args.config.name().into());

@@ -10,7 +10,6 @@
 //! hash of the text).
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
@@ -28,6 +27,7 @@ use super::{
 use crate::plot;
 use crate::train::classify;
 use crate::train::common::Decay;
+use crate::{json, output};
 
 /// The classes: (label, folder of the corpus).
 const CLASSES: [(&str, &str); 3] = [
@@ -172,13 +172,12 @@ fn build_dataset(args: &Args, out: &Path) -> anyhow::Result<(PathBuf, PathBuf, D
             args.poems_per_doc,
             path.display()
         );
-        let mut file = std::io::BufWriter::new(
-            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
-        );
+        let mut text = String::new();
         for d in docs {
-            writeln!(file, "{}", serde_json::to_string(d)?)?;
+            text.push_str(&json::to_string(d)?);
+            text.push('\n');
         }
-        file.flush()?;
+        output::write(path, text.as_bytes())?;
     }
     Ok((train_path, dev_path, stats))
 }

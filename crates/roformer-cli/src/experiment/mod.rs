@@ -27,6 +27,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::{bail, Context};
 use serde::Serialize;
 
+use crate::{json, output};
+
 /// The experiments.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -68,9 +70,8 @@ fn is_done(dir: &Path) -> bool {
 
 /// Marks run directory `dir` finished, with what the experiment needs to know of it.
 fn mark_done(dir: &Path, record: &impl Serialize) -> anyhow::Result<()> {
-    let text = serde_json::to_string_pretty(record)?;
-    std::fs::write(dir.join("done.json"), text)
-        .with_context(|| format!("writing {}", dir.join("done.json").display()))
+    let text = json::to_string_pretty(record)?;
+    output::write(&dir.join("done.json"), text.as_bytes())
 }
 
 /// The record [`mark_done`] wrote in run directory `dir`.
@@ -95,14 +96,13 @@ fn check_stopped(stop: &AtomicBool) -> anyhow::Result<()> {
 /// Writes `value` as pretty JSON to `dir/name`.
 fn write_json(dir: &Path, name: &str, value: &impl Serialize) -> anyhow::Result<PathBuf> {
     let path = dir.join(name);
-    std::fs::write(&path, serde_json::to_string_pretty(value)? + "\n")
-        .with_context(|| format!("writing {}", path.display()))?;
+    output::write(&path, (json::to_string_pretty(value)? + "\n").as_bytes())?;
     Ok(path)
 }
 
 /// Writes `text` to `dir/section.md`.
 fn write_section(dir: &Path, text: &str) -> anyhow::Result<PathBuf> {
     let path = dir.join("section.md");
-    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    output::write(&path, text.as_bytes())?;
     Ok(path)
 }

@@ -16,6 +16,7 @@ use serde_json::json;
 use super::{check_stopped, is_done, mark_done, read_done};
 use crate::train::common::Decay;
 use crate::train::mlm::{self, Format, Position};
+use crate::{json, output};
 
 /// Arguments shared by the pre-training experiments (`convergence`, `linear`).
 #[derive(Debug, Clone, clap::Args)]
@@ -137,10 +138,10 @@ fn ensure_vocab(args: &Args, out: &Path) -> anyhow::Result<PathBuf> {
     let options = VocabOptions::new(args.vocab_size);
     let built = build_vocab(&documents, &options)?;
     let text = built.tokens.join("\n") + "\n";
-    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-    roformer::data::vocab_builder::write_tokenizer_config(
+    output::write(&path, text.as_bytes())?;
+    output::write(
         &dir.join("tokenizer_config.json"),
-        &options.config,
+        roformer::data::vocab_builder::tokenizer_config_json(&options.config).as_bytes(),
     )?;
     Ok(path)
 }
@@ -168,8 +169,7 @@ fn write_config(args: &Args, out: &Path, attention: &str) -> anyhow::Result<Path
         "tie_word_embeddings": true,
         "attention_type": attention,
     });
-    std::fs::write(&path, serde_json::to_string_pretty(&config)? + "\n")
-        .with_context(|| format!("writing {}", path.display()))?;
+    output::write(&path, (json::to_string_pretty(&config)? + "\n").as_bytes())?;
     Ok(path)
 }
 

@@ -16,7 +16,7 @@ use serde_json::json;
 
 use super::loss_plot::LossFigure;
 use super::progress::Reporter;
-use crate::plot;
+use crate::{json, output, plot};
 
 /// `--decay`: the learning rate after the warm-up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
@@ -108,8 +108,7 @@ pub fn prepare_out_dir(
 /// File errors.
 pub fn write_run_args<A: Serialize>(out: &Path, args: &A) -> anyhow::Result<()> {
     let path = out.join("run.json");
-    std::fs::write(&path, serde_json::to_vec_pretty(args)?)
-        .with_context(|| format!("writing {}", path.display()))
+    output::write(&path, json::to_string_pretty(args)?.as_bytes())
 }
 
 /// Reads the arguments `write_run_args` recorded.
@@ -253,9 +252,9 @@ pub fn finish_run<T: Task>(
         "event": "summary",
         "outcome": match outcome { Outcome::Finished => "finished", Outcome::Stopped(_) => "stopped" },
         "steps": trainer.step,
-        "final_train_loss": last.map(|s| s.loss),
-        "unigram_entropy": display.unigram_entropy,
-        "last_eval": reporter.history.evals.last(),
+        "final_train_loss": json::to_value(&last.map(|s| s.loss))?,
+        "unigram_entropy": json::to_value(&display.unigram_entropy)?,
+        "last_eval": json::to_value(&reporter.history.evals.last())?,
         "checkpoint": reporter.history.last_checkpoint,
         "plot": plot_path,
     });

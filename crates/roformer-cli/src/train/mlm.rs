@@ -351,7 +351,7 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
         },
         out: args.out.clone(),
         step: done,
-        task_record: serde_json::to_value(&data_options)?,
+        task_record: crate::json::to_value(&data_options)?,
         last_eval: None,
     };
     finish_run(

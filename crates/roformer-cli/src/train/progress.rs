@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use roformer::train::run::{EvalMetrics, Event, StepMetrics};
-use serde_json::json;
+
+use crate::{json, output};
 
 /// The records of a run, kept for the plot and the summary.
 #[derive(Debug, Default)]
@@ -60,7 +61,7 @@ impl Reporter {
                 kept.push('\n');
             }
         }
-        std::fs::write(&path, kept).with_context(|| format!("writing {}", path.display()))?;
+        output::write(&path, kept.as_bytes())?;
         let metrics = OpenOptions::new()
             .append(true)
             .open(&path)
@@ -106,9 +107,9 @@ impl Reporter {
                     "loss {:.4}  lr {:.2e}  {:.0} tok/s",
                     m.loss, m.lr, tokens_per_s
                 ));
-                let mut v = serde_json::to_value(&m)?;
-                v["event"] = json!("step");
-                v["tokens_per_s"] = json!(tokens_per_s);
+                let mut v = json::to_value(&m)?;
+                v["event"] = serde_json::json!("step");
+                v["tokens_per_s"] = serde_json::json!(json::finite("tokens_per_s", tokens_per_s)?);
                 self.record(v)?;
                 self.history.steps.push(m);
             }
@@ -125,14 +126,14 @@ impl Reporter {
                 if !self.json {
                     self.bar.suspend(|| eprintln!("{line}"));
                 }
-                let mut v = serde_json::to_value(&m)?;
-                v["event"] = json!("eval");
+                let mut v = json::to_value(&m)?;
+                v["event"] = serde_json::json!("eval");
                 self.record(v)?;
                 self.history.evals.push(m);
             }
             Event::Saved(path) => {
                 let step = self.history.steps.last().map_or(0, |s| s.step);
-                self.record(json!({"event": "saved", "step": step, "path": path}))?;
+                self.record(serde_json::json!({"event": "saved", "step": step, "path": path}))?;
                 self.history.last_checkpoint = Some(path);
             }
         }

@@ -134,7 +134,7 @@ pub(super) fn run_child(spec: &str, args: &Args) -> anyhow::Result<()> {
         samples: stats[0].samples,
         peak_bytes: peak,
     };
-    println!("{}", serde_json::to_string(&m)?);
+    println!("{}", crate::json::to_string(&m)?);
     Ok(())
 }
 

@@ -138,7 +138,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     }
                 }
                 if args.json {
-                    writeln!(out, "{}", serde_json::to_string(&record)?)?;
+                    writeln!(out, "{}", crate::json::to_string(&record)?)?;
                     out.flush()?;
                 }
                 records.push(record);
@@ -153,6 +153,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .collect();
     if args.json {
         for c in &crossovers {
+            // Lengths only: no float that `json!` could turn into null.
             writeln!(out, "{}", serde_json::json!({ "crossover": c }))?;
         }
     } else {

@@ -158,7 +158,7 @@ pub fn run(args: Args) -> Result<()> {
             let records = run_any(case, &budget)?;
             if args.json {
                 for r in &records {
-                    writeln!(out, "{}", r.json(&context))?;
+                    writeln!(out, "{}", r.json(&context)?)?;
                 }
             } else {
                 print_row(&mut out, &records)?;

@@ -5,6 +5,8 @@ use std::io::{self, Write};
 use rotary::Isa;
 use serde_json::json;
 
+use crate::json::finite;
+
 use super::cases::Case;
 use super::impls::Impl;
 use super::Args;
@@ -22,25 +24,29 @@ impl Record {
         self.case.bytes() as f64 / self.stats.median / 1e9
     }
 
-    pub(super) fn json(&self, context: &RunInfo) -> serde_json::Value {
-        json!({
+    /// The record as one JSON object.
+    ///
+    /// # Errors
+    /// A non-finite timing (JSON would write it as null).
+    pub(super) fn json(&self, context: &RunInfo) -> anyhow::Result<serde_json::Value> {
+        Ok(json!({
             "impl": self.which.family(),
             "variant": self.which.variant(self.case.layout),
             "rotation": self.case.rotation.name(),
             "shape": self.case.dims,
             "dtype": self.case.dtype.name(),
             "layout": self.case.layout.name(),
-            "seconds": self.stats.median,
-            "gbps": self.gbps(),
+            "seconds": finite("seconds", self.stats.median)?,
+            "gbps": finite("gbps", self.gbps())?,
             "bytes": self.case.bytes(),
-            "p10_seconds": self.stats.p10,
-            "p90_seconds": self.stats.p90,
+            "p10_seconds": finite("p10_seconds", self.stats.p10)?,
+            "p90_seconds": finite("p90_seconds", self.stats.p90)?,
             "samples": self.stats.samples,
             "calls_per_sample": self.stats.calls_per_sample,
             "threads": context.threads,
             "isa": context.isa.name(),
             "malloc_warm": context.malloc_warm,
-        })
+        }))
     }
 }
 
