@@ -231,3 +231,81 @@ fn bad_inputs_are_errors() {
     let stderr = run("ok.txt", "今天\n", "o.csv");
     assert!(stderr.contains(".npy"), "{stderr}");
 }
+
+/// A text far longer than the checkpoint's max_position_embeddings (64; ~1750 tokens, whose
+/// attention once ran uncapped) is cut to 64 tokens by default, [CLS] ... [SEP] kept, and
+/// the command says which line, from how many tokens, on stderr and in `--json`;
+/// `--max-length 0` keeps every token and a larger `--max-length` is taken as given.
+#[test]
+fn long_texts_are_cut_to_max_position_embeddings_and_reported() {
+    let model = model_dir("mlm_gelu", "embed-long");
+    let dir = scratch("embed-long-io");
+    let (input, output) = (dir.join("t.txt"), dir.join("v.jsonl"));
+    let long = "我们在北京学习".repeat(500);
+    write_lines(&input, &["今天".to_string(), long.clone()]);
+    let full = token_ids(&model, &long);
+    assert!(full.len() > 1000);
+    let m = model.to_str().unwrap();
+    let args = |extra: &[&'static str]| {
+        let mut a = vec![
+            "embed",
+            "--model",
+            m,
+            "--input",
+            input.to_str().unwrap(),
+            "--output",
+            output.to_str().unwrap(),
+            "--json",
+            "--pooling",
+            "cls",
+        ];
+        a.extend_from_slice(extra);
+        a
+    };
+    let run = |extra: &[&'static str]| {
+        let out = crate::common::roformer_ok(&args(extra));
+        let summary: serde_json::Value =
+            serde_json::from_str(String::from_utf8(out.stdout).unwrap().trim()).unwrap();
+        (summary, String::from_utf8(out.stderr).unwrap())
+    };
+
+    let (summary, stderr) = run(&[]);
+    assert_eq!(summary["max_length"], 64);
+    assert_eq!(
+        summary["truncated"],
+        serde_json::json!([{"line": 2, "tokens": full.len(), "kept": 64}])
+    );
+    assert!(
+        stderr.contains(&format!("line 2: {} tokens cut to 64", full.len()))
+            && stderr.contains("max_position_embeddings"),
+        "{stderr}"
+    );
+    let mut cut = full[..63].to_vec();
+    cut.push(full[full.len() - 1]);
+    let want = reference_of_ids(&model, &cut, false, &dir);
+    assert!(max_abs_diff(&read_json_lines(&output)[1], &want) <= 1e-5);
+
+    let (summary, stderr) = run(&["--max-length", "0"]);
+    assert_eq!(summary["max_length"], 0);
+    assert_eq!(summary["truncated"], serde_json::json!([]));
+    assert!(!stderr.contains("cut"), "{stderr}");
+
+    let (summary, _) = run(&["--max-length", "100"]);
+    assert_eq!(summary["truncated"][0]["kept"], 100);
+
+    let stderr = fails(&args(&["--max-length", "1"]));
+    assert!(stderr.contains("[CLS]"), "{stderr}");
+}
+
+/// One 1 MB line without a space: one [UNK] (WordPiece gives up on words over 100 chars).
+#[test]
+fn a_megabyte_word_is_one_unknown_token() {
+    let model = model_dir("mlm_gelu", "embed-mb");
+    let dir = scratch("embed-mb-io");
+    let (input, output) = (dir.join("t.txt"), dir.join("v.jsonl"));
+    write_lines(&input, &["a".repeat(1 << 20)]);
+    let stdout = embed(&model, &input, &output, &["--json"]);
+    let summary: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(summary["truncated"], serde_json::json!([]));
+    assert_eq!(read_json_lines(&output).len(), 1);
+}

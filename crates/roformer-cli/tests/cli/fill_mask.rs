@@ -243,3 +243,45 @@ fn bad_arguments_are_errors() {
     let stderr = fails(&["fill-mask", "--model", "/nonexistent/dir", "[MASK]"]);
     assert!(stderr.contains("/nonexistent/dir"), "{stderr}");
 }
+
+/// Texts longer than max_position_embeddings (64) are cut by default, with a note and a
+/// `truncated` field; a mask past the cut is an error, not a silently missing prediction.
+#[test]
+fn long_texts_are_cut_and_masks_past_the_cut_are_errors() {
+    let model = model_dir("mlm_gelu", "fill-long");
+    let m = model.to_str().unwrap();
+    let tail = format!("{}[MASK]", "我们在北京学习".repeat(40));
+    let stderr = fails(&["fill-mask", "--model", m, &tail]);
+    assert!(
+        stderr.contains("1 of the text's 1 mask tokens") && stderr.contains("--max-length"),
+        "{stderr}"
+    );
+    let out = ok(&[
+        "fill-mask",
+        "--model",
+        m,
+        "--max-length",
+        "0",
+        "--json",
+        &tail,
+    ]);
+    let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(report["truncated"].is_null());
+    assert!(report["masks"][0]["position"].as_u64().unwrap() > 64);
+
+    let head = format!("[MASK]{}", "我们在北京学习".repeat(40));
+    let out = roformer(&["fill-mask", "--model", m, "--json", &head]);
+    assert!(out.status.success());
+    let report: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    assert_eq!(
+        report["truncated"],
+        serde_json::json!({"tokens": token_ids(&model, &head).len(), "kept": 64})
+    );
+    assert_eq!(report["masks"][0]["position"], 1);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the text: ") && stderr.contains("cut to 64"),
+        "{stderr}"
+    );
+}

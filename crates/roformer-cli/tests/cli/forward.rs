@@ -196,3 +196,83 @@ fn missing_checkpoint_file_fails_cleanly() {
         "{stderr}"
     );
 }
+
+/// A zip archive holding `files` uncompressed (what `torch.save` writes, minus compression).
+fn stored_zip(files: &[(&str, &[u8])]) -> Vec<u8> {
+    let (mut out, mut central) = (Vec::new(), Vec::new());
+    for (name, data) in files {
+        let crc = crc32fast::hash(data);
+        let (offset, size, name_len) = (out.len() as u32, data.len() as u32, name.len() as u16);
+        // Local header: signature, version 2.0, no flags, stored, no time, crc, sizes, name.
+        out.extend_from_slice(&0x0403_4b50u32.to_le_bytes());
+        out.extend_from_slice(&[20, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        for v in [crc, size, size] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&name_len.to_le_bytes());
+        out.extend_from_slice(&[0, 0]);
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(data);
+        // Central directory entry.
+        central.extend_from_slice(&0x0201_4b50u32.to_le_bytes());
+        central.extend_from_slice(&[20, 0, 20, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        for v in [crc, size, size] {
+            central.extend_from_slice(&v.to_le_bytes());
+        }
+        central.extend_from_slice(&name_len.to_le_bytes());
+        central.extend_from_slice(&[0; 12]);
+        central.extend_from_slice(&offset.to_le_bytes());
+        central.extend_from_slice(name.as_bytes());
+    }
+    let (central_offset, central_len) = (out.len() as u32, central.len() as u32);
+    out.extend_from_slice(&central);
+    out.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
+    out.extend_from_slice(&[0, 0, 0, 0]);
+    let n = files.len() as u16;
+    out.extend_from_slice(&n.to_le_bytes());
+    out.extend_from_slice(&n.to_le_bytes());
+    out.extend_from_slice(&central_len.to_le_bytes());
+    out.extend_from_slice(&central_offset.to_le_bytes());
+    out.extend_from_slice(&[0, 0]);
+    out
+}
+
+/// With RUST_BACKTRACE=1, a user error is one message: candle used to append its captured
+/// backtrace (stack frames) to the errors it makes, here the pickle reader's.
+#[test]
+fn errors_carry_no_backtrace_under_rust_backtrace() {
+    let dir = scratch("backtrace");
+    let model = dir.join("model");
+    std::fs::create_dir_all(&model).unwrap();
+    std::fs::copy(
+        fixture("mlm_gelu").join("config.json"),
+        model.join("config.json"),
+    )
+    .unwrap();
+    // A pickle with an unknown opcode (0xfe).
+    let zip = stored_zip(&[
+        ("archive/data.pkl", b"\x80\x02\xfe."),
+        ("archive/version", b"3\n"),
+    ]);
+    std::fs::write(model.join("pytorch_model.bin"), zip).unwrap();
+    let input = dir.join("input.json");
+    std::fs::write(&input, r#"{"input_ids": [[1, 2, 3]]}"#).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_roformer"))
+        .args(["forward", "--model", model.to_str().unwrap()])
+        .args(["--input", input.to_str().unwrap()])
+        .args(["--output", dir.join("out.safetensors").to_str().unwrap()])
+        .env("RUST_BACKTRACE", "1")
+        .env_remove("RUST_LIB_BACKTRACE")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("pytorch_model.bin"), "{stderr}");
+    assert!(
+        !stderr.contains("stack backtrace")
+            && !stderr.contains("   0: ")
+            && !stderr.contains(".rs:"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+}

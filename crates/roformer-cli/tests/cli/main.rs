@@ -13,6 +13,8 @@ mod embed;
 mod experiment;
 mod fill_mask;
 mod forward;
+mod non_finite;
+mod output_paths;
 mod plot_files;
 mod rope_freqs;
 mod tokenize;
