@@ -389,6 +389,7 @@ impl ser::SerializeStructVariant for Compound<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde::Serialize;
     use std::collections::BTreeMap;
 
     #[derive(Serialize)]
