@@ -97,6 +97,18 @@ pub enum RopeError {
     /// A weight matrix handed to the layout conversion has the wrong size.
     #[error("projection: {0}")]
     Projection(String),
+    /// A size beyond a documented limit of this crate (such as
+    /// [`MAX_ROTARY_DIM`](crate::freqs::MAX_ROTARY_DIM)), or one whose arithmetic overflows
+    /// `usize`: refused before anything is allocated for it.
+    #[error("{what} {size} exceeds the limit of {limit}")]
+    TooLarge {
+        /// What was sized (rotary dims, table elements, ...).
+        what: &'static str,
+        /// The size asked for (a product is computed exactly, so it may exceed `usize::MAX`).
+        size: u128,
+        /// The largest size accepted.
+        limit: usize,
+    },
     /// A buffer the arguments call for is larger than the allocator can provide (a table or a
     /// permutation for absurd dimensions).
     #[error("{what}: cannot allocate {elements} elements")]
@@ -110,6 +122,21 @@ pub enum RopeError {
 
 /// Shorthand for results of this crate.
 pub type Result<T> = std::result::Result<T, RopeError>;
+
+/// `a * b` when it is at most `limit`, else [`RopeError::TooLarge`] naming `what` with the
+/// exact product (no overflow: it is computed in `u128`).
+pub(crate) fn checked_product(
+    what: &'static str,
+    a: usize,
+    b: usize,
+    limit: usize,
+) -> Result<usize> {
+    let size = a as u128 * b as u128;
+    match usize::try_from(size) {
+        Ok(n) if n <= limit => Ok(n),
+        _ => Err(RopeError::TooLarge { what, size, limit }),
+    }
+}
 
 /// An empty vector with room for `n` elements, or [`RopeError::Allocation`] where the
 /// allocator refuses (instead of the abort or panic of `Vec::with_capacity`).

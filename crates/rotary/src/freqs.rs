@@ -5,11 +5,25 @@ use crate::error::{Result, RopeError};
 /// The default frequency base of the paper (and of most checkpoints).
 pub const DEFAULT_BASE: f64 = 10_000.0;
 
-/// Checks that `rotary_dim` is even and non-zero.
+/// The most rotated dimensions per head this crate accepts: 65536, far above any model's head
+/// (64 to 256 in common checkpoints, 576 in the widest). It keeps every buffer sized by the
+/// rotary dims (frequencies, a table row, a permutation) within a few hundred KiB, so that a
+/// config or option claiming more is refused with [`RopeError::TooLarge`] rather than
+/// attempted.
+pub const MAX_ROTARY_DIM: usize = 1 << 16;
+
+/// Checks that `rotary_dim` is even, non-zero and at most [`MAX_ROTARY_DIM`].
 ///
 /// # Errors
-/// [`RopeError::InvalidRotaryDim`] otherwise.
+/// [`RopeError::TooLarge`] above the cap, [`RopeError::InvalidRotaryDim`] for zero or odd.
 pub fn check_rotary_dim(rotary_dim: usize) -> Result<()> {
+    if rotary_dim > MAX_ROTARY_DIM {
+        return Err(RopeError::TooLarge {
+            what: "rotary dims",
+            size: rotary_dim as u128,
+            limit: MAX_ROTARY_DIM,
+        });
+    }
     if rotary_dim == 0 || !rotary_dim.is_multiple_of(2) {
         return Err(RopeError::InvalidRotaryDim(rotary_dim));
     }
@@ -22,8 +36,9 @@ pub fn check_rotary_dim(rotary_dim: usize) -> Result<()> {
 /// Pair `i` of a vector at position `m` rotates by the angle `m * theta_i`.
 ///
 /// # Errors
-/// [`RopeError::InvalidRotaryDim`] for a zero or odd `rotary_dim`, [`RopeError::InvalidBase`]
-/// for a base that is not finite and positive.
+/// [`RopeError::InvalidRotaryDim`] for a zero or odd `rotary_dim`, [`RopeError::TooLarge`]
+/// above [`MAX_ROTARY_DIM`], [`RopeError::InvalidBase`] for a base that is not finite and
+/// positive.
 pub fn inv_freqs(rotary_dim: usize, base: f64) -> Result<Vec<f64>> {
     check_rotary_dim(rotary_dim)?;
     if !(base.is_finite() && base > 0.0) {

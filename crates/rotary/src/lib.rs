@@ -57,7 +57,7 @@ pub use candle::{apply_rope, rotate_slow, rotate_tensor};
 pub use candle_mixed::mixed_rope;
 pub use element::{DType, Element};
 pub use error::{Result, RopeError};
-pub use freqs::{inv_freqs, DEFAULT_BASE};
+pub use freqs::{inv_freqs, DEFAULT_BASE, MAX_ROTARY_DIM};
 pub use kernel::Isa;
 pub use layout::{convert_projection, pair_permutation, Layout};
 pub use nd::{AxisSchedule, NdPositions, NdRope};

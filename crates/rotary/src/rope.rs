@@ -64,7 +64,8 @@ impl Rope {
     /// coordinates of `head_dim`.
     ///
     /// # Errors
-    /// [`RopeError::InvalidRotaryDim`], [`RopeError::RotaryDimTooLarge`],
+    /// [`RopeError::InvalidRotaryDim`], [`RopeError::TooLarge`] above
+    /// [`crate::freqs::MAX_ROTARY_DIM`], [`RopeError::RotaryDimTooLarge`],
     /// [`RopeError::InvalidBase`].
     pub fn new(head_dim: usize, rotary_dim: usize, base: f64, layout: Layout) -> Result<Rope> {
         check_rotary_dim(rotary_dim)?;
@@ -76,7 +77,8 @@ impl Rope {
     /// for YaRN or LongRoPE). This is how scaled schedules enter the fast kernels.
     ///
     /// # Errors
-    /// [`RopeError::InvalidRotaryDim`] for an empty list, [`RopeError::RotaryDimTooLarge`],
+    /// [`RopeError::InvalidRotaryDim`] for an empty list, [`RopeError::TooLarge`] for more than
+    /// [`crate::freqs::MAX_ROTARY_DIM`] rotated dims, [`RopeError::RotaryDimTooLarge`],
     /// [`RopeError::NonFinite`] for a non-finite frequency or amplitude.
     pub fn from_inv_freq(
         head_dim: usize,

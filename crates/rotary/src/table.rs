@@ -2,7 +2,7 @@
 
 use rayon::prelude::*;
 
-use crate::error::{try_with_capacity, Result, RopeError};
+use crate::error::{checked_product, try_with_capacity, Result, RopeError};
 use crate::freqs::check_rotary_dim;
 use crate::layout::Layout;
 
@@ -35,9 +35,10 @@ impl CosSin {
     /// N-D, scaled.
     ///
     /// # Errors
-    /// [`RopeError::InvalidRotaryDim`] for an odd or zero `rotary_dim`; [`RopeError::NonFinite`]
-    /// if an angle or the amplitude is not finite; [`RopeError::TableMismatch`] or
-    /// [`RopeError::Allocation`] for more rows than memory can hold.
+    /// [`RopeError::InvalidRotaryDim`] or [`RopeError::TooLarge`] for a `rotary_dim` that is odd,
+    /// zero or above [`crate::freqs::MAX_ROTARY_DIM`]; [`RopeError::NonFinite`] if an angle or
+    /// the amplitude is not finite; [`RopeError::TooLarge`] or [`RopeError::Allocation`] for
+    /// more rows than memory can hold.
     pub fn from_angles<F>(
         layout: Layout,
         rotary_dim: usize,
@@ -67,17 +68,16 @@ impl CosSin {
     /// pair and row scales q or k as xPos does.
     ///
     /// # Errors
-    /// [`RopeError::InvalidRotaryDim`] for an odd or zero `rotary_dim`; [`RopeError::NonFinite`]
-    /// if an angle or a magnitude is not finite; [`RopeError::TableMismatch`] or
-    /// [`RopeError::Allocation`] for more rows than memory can hold.
+    /// [`RopeError::InvalidRotaryDim`] or [`RopeError::TooLarge`] for a `rotary_dim` that is odd,
+    /// zero or above [`crate::freqs::MAX_ROTARY_DIM`]; [`RopeError::NonFinite`] if an angle or
+    /// a magnitude is not finite; [`RopeError::TooLarge`] or [`RopeError::Allocation`] for more
+    /// rows than memory can hold.
     pub fn from_polar<F>(layout: Layout, rotary_dim: usize, rows: usize, polar: F) -> Result<Self>
     where
         F: Fn(usize, usize) -> (f64, f64) + Sync,
     {
         check_rotary_dim(rotary_dim)?;
-        let len = rows.checked_mul(rotary_dim).ok_or_else(|| {
-            RopeError::TableMismatch(format!("{rows} rows of {rotary_dim} overflow"))
-        })?;
+        let len = checked_product("cos/sin table elements", rows, rotary_dim, usize::MAX)?;
         let mut cos = try_with_capacity("cos table", len)?;
         let mut sin = try_with_capacity("sin table", len)?;
         cos.resize(len, 0f32);

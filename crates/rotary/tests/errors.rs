@@ -3,10 +3,15 @@
 //! functions and only asks that they return (`Ok` or `Err`) without panicking.
 
 use proptest::prelude::*;
+use rotary::analysis::attention_map::scores_against_row;
+use rotary::analysis::decay::{relative_bounds, scores_by_distance};
+use rotary::nd::{AxisSchedule, NdPositions, NdRope};
 use rotary::{
     convert_projection, inv_freqs, pair_permutation, rotate, rotate_inplace, rotate_qk_inplace,
-    CosSin, Direction, Layout, Order, Positions, Rope, RopeError, Shape,
+    CosSin, Direction, Layout, Order, Positions, Rope, RopeError, RopeSpec, Shape, Xpos,
+    MAX_ROTARY_DIM,
 };
+use serde_json::json;
 
 const FWD: Direction = Direction::Forward;
 const IL: Layout = Layout::Interleaved;
@@ -434,6 +439,173 @@ fn projection_of_the_wrong_size() {
     let result = pair_permutation(usize::MAX, 4, IL, Layout::Half);
     assert!(
         matches!(result, Err(RopeError::Allocation { .. })),
+        "{result:?}"
+    );
+}
+
+/// `rotary dims` above [`MAX_ROTARY_DIM`], whichever function sizes a buffer by them.
+fn is_too_large(result: Result<impl std::fmt::Debug, RopeError>) -> bool {
+    matches!(result, Err(RopeError::TooLarge { .. }))
+}
+
+/// Rotary dims from a config or an option (2^40, usize::MAX - 1) once panicked on capacity
+/// overflow or aborted on allocation; they are refused before anything is allocated.
+#[test]
+fn rotary_dims_above_the_cap_are_too_large() {
+    // Multiples of 4, as the 2D forms need.
+    for r in [MAX_ROTARY_DIM + 4, 1 << 40, usize::MAX - 3] {
+        let want = RopeError::TooLarge {
+            what: "rotary dims",
+            size: r as u128,
+            limit: MAX_ROTARY_DIM,
+        };
+        assert_eq!(inv_freqs(r, 10_000.0).unwrap_err(), want);
+        assert_eq!(Rope::new(r, r, 10_000.0, IL).unwrap_err(), want);
+        assert_eq!(
+            CosSin::from_angles(IL, r, 1, 1.0, |_, _| 0.0).unwrap_err(),
+            want
+        );
+        assert_eq!(pair_permutation(r, r, IL, Layout::Half).unwrap_err(), want);
+        assert!(is_too_large(Xpos::new(r, r, 10_000.0, IL, 512.0)));
+        assert!(is_too_large(NdRope::axial_2d(r, r, 100.0, IL)));
+        assert!(is_too_large(NdRope::rope_mixed_2d(r, r, IL, 10.0, 0.3)));
+        assert!(is_too_large(NdRope::mrope(r, IL, 1e4, &[r / 2])));
+    }
+    // The cap itself is accepted.
+    assert_eq!(inv_freqs(MAX_ROTARY_DIM, 10_000.0).unwrap().len(), 1 << 15);
+    // Sections whose sum overflows usize, and frequency matrices of too many entries.
+    assert!(is_too_large(NdRope::axial(
+        64,
+        IL,
+        &[usize::MAX - 1, 4],
+        AxisSchedule::Lang { base: 100.0 }
+    )));
+    assert!(is_too_large(NdRope::mrope(64, IL, 1e4, &[usize::MAX, 2])));
+    let wide = vec![2usize; 2048];
+    assert!(is_too_large(NdRope::axial(
+        4096,
+        IL,
+        &wide,
+        AxisSchedule::Lang { base: 100.0 }
+    )));
+    // A table whose row count times its width overflows.
+    assert!(is_too_large(CosSin::from_angles(
+        IL,
+        64,
+        usize::MAX / 8,
+        1.0,
+        |_, _| 0.0
+    )));
+}
+
+/// A config's `head_dim` of u64::MAX panicked on overflow in `rope freqs`; a rotary dim above
+/// the cap is refused naming the field it came from.
+#[test]
+fn hf_configs_with_absurd_head_dims_name_the_field() {
+    for (config, field) in [
+        (json!({"head_dim": u64::MAX}), "head_dim"),
+        (json!({"head_dim": 1u64 << 40}), "head_dim"),
+        (
+            json!({"hidden_size": u64::MAX - 1, "num_attention_heads": 1}),
+            "hidden_size",
+        ),
+    ] {
+        let err = RopeSpec::from_hf_config(&config).unwrap_err();
+        assert_eq!(err.field(), field, "{config}: {err}");
+        assert!(err.to_string().contains("limit"), "{err}");
+    }
+    // A spec built by hand is checked too.
+    let mut spec = RopeSpec::from_hf_config(&json!({"head_dim": 64})).unwrap();
+    spec.dim = usize::MAX;
+    assert!(is_too_large(spec.freqs(None)));
+}
+
+/// YaRN's `beta_fast` and `beta_slow` (and DeepSeek's mscales) were accepted when negative,
+/// giving a ramp with no meaning; 0 and null still mean the default, as in transformers.
+#[test]
+fn negative_yarn_parameters_are_refused() {
+    let yarn = |key: &str, value: f64| {
+        let mut params = json!({"rope_type": "yarn", "factor": 4.0,
+                                "original_max_position_embeddings": 4096});
+        params[key] = json!(value);
+        json!({"head_dim": 64, "rope_scaling": params})
+    };
+    for key in ["beta_fast", "beta_slow", "mscale", "mscale_all_dim"] {
+        let err = RopeSpec::from_hf_config(&yarn(key, -1.0)).unwrap_err();
+        assert_eq!(err.field(), format!("rope_scaling.{key}"), "{err}");
+        assert!(err.to_string().contains(">= 0"), "{err}");
+        let zero = RopeSpec::from_hf_config(&yarn(key, 0.0)).unwrap();
+        let mut null = yarn(key, 0.0);
+        null["rope_scaling"][key] = json!(null);
+        assert_eq!(zero, RopeSpec::from_hf_config(&null).unwrap());
+    }
+}
+
+/// `relative_bounds` and `scores_by_distance` with a distance of usize::MAX panicked on
+/// capacity overflow (`0..=usize::MAX` collected); results too large to hold are errors.
+#[test]
+fn analysis_sizes_that_cannot_be_held_are_errors() {
+    let f = inv_freqs(8, 10_000.0).unwrap();
+    assert!(is_too_large(relative_bounds(&f, usize::MAX)));
+    // 2^60 f64 is more bytes than an allocation may hold: refused, not attempted.
+    let result = relative_bounds(&f, 1 << 60);
+    assert!(
+        matches!(result, Err(RopeError::Allocation { .. })),
+        "{result:?}"
+    );
+    let rope = Rope::new(8, 8, 10_000.0, IL).unwrap();
+    let v = [1.0f32; 8];
+    assert!(is_too_large(scores_by_distance(
+        &rope,
+        &v,
+        &v,
+        0,
+        usize::MAX
+    )));
+    let result = scores_by_distance(&rope, &v, &v, 0, 1 << 60);
+    assert!(
+        matches!(
+            result,
+            Err(RopeError::TooLarge { .. } | RopeError::Allocation { .. })
+        ),
+        "{result:?}"
+    );
+    // Many rows are scored in blocks, the same as one block at a time.
+    let table = CosSin::from_positions(IL, &f, 1.0, 3000, |r| r as f64).unwrap();
+    let all = scores_against_row(&table, 8, &v, &v, 5).unwrap();
+    assert_eq!(all.len(), 3000);
+    for row in [0, 1023, 1024, 2999] {
+        let pair = CosSin::from_positions(IL, &f, 1.0, 2, |r| [5.0, row as f64][r]).unwrap();
+        let score = scores_against_row(&pair, 8, &v, &v, 0).unwrap()[1];
+        assert!(
+            (score - all[row]).abs() < 1e-12,
+            "row {row}: {score} vs {}",
+            all[row]
+        );
+    }
+}
+
+/// N-D positions whose coordinate count overflows or cannot be held are errors, not aborts.
+#[test]
+fn nd_positions_too_large_to_hold_are_errors() {
+    assert!(is_too_large(NdPositions::shared(usize::MAX / 2, &[0.0; 4])));
+    let result = NdPositions::grid_2d(1 << 31, 1 << 31);
+    assert!(
+        matches!(result, Err(RopeError::Allocation { .. })),
+        "{result:?}"
+    );
+}
+
+/// xPos built its q and k tables for every position a shape claimed before comparing the
+/// shape with the data; the length error now comes first.
+#[test]
+fn xpos_checks_lengths_before_building_tables() {
+    let xpos = Xpos::new(8, 8, 10_000.0, IL, 512.0).unwrap();
+    let shape = Shape::head_major(1, 1, 1 << 40, 8);
+    let (mut q, mut k) = (vec![0f32; 8], vec![0f32; 8]);
+    let result = xpos.apply_qk_inplace(&mut q, shape, &mut k, shape, Positions::START, 0.0);
+    assert!(
+        matches!(result, Err(RopeError::LengthMismatch { got: 8, .. })),
         "{result:?}"
     );
 }

@@ -2,8 +2,12 @@
 //! q and k carry no content but a fixed vector, so that only the rotation shapes the map.
 
 use crate::apply::{rotate, Direction, Shape};
-use crate::error::{Result, RopeError};
+use crate::error::{checked_product, try_with_capacity, Result, RopeError};
 use crate::table::CosSin;
+
+/// Keys rotated per block: memory beyond the table and the scores stays at a few blocks of
+/// `head_dim` values however many rows the table has.
+const BLOCK_ROWS: usize = 1024;
 
 /// `scores[p] = <R_c q, R_p k>` for every row `p` of `table`, where `R_p` rotates by row `p`'s
 /// coefficients (any schedule: 1D, N-D) and `c = query_row`; `q` and `k` are one head of
@@ -13,8 +17,8 @@ use crate::table::CosSin;
 ///
 /// # Errors
 /// [`RopeError::HeadDimMismatch`] when `q` or `k` do not hold `head_dim` elements,
-/// [`RopeError::TableMismatch`] when `query_row` is not a row of `table`, and the errors of
-/// [`rotate`].
+/// [`RopeError::TableMismatch`] when `query_row` is not a row of `table`,
+/// [`RopeError::Allocation`] when the scores cannot be held, and the errors of [`rotate`].
 pub fn scores_against_row(
     table: &CosSin,
     head_dim: usize,
@@ -41,24 +45,33 @@ pub fn scores_against_row(
         query.view(),
         Direction::Forward,
     )?;
-    let keys: Vec<f32> = k.iter().copied().cycle().take(rows * head_dim).collect();
-    let mut k_rot = vec![0f32; keys.len()];
-    rotate(
-        &keys,
-        &mut k_rot,
-        Shape::head_major(1, 1, rows, head_dim),
-        table.view(),
-        Direction::Forward,
-    )?;
-    Ok(k_rot
-        .chunks_exact(head_dim)
-        .map(|kr| {
+    let block = BLOCK_ROWS.min(rows);
+    let block_len = checked_product("key block elements", block, head_dim, usize::MAX)?;
+    let mut keys = try_with_capacity("key block", block_len)?;
+    keys.extend(k.iter().copied().cycle().take(block_len));
+    let mut k_rot = vec![0f32; block_len];
+    let mut scores = try_with_capacity("scores", rows)?;
+    for start in (0..rows).step_by(block.max(1)) {
+        let n = block.min(rows - start);
+        let len = n * head_dim;
+        let view = table.view().slice(start, n).ok_or_else(|| {
+            RopeError::TableMismatch(format!("rows {start}..{} of {rows}", start + n))
+        })?;
+        rotate(
+            &keys[..len],
+            &mut k_rot[..len],
+            Shape::head_major(1, 1, n, head_dim),
+            view,
+            Direction::Forward,
+        )?;
+        scores.extend(k_rot[..len].chunks_exact(head_dim).map(|kr| {
             kr.iter()
                 .zip(&q_rot)
                 .map(|(&a, &b)| f64::from(a) * f64::from(b))
-                .sum()
-        })
-        .collect())
+                .sum::<f64>()
+        }));
+    }
+    Ok(scores)
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@
 //! only on the distance `r = m - n` and the schedule, and decays (with oscillation) as `r` grows.
 
 use super::attention_map::scores_against_row;
-use crate::error::{Result, RopeError};
+use crate::error::{try_with_capacity, Result, RopeError};
 use crate::freqs::{check_finite, check_rotary_dim};
 use crate::layout::Layout;
 use crate::rope::Rope;
@@ -62,13 +62,23 @@ pub fn relative_bound(inv_freq: &[f64], distance: f64) -> Result<f64> {
 /// [`relative_bound`] for every integer distance `0..=max_distance` (index = distance).
 ///
 /// # Errors
-/// As [`relative_bound`].
+/// As [`relative_bound`]; [`RopeError::TooLarge`] or [`RopeError::Allocation`] when the
+/// `max_distance + 1` results cannot be held.
 pub fn relative_bounds(inv_freq: &[f64], max_distance: usize) -> Result<Vec<f64>> {
     check_inv_freq(inv_freq)?;
+    let mut bounds = try_with_capacity("bounds", distance_count(max_distance)?)?;
     let half = inv_freq.len() as f64;
-    Ok((0..=max_distance)
-        .map(|r| partial_sum_norms(inv_freq, r as f64) / half)
-        .collect())
+    bounds.extend((0..=max_distance).map(|r| partial_sum_norms(inv_freq, r as f64) / half));
+    Ok(bounds)
+}
+
+/// The number of distances `0..=max_distance`, or [`RopeError::TooLarge`] when it overflows.
+fn distance_count(max_distance: usize) -> Result<usize> {
+    max_distance.checked_add(1).ok_or(RopeError::TooLarge {
+        what: "distances",
+        size: max_distance as u128 + 1,
+        limit: usize::MAX,
+    })
 }
 
 /// The paper's absolute bound (eq. 37) for one pair of vectors at relative distance `distance`:
@@ -131,7 +141,7 @@ pub fn pair_bound(
 /// differs from that by rounding only.
 ///
 /// # Errors
-/// [`RopeError::ShapeOverflow`] for an unrepresentable distance, and the errors of
+/// [`RopeError::TooLarge`] for an unrepresentable distance count, and the errors of
 /// [`CosSin::from_positions`] and [`scores_against_row`] ([`RopeError::HeadDimMismatch`] when
 /// `q` or `k` is not one head).
 pub fn scores_by_distance(
@@ -142,9 +152,7 @@ pub fn scores_by_distance(
     max_distance: usize,
 ) -> Result<Vec<f64>> {
     let d = rope.head_dim();
-    let count = max_distance
-        .checked_add(1)
-        .ok_or(RopeError::ShapeOverflow([1, 1, max_distance, d]))?;
+    let count = distance_count(max_distance)?;
     // Rows for positions m..=m + max_distance: the same f64 angles, rounded once, as the rows
     // of `rope`'s own table.
     let table = CosSin::from_positions(

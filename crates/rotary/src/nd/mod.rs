@@ -26,10 +26,28 @@ use std::f64::consts::{FRAC_PI_2, PI};
 
 use crate::apply::{check_qk, rotate, rotate_inplace, rotate_qk_inplace, Direction, Shape};
 use crate::element::Element;
-use crate::error::{Result, RopeError};
-use crate::freqs::{check_finite, check_rotary_dim, inv_freqs};
+use crate::error::{checked_product, try_with_capacity, Result, RopeError};
+use crate::freqs::{check_finite, check_rotary_dim, inv_freqs, MAX_ROTARY_DIM};
 use crate::layout::Layout;
 use crate::table::CosSin;
+
+/// The most entries (`pairs x axes`) a frequency matrix `omega` may have: 2^20 (8 MiB of f64),
+/// e.g. the widest rotation ([`MAX_ROTARY_DIM`] dims, 32768 pairs) over 32 axes. Larger
+/// requests are refused with [`RopeError::TooLarge`] before anything is allocated.
+pub const MAX_OMEGA_ENTRIES: usize = 1 << 20;
+
+/// `dims` rotated dims (computed exactly, as a sum of sections may overflow `usize`) when at
+/// most [`MAX_ROTARY_DIM`].
+fn capped_rotary_dim(dims: u128) -> Result<usize> {
+    usize::try_from(dims)
+        .ok()
+        .filter(|&d| d <= MAX_ROTARY_DIM)
+        .ok_or(RopeError::TooLarge {
+            what: "rotary dims",
+            size: dims,
+            limit: MAX_ROTARY_DIM,
+        })
+}
 
 /// The 1D frequency schedule of one axis of an axial embedding over `d` rotated dims
 /// (`d / 2` pairs, index `j`).
@@ -101,7 +119,8 @@ impl NdRope {
     ///
     /// # Errors
     /// [`RopeError::NdFrequencies`] for zero axes or a length that is not a non-zero multiple of
-    /// `axes`, [`RopeError::RotaryDimTooLarge`], [`RopeError::NonFinite`].
+    /// `axes`, [`RopeError::TooLarge`] for more than [`MAX_ROTARY_DIM`] rotated dims or
+    /// [`MAX_OMEGA_ENTRIES`] values, [`RopeError::RotaryDimTooLarge`], [`RopeError::NonFinite`].
     pub fn new(head_dim: usize, layout: Layout, axes: usize, omega: Vec<f64>) -> Result<NdRope> {
         if axes == 0 || omega.is_empty() || !omega.len().is_multiple_of(axes) {
             return Err(RopeError::NdFrequencies(format!(
@@ -109,7 +128,14 @@ impl NdRope {
                 omega.len()
             )));
         }
-        let rotary_dim = 2 * (omega.len() / axes);
+        if omega.len() > MAX_OMEGA_ENTRIES {
+            return Err(RopeError::TooLarge {
+                what: "omega entries",
+                size: omega.len() as u128,
+                limit: MAX_OMEGA_ENTRIES,
+            });
+        }
+        let rotary_dim = capped_rotary_dim(2 * (omega.len() / axes) as u128)?;
         if rotary_dim > head_dim {
             return Err(RopeError::RotaryDimTooLarge {
                 rotary_dim,
@@ -132,7 +158,9 @@ impl NdRope {
     ///
     /// # Errors
     /// [`RopeError::NdFrequencies`] for no axes, [`RopeError::InvalidRotaryDim`] for an odd or
-    /// zero section, and the errors of [`AxisSchedule::inv_freqs`] and [`NdRope::new`].
+    /// zero section, [`RopeError::TooLarge`] for more than [`MAX_ROTARY_DIM`] dims in all or an
+    /// `omega` of more than [`MAX_OMEGA_ENTRIES`], and the errors of
+    /// [`AxisSchedule::inv_freqs`] and [`NdRope::new`].
     pub fn axial(
         head_dim: usize,
         layout: Layout,
@@ -145,7 +173,10 @@ impl NdRope {
                 "an axial embedding needs an axis".into(),
             ));
         }
-        let mut omega = Vec::new();
+        // Sizes first: the sum of the sections, then the matrix, before anything is allocated.
+        let rotary_dim = capped_rotary_dim(dims_per_axis.iter().map(|&d| d as u128).sum::<u128>())?;
+        let entries = checked_product("omega entries", rotary_dim / 2, axes, MAX_OMEGA_ENTRIES)?;
+        let mut omega = try_with_capacity("omega", entries)?;
         for (k, &dims) in dims_per_axis.iter().enumerate() {
             for theta in schedule.inv_freqs(dims)? {
                 let mut row = vec![0.0; axes];
@@ -184,8 +215,9 @@ impl NdRope {
     /// hold the same position (text) rotate exactly as 1D RoPE.
     ///
     /// # Errors
-    /// [`RopeError::NdFrequencies`] for no sections or an empty one, and the errors of
-    /// [`inv_freqs`] and [`NdRope::new`].
+    /// [`RopeError::NdFrequencies`] for no sections or an empty one, [`RopeError::TooLarge`]
+    /// for more than [`MAX_ROTARY_DIM`] rotated dims or an `omega` of more than
+    /// [`MAX_OMEGA_ENTRIES`], and the errors of [`inv_freqs`] and [`NdRope::new`].
     pub fn mrope(
         head_dim: usize,
         layout: Layout,
@@ -198,9 +230,12 @@ impl NdRope {
                 "mrope_section {mrope_section:?} needs non-empty sections"
             )));
         }
-        let pairs: usize = mrope_section.iter().sum();
-        let theta = inv_freqs(2 * pairs, base)?;
-        let mut omega = vec![0.0; pairs * axes];
+        let rotary_dim =
+            capped_rotary_dim(2 * mrope_section.iter().map(|&n| n as u128).sum::<u128>())?;
+        let pairs = rotary_dim / 2;
+        let theta = inv_freqs(rotary_dim, base)?;
+        let entries = checked_product("omega entries", pairs, axes, MAX_OMEGA_ENTRIES)?;
+        let mut omega = vec![0.0; entries];
         let mut i = 0;
         for (k, &n) in mrope_section.iter().enumerate() {
             for _ in 0..n {

@@ -1,6 +1,6 @@
 //! [`NdPositions`]: one real vector per token, and grids of them.
 
-use crate::error::{Result, RopeError};
+use crate::error::{checked_product, try_with_capacity, Result, RopeError};
 
 /// The positions of a list of tokens in `R^axes`: token `t` sits at
 /// `p_t = (coords[t * axes], .., coords[t * axes + axes - 1])`.
@@ -50,12 +50,12 @@ impl NdPositions {
     /// which then rotate exactly as 1D RoPE at `positions[t]`.
     ///
     /// # Errors
-    /// As [`NdPositions::new`].
+    /// As [`NdPositions::new`]; [`RopeError::TooLarge`] or [`RopeError::Allocation`] for more
+    /// coordinates than memory can hold.
     pub fn shared(axes: usize, positions: &[f64]) -> Result<Self> {
-        let coords = positions
-            .iter()
-            .flat_map(|&p| std::iter::repeat_n(p, axes))
-            .collect();
+        let len = checked_product("coordinates", positions.len(), axes, usize::MAX)?;
+        let mut coords = try_with_capacity("coordinates", len)?;
+        coords.extend(positions.iter().flat_map(|&p| std::iter::repeat_n(p, axes)));
         NdPositions::new(axes, coords)
     }
 
@@ -65,7 +65,8 @@ impl NdPositions {
     /// `grid(&[t, h, w])` puts cell `(i * h + r) * w + c` at `(i, r, c)`.
     ///
     /// # Errors
-    /// [`RopeError::NdPositions`] for no axes or a cell count that overflows.
+    /// [`RopeError::NdPositions`] for no axes or a cell count that overflows,
+    /// [`RopeError::Allocation`] for more cells than memory can hold.
     pub fn grid(dims: &[usize]) -> Result<Self> {
         NdPositions::grid_with(dims, |_, i| i as f64)
     }
@@ -114,7 +115,7 @@ impl NdPositions {
                 "a grid needs at least one axis".into(),
             ));
         }
-        let mut coords = Vec::with_capacity(len);
+        let mut coords = try_with_capacity("grid coordinates", len)?;
         let mut index = vec![0usize; axes];
         for _ in 0..len / axes {
             coords.extend(index.iter().zip(dims).map(|(&i, &n)| coord(n, i)));

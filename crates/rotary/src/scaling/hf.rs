@@ -10,6 +10,7 @@
 use serde_json::{Map, Value};
 
 use super::{Llama3, LongRope, RopeSpec, Scaling, Yarn};
+use crate::freqs::MAX_ROTARY_DIM;
 
 /// Base used when a config names none (transformers' `default_theta`).
 const DEFAULT_THETA: f64 = 10_000.0;
@@ -100,6 +101,18 @@ impl<'a> Section<'a> {
                 Some(x) if x.is_finite() => Ok(Some(x)),
                 _ => Err(self.invalid(key, format!("expected a number, got {v}"))),
             },
+        }
+    }
+
+    /// A number that is 0 or more, where transformers reads `value or default` (0 counts as
+    /// absent): `None` for null, absent or 0.
+    fn non_negative_or_absent(&self, key: &str) -> Result<Option<f64>> {
+        match self.f64(key)? {
+            Some(x) if x < 0.0 => Err(self.invalid(
+                key,
+                format!("must be >= 0 (0 or null mean the default), got {x}"),
+            )),
+            x => Ok(x.filter(|&x| x != 0.0)),
         }
     }
 
@@ -195,10 +208,11 @@ fn scaling_section<'a>(top: &Section<'a>) -> Result<Section<'a>> {
     })
 }
 
-/// Elements per head: `head_dim`, else `hidden_size / num_attention_heads`.
-fn head_dim(top: &Section<'_>) -> Result<usize> {
+/// Elements per head: `head_dim`, else `hidden_size / num_attention_heads`; with the field it
+/// came from.
+fn head_dim(top: &Section<'_>) -> Result<(usize, &'static str)> {
     if let Some(d) = top.count("head_dim")? {
-        return Ok(d);
+        return Ok((d, "head_dim"));
     }
     let hidden = top
         .count("hidden_size")?
@@ -210,7 +224,7 @@ fn head_dim(top: &Section<'_>) -> Result<usize> {
         let problem = format!("{hidden} is not divisible by num_attention_heads = {heads}");
         return Err(top.invalid("hidden_size", problem));
     }
-    Ok(hidden / heads)
+    Ok((hidden / heads, "hidden_size"))
 }
 
 /// The first of `sections` that holds `key`, with the section it came from.
@@ -232,7 +246,7 @@ pub(super) fn parse(config: &Value) -> Result<RopeSpec> {
         return Err(top.invalid("(top level)", "expected a JSON object"));
     }
     let params = scaling_section(&top)?;
-    let head_dim = head_dim(&top)?;
+    let (head_dim, head_dim_field) = head_dim(&top)?;
     let base = first_positive(&[params, top], "rope_theta")?.map_or(DEFAULT_THETA, |(b, _)| b);
     let (partial, partial_at) =
         first_positive(&[params, top], "partial_rotary_factor")?.unwrap_or((1.0, top));
@@ -242,6 +256,11 @@ pub(super) fn parse(config: &Value) -> Result<RopeSpec> {
     }
     // transformers: dim = int(head_dim * partial_rotary_factor).
     let dim = (head_dim as f64 * partial) as usize;
+    if dim > MAX_ROTARY_DIM {
+        let problem =
+            format!("rotates {dim} dims per head, above this crate's limit of {MAX_ROTARY_DIM}");
+        return Err(top.invalid(head_dim_field, problem));
+    }
     if dim == 0 || 2 * dim.div_ceil(2) > head_dim {
         let problem = format!("rotates {dim} of head_dim = {head_dim} dims: need an even count");
         return Err(partial_at.invalid("partial_rotary_factor", problem));
@@ -304,7 +323,7 @@ fn scaling(top: &Section<'_>, params: &Section<'_>, dim: usize) -> Result<Scalin
             let original = original_max()?;
             // transformers reads these with `or`: 0 means the default, like null.
             let or_default = |key: &str, default: f64| -> Result<f64> {
-                Ok(params.f64(key)?.filter(|&x| x != 0.0).unwrap_or(default))
+                Ok(params.non_negative_or_absent(key)?.unwrap_or(default))
             };
             Scaling::Yarn(Yarn {
                 factor: factor_or_ratio(original)?,
@@ -317,8 +336,8 @@ fn scaling(top: &Section<'_>, params: &Section<'_>, dim: usize) -> Result<Scalin
                     _ => params.bool("truncate")?.unwrap_or(true),
                 },
                 attention_factor: params.positive("attention_factor")?,
-                mscale: params.f64("mscale")?,
-                mscale_all_dim: params.f64("mscale_all_dim")?,
+                mscale: params.non_negative_or_absent("mscale")?,
+                mscale_all_dim: params.non_negative_or_absent("mscale_all_dim")?,
             })
         }
         "llama3" => {

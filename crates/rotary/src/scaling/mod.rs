@@ -24,8 +24,8 @@ pub mod xpos;
 pub use hf::ConfigError;
 pub use xpos::Xpos;
 
-use crate::error::Result;
-use crate::freqs::check_finite;
+use crate::error::{Result, RopeError};
+use crate::freqs::{check_finite, MAX_ROTARY_DIM};
 use crate::layout::Layout;
 use crate::rope::Rope;
 
@@ -163,9 +163,17 @@ impl RopeSpec {
     /// `max_position_embeddings`, LongRoPE's short factors).
     ///
     /// # Errors
+    /// [`crate::RopeError::TooLarge`] for a `dim` above [`MAX_ROTARY_DIM`],
     /// [`crate::RopeError::NonFinite`] if the parameters produce a non-finite value (a spec
-    /// read by [`RopeSpec::from_hf_config`] does not).
+    /// read by [`RopeSpec::from_hf_config`] does neither).
     pub fn freqs(&self, seq_len: Option<usize>) -> Result<ScaledFreqs> {
+        if self.dim > MAX_ROTARY_DIM {
+            return Err(RopeError::TooLarge {
+                what: "rotary dims",
+                size: self.dim as u128,
+                limit: MAX_ROTARY_DIM,
+            });
+        }
         let freqs = compute::freqs(self, seq_len);
         check_finite("inverse frequency", &freqs.inv_freq)?;
         check_finite("attention factor", &[freqs.attention_factor])?;

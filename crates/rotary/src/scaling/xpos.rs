@@ -125,6 +125,10 @@ impl Xpos {
     ) -> Result<()> {
         check_qk(&q_shape, &k_shape)?;
         q_shape.check_head_dim("q", self.head_dim)?;
+        // Lengths before tables: a shape far larger than its slice must fail here, not after
+        // building tables for all its positions.
+        q_shape.check_len("q", q.len())?;
+        k_shape.check_len("k", k.len())?;
         let (q_table, k_table) = self.tables(positions, q_shape.batch, q_shape.seq, center)?;
         rotate_inplace(q, q_shape, q_table.view(), Direction::Forward)?;
         rotate_inplace(k, k_shape, k_table.view(), Direction::Forward)
