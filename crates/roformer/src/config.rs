@@ -341,15 +341,10 @@ impl RoFormerConfig {
     /// Parses and validates a `config.json` text.
     ///
     /// # Errors
-    /// [`ModelError::ConfigJson`] for malformed JSON, and the errors of the `TryFrom`
-    /// conversion.
+    /// [`ModelError::ConfigJson`] for malformed JSON or JSON that is not an object, and the
+    /// errors of the `TryFrom` conversion.
     pub fn from_json_str(json: &str) -> Result<RoFormerConfig> {
-        let raw: RawConfig =
-            serde_json::from_str(json).map_err(|source| ModelError::ConfigJson {
-                path: "<string>".into(),
-                source,
-            })?;
-        RoFormerConfig::try_from(raw)
+        RoFormerConfig::try_from(RawConfig::parse(json, Path::new("<string>"))?)
     }
 
     /// Reads, parses and validates a `config.json` file.
@@ -362,12 +357,25 @@ impl RoFormerConfig {
             path: path.to_path_buf(),
             source,
         })?;
-        let raw: RawConfig =
-            serde_json::from_str(&text).map_err(|source| ModelError::ConfigJson {
-                path: path.to_path_buf(),
-                source,
-            })?;
-        RoFormerConfig::try_from(raw)
+        RoFormerConfig::try_from(RawConfig::parse(&text, path)?)
+    }
+}
+
+impl RawConfig {
+    /// Parses the text of a `config.json` (`path` names it in errors). The text must hold a
+    /// JSON object: serde would read a struct from an array too, field by field in declaration
+    /// order, so that is refused first.
+    ///
+    /// # Errors
+    /// [`ModelError::ConfigJson`] for malformed JSON, JSON that is not an object, or a field of
+    /// the wrong type.
+    pub fn parse(json: &str, path: &Path) -> Result<RawConfig> {
+        let malformed = |source| ModelError::ConfigJson {
+            path: path.to_path_buf(),
+            source,
+        };
+        serde_json::from_str::<BTreeMap<String, serde::de::IgnoredAny>>(json).map_err(malformed)?;
+        serde_json::from_str(json).map_err(malformed)
     }
 }
 
@@ -376,6 +384,35 @@ fn invalid(field: &'static str, reason: impl Into<String>) -> ModelError {
         field,
         reason: reason.into(),
     }
+}
+
+/// The most entries (`max_position_embeddings x head_dim`) of the sinusoidal position table a
+/// rotary model keeps (transformers' `embed_positions`, which this crate writes into the
+/// checkpoints it saves): 2^28, 1 GiB of f32. Common checkpoints hold 1536 x 64.
+pub const MAX_POSITION_TABLE_ENTRIES: usize = 1 << 28;
+
+/// The sizes a rotary model computes from its config alone: the rotation's head dim (at most
+/// [`rotary::MAX_ROTARY_DIM`]) and the position table (at most [`MAX_POSITION_TABLE_ENTRIES`]).
+fn check_rotary_sizes(head_dim: usize, max_position_embeddings: usize) -> Result<()> {
+    if head_dim > rotary::MAX_ROTARY_DIM {
+        return Err(invalid(
+            "hidden_size",
+            format!(
+                "head dim {head_dim} (hidden_size / heads) exceeds the rotary limit of {}",
+                rotary::MAX_ROTARY_DIM
+            ),
+        ));
+    }
+    if max_position_embeddings as u128 * head_dim as u128 > MAX_POSITION_TABLE_ENTRIES as u128 {
+        return Err(invalid(
+            "max_position_embeddings",
+            format!(
+                "the rotary position table of {max_position_embeddings} x {head_dim} entries \
+                 exceeds the limit of {MAX_POSITION_TABLE_ENTRIES}"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn positive(field: &'static str, value: usize) -> Result<usize> {
@@ -396,8 +433,10 @@ impl TryFrom<RawConfig> for RoFormerConfig {
     type Error = ModelError;
 
     /// Validates: sizes at least 1, `hidden_size` divisible by `num_attention_heads` with an
-    /// even head dim (RoPE rotates pairs), a finite positive `layer_norm_eps`, known
-    /// activations, norm type and attention type, dropouts in [0, 1], integer label keys.
+    /// even head dim (RoPE rotates pairs) of at most [`rotary::MAX_ROTARY_DIM`], a rotary
+    /// position table of at most [`MAX_POSITION_TABLE_ENTRIES`], `pad_token_id` below
+    /// `vocab_size`, a finite positive `layer_norm_eps`, known activations, norm type and
+    /// attention type, dropouts in [0, 1], integer label keys.
     fn try_from(raw: RawConfig) -> Result<RoFormerConfig> {
         let hidden_size = positive("hidden_size", raw.hidden_size)?;
         let heads = positive("num_attention_heads", raw.num_attention_heads)?;
@@ -473,6 +512,16 @@ impl TryFrom<RawConfig> for RoFormerConfig {
                 "absolute positions need a table of at least 1 position",
             ));
         }
+        if position_embedding_type == PositionEmbeddingType::Rotary {
+            check_rotary_sizes(hidden_size / heads, raw.max_position_embeddings)?;
+        }
+        let vocab_size = positive("vocab_size", raw.vocab_size)?;
+        if let Some(pad) = raw.pad_token_id.filter(|&p| p as usize >= vocab_size) {
+            return Err(invalid(
+                "pad_token_id",
+                format!("{pad} is not below vocab_size {vocab_size}"),
+            ));
+        }
         let id2label = raw
             .id2label
             .unwrap_or_default()
@@ -489,7 +538,7 @@ impl TryFrom<RawConfig> for RoFormerConfig {
             None => 2,
         };
         Ok(RoFormerConfig {
-            vocab_size: positive("vocab_size", raw.vocab_size)?,
+            vocab_size,
             embedding_size: positive("embedding_size", raw.embedding_size.unwrap_or(hidden_size))?,
             hidden_size,
             num_hidden_layers: raw.num_hidden_layers,

@@ -9,8 +9,9 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ModelError {
-    /// A file could not be read.
-    #[error("cannot read {path}: {source}")]
+    /// A file could not be read (the cause is the error's source, not repeated in its
+    /// message).
+    #[error("cannot read {path}")]
     Io {
         /// The file.
         path: PathBuf,
@@ -25,8 +26,9 @@ pub enum ModelError {
         /// What was looked for (e.g. `config.json`).
         what: String,
     },
-    /// `config.json` is not valid JSON or has a field of the wrong type.
-    #[error("{path}: malformed config: {source}")]
+    /// `config.json` is not a valid JSON object or has a field of the wrong type (the parser's
+    /// message is the error's source, not repeated in its message).
+    #[error("{path}: malformed config")]
     ConfigJson {
         /// The file (or `<string>`).
         path: PathBuf,
@@ -102,6 +104,14 @@ pub enum WeightProblem {
         /// Why.
         reason: String,
     },
+    /// The config asks for more encoder layers than the checkpoint holds (reported once, not
+    /// as every tensor of the missing layers).
+    LayerCount {
+        /// `num_hidden_layers` of the config.
+        expected: usize,
+        /// Layers `0..found` have tensors in the checkpoint.
+        found: usize,
+    },
 }
 
 impl fmt::Display for WeightProblem {
@@ -121,19 +131,34 @@ impl fmt::Display for WeightProblem {
             WeightProblem::Unreadable { name, reason } => {
                 write!(f, "tensor {name} cannot be read: {reason}")
             }
+            WeightProblem::LayerCount { expected, found } => {
+                write!(
+                    f,
+                    "config asks for {expected} layers, the checkpoint has {found}"
+                )
+            }
         }
     }
 }
 
-/// The list of problems of one checkpoint, displayed one per line.
+/// The list of problems of one checkpoint, displayed one per line up to
+/// [`WeightProblems::LISTED`], then counted.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct WeightProblems(pub Vec<WeightProblem>);
+
+impl WeightProblems {
+    /// Problems displayed one per line; the rest are summarised as "... and N more".
+    pub const LISTED: usize = 40;
+}
 
 impl fmt::Display for WeightProblems {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} tensor problem(s):", self.0.len())?;
-        for p in &self.0 {
+        for p in self.0.iter().take(Self::LISTED) {
             write!(f, "\n  {p}")?;
+        }
+        if let Some(rest) = self.0.len().checked_sub(Self::LISTED).filter(|&n| n > 0) {
+            write!(f, "\n  ... and {rest} more")?;
         }
         Ok(())
     }

@@ -16,6 +16,7 @@ pub mod mode;
 pub mod model;
 pub mod norm;
 pub mod optim;
+pub mod shapes;
 pub mod tasks;
 pub mod tokenizer;
 pub mod train;

@@ -10,9 +10,10 @@ use rotary::Positions;
 use crate::config::RoFormerConfig;
 use crate::embeddings::Embeddings;
 use crate::encoder::Encoder;
-use crate::error::{ModelError, Result};
+use crate::error::{ModelError, Result, WeightProblems};
 use crate::input::{additive_mask, validate, Batch};
 use crate::mode::{Dropout, Mode};
+use crate::shapes::{self, ModelKind};
 use crate::weights::{Checkpoint, Loaded};
 
 /// The RoFormer encoder without a head: token ids in, last hidden states out.
@@ -33,6 +34,10 @@ pub struct RoFormerModel {
 /// A model type that can be built from a checkpoint's var builder (rooted at the file's top
 /// level, where a head model's encoder lives under `roformer.`).
 pub trait Architecture: Sized {
+    /// Which model this is: what [`shapes::expected_tensors`] lists for it, compared with the
+    /// checkpoint before [`Architecture::load_root`] runs.
+    const KIND: ModelKind;
+
     /// Builds the model, reading its tensors from `vb`.
     ///
     /// # Errors
@@ -173,6 +178,8 @@ impl RoFormerModel {
 }
 
 impl Architecture for RoFormerModel {
+    const KIND: ModelKind = ModelKind::Encoder;
+
     fn load_root(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> Result<Self> {
         RoFormerModel::load(vb.pp(cfg.base_prefix()), cfg)
     }
@@ -196,7 +203,8 @@ impl ModelDir {
     /// Reads `dir/config.json` and opens the first checkpoint of [`CHECKPOINT_FILES`] present.
     ///
     /// # Errors
-    /// [`ModelError::MissingFile`] when `dir` has no config or no checkpoint, and the errors of
+    /// [`ModelError::MissingFile`] when `dir` has no config or no checkpoint,
+    /// [`ModelError::Io`] when one of them is a directory, and the errors of
     /// [`RoFormerConfig::from_file`] and [`Checkpoint::open`].
     pub fn open(dir: &Path) -> Result<ModelDir> {
         if !dir.is_dir() {
@@ -206,21 +214,22 @@ impl ModelDir {
             });
         }
         let config_path = dir.join("config.json");
-        if !config_path.is_file() {
+        if !config_path.exists() {
             return Err(ModelError::MissingFile {
                 dir: dir.to_path_buf(),
                 what: "config.json".into(),
             });
         }
-        let config = RoFormerConfig::from_file(&config_path)?;
+        let config = RoFormerConfig::from_file(&not_a_directory(config_path)?)?;
         let weights = CHECKPOINT_FILES
             .iter()
             .map(|f| dir.join(f))
-            .find(|p| p.is_file())
+            .find(|p| p.exists())
             .ok_or_else(|| ModelError::MissingFile {
                 dir: dir.to_path_buf(),
                 what: CHECKPOINT_FILES.join(" or "),
             })?;
+        let weights = not_a_directory(weights)?;
         Ok(ModelDir {
             dir: dir.to_path_buf(),
             config,
@@ -247,14 +256,35 @@ impl ModelDir {
     }
 
     /// Builds model type `M` from the checkpoint, in `dtype` on `device`, checking every
-    /// tensor first.
+    /// tensor first: the shapes the config implies ([`shapes::check`]) are compared with the
+    /// checkpoint's before anything is built, so no size the checkpoint does not hold is
+    /// allocated.
     ///
     /// # Errors
-    /// [`ModelError::Weights`] listing every missing or mis-shaped tensor, and `M`'s own errors.
+    /// [`ModelError::Weights`] listing every missing or mis-shaped tensor (and a layer count
+    /// above the checkpoint's), and `M`'s own errors.
     pub fn load<M: Architecture>(&self, dtype: DType, device: &Device) -> Result<Loaded<M>> {
+        let problems = shapes::check(&self.config, M::KIND, &self.checkpoint);
+        if !problems.is_empty() {
+            return Err(ModelError::Weights {
+                path: self.checkpoint.path().to_path_buf(),
+                problems: WeightProblems(problems),
+            });
+        }
         self.checkpoint
             .load_with(dtype, device, |vb| M::load_root(vb, &self.config))
     }
+}
+
+/// `path`, or [`ModelError::Io`] saying it is a directory (where a file is expected).
+fn not_a_directory(path: PathBuf) -> Result<PathBuf> {
+    if path.is_dir() {
+        return Err(ModelError::Io {
+            path,
+            source: std::io::ErrorKind::IsADirectory.into(),
+        });
+    }
+    Ok(path)
 }
 
 /// Loads model type `M` from a Hugging Face directory (`config.json` plus `model.safetensors`

@@ -12,6 +12,7 @@ use crate::error::Result;
 use crate::heads::{ClassificationHead, MlmHead};
 use crate::mode::{Dropout, Mode};
 use crate::model::{load_from_dir, Architecture, RoFormerModel};
+use crate::shapes::ModelKind;
 
 /// What a head model returns.
 #[derive(Debug, Clone)]
@@ -166,6 +167,8 @@ impl HeadModel for RoFormerForMaskedLM {
 }
 
 impl Architecture for RoFormerForMaskedLM {
+    const KIND: ModelKind = ModelKind::MaskedLm;
+
     fn load_root(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> Result<Self> {
         RoFormerForMaskedLM::load(vb, cfg)
     }
@@ -207,6 +210,8 @@ impl HeadModel for RoFormerForSequenceClassification {
 }
 
 impl Architecture for RoFormerForSequenceClassification {
+    const KIND: ModelKind = ModelKind::SequenceClassification;
+
     fn load_root(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> Result<Self> {
         RoFormerForSequenceClassification::load(vb, cfg)
     }
@@ -250,6 +255,8 @@ impl HeadModel for RoFormerForTokenClassification {
 }
 
 impl Architecture for RoFormerForTokenClassification {
+    const KIND: ModelKind = ModelKind::TokenClassification;
+
     fn load_root(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> Result<Self> {
         RoFormerForTokenClassification::load(vb, cfg)
     }

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 use roformer::{
-    Checkpoint, HeadModel, ModelDir, ModelError, RoFormerForMaskedLM, RoFormerModel, WeightProblem,
+    Checkpoint, HeadModel, ModelDir, ModelError, RoFormerConfig, RoFormerForMaskedLM,
+    RoFormerModel, RoFormerTokenizer, WeightProblem, WeightProblems,
 };
 
 fn fixture(case: &str) -> PathBuf {
@@ -258,4 +259,238 @@ fn bad_inputs_are_input_errors() {
     assert!(msg.contains("[batch, seq]"), "{msg}");
     let empty = Tensor::zeros((1, 0), DType::I64, &Device::Cpu).unwrap();
     input_error(f(&empty, None, None, None));
+}
+
+/// The fixture `mlm_gelu` with its config edited: the checkpoint (two layers of width 32)
+/// cannot back what the config claims.
+fn claiming(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
+    let dir = scratch(name);
+    copy_config("mlm_gelu", &dir, edit);
+    std::fs::copy(
+        fixture("mlm_gelu").join("model.safetensors"),
+        dir.join("model.safetensors"),
+    )
+    .unwrap();
+    dir
+}
+
+fn weight_problems(dir: &Path) -> Vec<WeightProblem> {
+    let result = ModelDir::open(dir)
+        .unwrap()
+        .load::<RoFormerForMaskedLM>(DType::F32, &Device::Cpu);
+    match result {
+        Err(ModelError::Weights { problems, .. }) => problems.0,
+        other => panic!("expected weight problems, got {other:?}"),
+    }
+}
+
+/// `num_hidden_layers` 10 000 000 took 3.8 GB and 8.7 s before aborting (100 000: 6 s and
+/// 152 MB of "missing tensor" lines): the layer count is now one problem, found before anything
+/// is built.
+#[test]
+fn more_layers_than_the_checkpoint_is_one_problem() {
+    for layers in [100_000u64, 10_000_000] {
+        let dir = claiming(&format!("layers{layers}"), |j| {
+            j["num_hidden_layers"] = layers.into()
+        });
+        let problems = weight_problems(&dir);
+        let want = WeightProblem::LayerCount {
+            expected: layers as usize,
+            found: 2,
+        };
+        assert_eq!(problems, [want.clone()]);
+        assert_eq!(
+            want.to_string(),
+            format!("config asks for {layers} layers, the checkpoint has 2")
+        );
+    }
+}
+
+/// `hidden_size` 4e9 with one head aborted allocating its rotary frequencies, and 1e9 with 4
+/// heads used 983 MB before its shape errors: config sizes the checkpoint does not hold are
+/// compared with its shapes before anything is allocated (rotary dims above the rotary cap are
+/// refused with the config already).
+#[test]
+fn sizes_the_checkpoint_does_not_hold_fail_before_allocating() {
+    let dir = claiming("hidden4e9", |j| {
+        j["hidden_size"] = 4_000_000_000u64.into();
+        j["num_attention_heads"] = 1.into();
+        j["position_embedding_type"] = "none".into();
+    });
+    let problems = weight_problems(&dir);
+    let query = WeightProblem::Shape {
+        name: "roformer.encoder.layer.0.attention.self.query.weight".into(),
+        expected: vec![4_000_000_000, 4_000_000_000],
+        found: vec![32, 32],
+    };
+    assert!(problems.contains(&query), "{problems:?}");
+    // 2^32 over 2^16 heads: rotary dims at the cap, a checkpoint of width 32.
+    let dir = claiming("hidden2e32", |j| {
+        j["hidden_size"] = (1u64 << 32).into();
+        j["num_attention_heads"] = (1u64 << 16).into();
+        j["embedding_size"] = serde_json::Value::Null;
+    });
+    let problems = weight_problems(&dir);
+    assert!(
+        problems
+            .iter()
+            .all(|p| matches!(p, WeightProblem::Shape { .. })),
+        "{problems:?}"
+    );
+    for (hidden, heads) in [
+        (4_000_000_000u64, 1u64),
+        (u64::MAX - 1, 1),
+        (1_000_000_000, 4),
+    ] {
+        let dir = claiming(&format!("hidden{hidden}-{heads}"), |j| {
+            j["hidden_size"] = hidden.into();
+            j["num_attention_heads"] = heads.into();
+        });
+        let err = ModelDir::open(&dir).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ModelError::InvalidConfig {
+                    field: "hidden_size",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+}
+
+/// Thousands of problems are listed up to a few dozen, then counted.
+#[test]
+fn long_problem_lists_are_summarised() {
+    let problems = WeightProblems(
+        (0..1000)
+            .map(|i| WeightProblem::Missing {
+                name: format!("t{i}"),
+                expected: vec![1],
+            })
+            .collect(),
+    );
+    let text = problems.to_string();
+    assert_eq!(
+        text.lines().count(),
+        1 + WeightProblems::LISTED + 1,
+        "{text}"
+    );
+    assert!(text.starts_with("1000 tensor problem(s):"), "{text}");
+    let rest = 1000 - WeightProblems::LISTED;
+    assert!(text.ends_with(&format!("... and {rest} more")), "{text}");
+}
+
+/// A JSON array as config.json was read field by field (`[117,32,32,2,4,64,"gelu"]` loaded and
+/// ran); it must be an object.
+#[test]
+fn config_must_be_a_json_object() {
+    let dir = scratch("array-config");
+    std::fs::write(dir.join("config.json"), r#"[117,32,32,2,4,64,"gelu"]"#).unwrap();
+    let err = ModelDir::open(&dir).unwrap_err();
+    assert!(matches!(err, ModelError::ConfigJson { .. }), "{err}");
+    assert!(chain(&err).contains("expected a map"), "{}", chain(&err));
+    assert!(RoFormerConfig::from_json_str("[1, 2, 3]").is_err());
+}
+
+/// Config values that no checkpoint can satisfy are refused with the config.
+#[test]
+fn impossible_config_values_are_refused() {
+    for (json, field) in [
+        (r#"{"vocab_size": 10, "pad_token_id": 10}"#, "pad_token_id"),
+        (
+            r#"{"vocab_size": 10, "pad_token_id": 4000000000}"#,
+            "pad_token_id",
+        ),
+        (
+            r#"{"hidden_size": 64, "num_attention_heads": 1, "max_position_embeddings": 18446744073709551615}"#,
+            "max_position_embeddings",
+        ),
+        (
+            r#"{"hidden_size": 262144, "num_attention_heads": 2}"#,
+            "hidden_size",
+        ),
+    ] {
+        match RoFormerConfig::from_json_str(json) {
+            Err(ModelError::InvalidConfig { field: f, .. }) => assert_eq!(f, field, "{json}"),
+            other => panic!("{json}: {other:?}"),
+        }
+    }
+    // Non-rotary models keep no position table: a large max_position_embeddings is theirs.
+    let absolute =
+        r#"{"position_embedding_type": "none", "max_position_embeddings": 1000000000000}"#;
+    assert!(RoFormerConfig::from_json_str(absolute).is_ok());
+}
+
+/// The message of `err` and of every source below it, as `{:#}` of anyhow prints them.
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        text.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    text
+}
+
+/// serde's message was printed twice ("line 1 column 1: ...line 1 column 1"): the error's
+/// message named its source and the chain repeated it.
+#[test]
+fn parser_and_io_messages_appear_once_in_the_chain() {
+    let dir = scratch("badconfig-once");
+    std::fs::write(dir.join("config.json"), "{\"hidden_size\": \"big\"}").unwrap();
+    let err = ModelDir::open(&dir).unwrap_err();
+    let text = chain(&err);
+    assert_eq!(text.matches("line 1 column").count(), 1, "{text}");
+    assert!(
+        text.contains("config.json") && text.contains("invalid type"),
+        "{text}"
+    );
+    let err = RoFormerConfig::from_file(&dir.join("nope.json")).unwrap_err();
+    let text = chain(&err);
+    assert_eq!(text.matches("No such file").count(), 1, "{text}");
+}
+
+/// A directory named `model.safetensors` was reported as missing, one named `config.json` too;
+/// both now say what is there.
+#[test]
+fn directories_where_files_belong_are_named() {
+    let dir = scratch("dir-checkpoint");
+    copy_config("mlm_gelu", &dir, |_| {});
+    std::fs::create_dir(dir.join("model.safetensors")).unwrap();
+    let err = ModelDir::open(&dir).unwrap_err();
+    let text = chain(&err);
+    assert!(matches!(err, ModelError::Io { .. }), "{text}");
+    assert!(
+        text.contains("model.safetensors") && text.contains("directory"),
+        "{text}"
+    );
+
+    let dir = scratch("dir-config");
+    std::fs::create_dir(dir.join("config.json")).unwrap();
+    let text = chain(&ModelDir::open(&dir).unwrap_err());
+    assert!(
+        text.contains("config.json") && text.contains("directory"),
+        "{text}"
+    );
+}
+
+/// A directory named `tokenizer_config.json` was silently ignored (the defaults used).
+#[test]
+fn a_tokenizer_config_directory_is_an_error() {
+    let dir = scratch("dir-tokenizer-config");
+    std::fs::write(
+        dir.join("vocab.txt"),
+        "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n",
+    )
+    .unwrap();
+    assert!(RoFormerTokenizer::from_dir(&dir).is_ok());
+    std::fs::create_dir(dir.join("tokenizer_config.json")).unwrap();
+    let err = RoFormerTokenizer::from_dir(&dir).unwrap_err();
+    let text = chain(&err);
+    assert!(
+        text.contains("tokenizer_config.json") && text.contains("directory"),
+        "{text}"
+    );
 }

@@ -21,21 +21,26 @@ use rotary::nd::{NdPositions, NdRope};
 use rotary::{inv_freqs, CosSin, Layout};
 use serde::Serialize;
 
+use super::limits::{at_most, MAX_SAMPLES, MAX_TABLE_ELEMENTS, MAX_WORK};
 use crate::plot::{self, err, Figure, FAMILY};
 
 /// Arguments of `roformer analyze attention-2d`.
+///
+/// Limits (see `analyze::limits`): at most 2^20 patches, d at most 65536, patches x d at most
+/// 2^26, samples at most 2^16 and samples x patches x d at most 2^30.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Grid of patches as ROWSxCOLS.
+    /// Grid of patches as ROWSxCOLS (at most 2^20 patches).
     #[arg(long, default_value = "16x16", value_parser = parse_grid)]
     grid: (usize, usize),
-    /// Rotated dimensions per head (a multiple of 4: axial 2D splits it in two halves of pairs).
+    /// Rotated dimensions per head (a multiple of 4: axial 2D splits it in two halves of pairs;
+    /// at most 65536, and patches x dim at most 2^26).
     #[arg(long, default_value_t = 64)]
     dim: usize,
     /// Frequency base of each schedule.
     #[arg(long, default_value_t = rotary::DEFAULT_BASE)]
     base: f64,
-    /// Random vectors averaged over.
+    /// Random vectors averaged over (at most 2^16; samples x patches x dim at most 2^30).
     #[arg(long, default_value_t = 32)]
     samples: usize,
     /// Seed of the random vectors.
@@ -116,10 +121,18 @@ fn compute(args: &Args) -> anyhow::Result<Maps> {
         .checked_mul(cols)
         .filter(|&n| n <= 1 << 20)
         .context("--grid: at most 2^20 patches")?;
+    let rope = NdRope::axial_2d(args.dim, args.dim, args.base, Layout::Interleaved)?;
+    let table = cells as u128 * args.dim as u128;
+    at_most("patches x --dim", table, MAX_TABLE_ELEMENTS)?;
+    at_most("--samples", args.samples as u128, MAX_SAMPLES as u128)?;
+    at_most(
+        "--samples x patches x --dim",
+        args.samples as u128 * table,
+        MAX_WORK,
+    )?;
     let centre = [rows / 2, cols / 2];
     let centre_row = centre[0] * cols + centre[1];
-    let axial = NdRope::axial_2d(args.dim, args.dim, args.base, Layout::Interleaved)?
-        .table(&NdPositions::grid_2d(rows, cols)?)?;
+    let axial = rope.table(&NdPositions::grid_2d(rows, cols)?)?;
     let theta = inv_freqs(args.dim, args.base)?;
     let flat = CosSin::from_positions(Layout::Interleaved, &theta, 1.0, cells, |r| r as f64)?;
     let mut rng = StdRng::seed_from_u64(args.seed);

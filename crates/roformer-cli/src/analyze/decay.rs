@@ -15,18 +15,23 @@ use rotary::analysis::decay::{relative_bounds, scores_by_distance};
 use rotary::{inv_freqs, Layout, Rope};
 use serde::Serialize;
 
+use super::limits::{at_most, MAX_DISTANCE, MAX_SAMPLES, MAX_TABLE_ELEMENTS, MAX_WORK};
 use crate::plot::{self, err, Figure, FAMILY};
 
 /// Arguments of `roformer analyze decay`.
+///
+/// Limits (see `analyze::limits`): d at most 65536, r at most 2^20, d/2 x (r + 1) at most
+/// 2^30; with --measured, samples at most 2^16, (r + 1) x d at most 2^26 and
+/// samples x (r + 1) x d at most 2^30.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Rotated dimensions d (even).
+    /// Rotated dimensions d (even, at most 65536).
     #[arg(long, default_value_t = 128)]
     dim: usize,
     /// Frequency base: theta_i = base^(-2i/d).
     #[arg(long, default_value_t = rotary::DEFAULT_BASE)]
     base: f64,
-    /// Largest relative distance r.
+    /// Largest relative distance r (at most 2^20; d/2 x (r + 1) at most 2^30).
     #[arg(long, default_value_t = 256)]
     max_distance: usize,
     /// Write the plot to this file (.png or .svg).
@@ -38,7 +43,8 @@ pub struct Args {
     /// Also measure mean |<R_m q, R_n k>| over random Gaussian vectors, rotated by the kernels.
     #[arg(long)]
     measured: bool,
-    /// Number of random (q, k) pairs for --measured.
+    /// Number of random (q, k) pairs for --measured (at most 2^16; samples x (r + 1) x d at
+    /// most 2^30).
     #[arg(long, default_value_t = 256)]
     samples: usize,
     /// How k relates to q for --measured. `same` (k = q) is the case the decay describes;
@@ -210,15 +216,38 @@ fn draw_legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
         .map_err(err)
 }
 
+/// Checks the sizes the options imply against [`super::limits`], before any work (`--dim`
+/// itself is checked when its frequencies are made).
+fn check_limits(args: &Args) -> anyhow::Result<()> {
+    let r = args.max_distance as u128;
+    at_most("--max-distance", r, MAX_DISTANCE as u128)?;
+    let (d, distances) = (args.dim as u128, r + 1);
+    at_most(
+        "--dim / 2 x (--max-distance + 1)",
+        d / 2 * distances,
+        MAX_WORK,
+    )?;
+    if args.measured {
+        ensure!(args.samples > 0, "--samples must be at least 1");
+        at_most("--samples", args.samples as u128, MAX_SAMPLES as u128)?;
+        let table = distances * d;
+        at_most("(--max-distance + 1) x --dim", table, MAX_TABLE_ELEMENTS)?;
+        let work = args.samples as u128 * table;
+        at_most("--samples x (--max-distance + 1) x --dim", work, MAX_WORK)?;
+    }
+    Ok(())
+}
+
 /// Runs `roformer analyze decay`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(path) = &args.out {
         plot::Format::from_path(path)?;
     }
-    let inv_freq = inv_freqs(args.dim, args.base).context("the frequency schedule")?;
+    let inv_freq =
+        inv_freqs(args.dim, args.base).context("the frequency schedule (--dim, --base)")?;
+    check_limits(&args)?;
     let bounds = relative_bounds(&inv_freq, args.max_distance)?;
     let measured = if args.measured {
-        ensure!(args.samples > 0, "--samples must be at least 1");
         let rope = Rope::new(args.dim, args.dim, args.base, Layout::Interleaved)?;
         Some(measure(&args, &rope)?)
     } else {

@@ -2,6 +2,7 @@
 
 mod attention_2d;
 mod decay;
+mod limits;
 
 /// Which analysis to run.
 #[derive(Debug, clap::Subcommand)]

@@ -90,6 +90,20 @@ impl Default for TokenizerConfig {
 }
 
 impl TokenizerConfig {
+    /// The settings of a checkpoint directory: `dir/tokenizer_config.json` when anything is at
+    /// that path (so that a directory or an unreadable file of that name is an error, not
+    /// silently skipped), transformers' defaults when nothing is.
+    ///
+    /// # Errors
+    /// As [`TokenizerConfig::from_file`].
+    pub fn from_dir(dir: &Path) -> Result<Self, TokenizerError> {
+        let path = dir.join("tokenizer_config.json");
+        if path.symlink_metadata().is_err() {
+            return Ok(Self::default());
+        }
+        Self::from_file(&path)
+    }
+
     /// Reads `tokenizer_config.json`.
     ///
     /// # Errors

@@ -62,13 +62,7 @@ impl RoFormerTokenizer {
     /// vocabulary without the unk, cls, sep or pad token (see [`TokenizerError`]).
     pub fn from_dir(dir: &Path) -> Result<Self, TokenizerError> {
         let vocab = Vocab::from_file(&dir.join("vocab.txt"))?;
-        let config_path = dir.join("tokenizer_config.json");
-        let config = if config_path.is_file() {
-            TokenizerConfig::from_file(&config_path)?
-        } else {
-            TokenizerConfig::default()
-        };
-        Self::new(vocab, config)
+        Self::new(vocab, TokenizerConfig::from_dir(dir)?)
     }
 
     /// A tokenizer from the text of `vocab.txt` and, if given, of `tokenizer_config.json`

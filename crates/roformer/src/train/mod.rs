@@ -28,8 +28,9 @@ pub enum TrainError {
     /// A model, config or input problem.
     #[error(transparent)]
     Model(#[from] crate::error::ModelError),
-    /// A file or directory could not be read or written.
-    #[error("{path}: {source}")]
+    /// A file or directory could not be read or written (the cause is the error's source, not
+    /// repeated in its message).
+    #[error("cannot access {path}")]
     Io {
         /// The path.
         path: PathBuf,
