@@ -298,7 +298,7 @@ fn more_layers_than_the_checkpoint_is_one_problem() {
             expected: layers as usize,
             found: 2,
         };
-        assert_eq!(problems, [want.clone()]);
+        assert_eq!(problems, std::slice::from_ref(&want));
         assert_eq!(
             want.to_string(),
             format!("config asks for {layers} layers, the checkpoint has 2")

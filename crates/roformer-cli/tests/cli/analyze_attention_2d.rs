@@ -132,3 +132,28 @@ fn bad_arguments_fail_with_a_message() {
         ],
     );
 }
+
+/// `--dim 2^40` aborted allocating its frequencies; sizes past the limits are refused at once.
+#[test]
+fn sizes_past_the_limits_are_refused() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--dim", "1099511627776"], "rotary dims"),
+        (&["--grid", "1024x1024", "--dim", "128"], "patches x --dim"),
+        (&["--samples", "1099511627776"], "--samples"),
+        (
+            &["--grid", "512x512", "--dim", "64", "--samples", "1024"],
+            "--samples x patches x --dim",
+        ),
+    ];
+    for (args, option) in cases {
+        let mut all = vec!["analyze", "attention-2d"];
+        all.extend_from_slice(args);
+        let out = roformer(&all);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(
+            stderr.contains(option) && stderr.contains("limit"),
+            "{args:?}: {stderr}"
+        );
+    }
+}

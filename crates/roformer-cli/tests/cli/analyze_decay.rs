@@ -130,3 +130,63 @@ fn bad_arguments_fail_with_a_message() {
         );
     }
 }
+
+/// Sizes that panicked on capacity overflow (--dim, --max-distance near 2^64), aborted on
+/// allocation (2^40, --measured --dim 2^30) or ran without end (--samples 2^40) are refused
+/// at once, naming the option and its limit.
+#[test]
+fn sizes_past_the_limits_are_refused() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--dim", "18446744073709551614"], "rotary dims"),
+        (&["--dim", "1099511627776"], "rotary dims"),
+        (
+            &["--max-distance", "18446744073709551615"],
+            "--max-distance",
+        ),
+        (&["--max-distance", "1099511627776"], "--max-distance"),
+        (
+            &["--measured", "--dim", "1073741824", "--samples", "1"],
+            "rotary dims",
+        ),
+        (&["--measured", "--samples", "1099511627776"], "--samples"),
+        (
+            &["--dim", "65536", "--max-distance", "1048576"],
+            "--dim / 2 x (--max-distance + 1)",
+        ),
+        (
+            &[
+                "--measured",
+                "--dim",
+                "65536",
+                "--max-distance",
+                "4096",
+                "--samples",
+                "1",
+            ],
+            "(--max-distance + 1) x --dim",
+        ),
+        (
+            &[
+                "--measured",
+                "--dim",
+                "1024",
+                "--max-distance",
+                "4096",
+                "--samples",
+                "1024",
+            ],
+            "--samples x (--max-distance + 1) x --dim",
+        ),
+    ];
+    for (args, option) in cases {
+        let mut all = vec!["analyze", "decay"];
+        all.extend_from_slice(args);
+        let out = roformer(&all);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(
+            stderr.contains("error") && stderr.contains(option) && stderr.contains("limit"),
+            "{args:?}: {stderr}"
+        );
+    }
+}

@@ -276,3 +276,110 @@ fn errors_carry_no_backtrace_under_rust_backtrace() {
     );
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
 }
+
+/// A model directory holding `mlm_gelu`'s checkpoint and its config edited by `edit` (apart
+/// from the scratch directory `failure` makes for the run of the same name).
+fn model_claiming(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
+    let dir = scratch(&format!("{name}-model"));
+    let text = std::fs::read_to_string(fixture("mlm_gelu").join("config.json")).unwrap();
+    let mut config: serde_json::Value = serde_json::from_str(&text).unwrap();
+    edit(&mut config);
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    std::fs::copy(
+        fixture("mlm_gelu").join("model.safetensors"),
+        dir.join("model.safetensors"),
+    )
+    .unwrap();
+    dir
+}
+
+/// Config sizes that panicked (capacity overflow), aborted (allocation failure) or cost
+/// gigabytes and seconds before failing are clear errors found before the model is built.
+#[test]
+fn config_sizes_the_checkpoint_does_not_hold_fail_cleanly() {
+    let ids = Some(r#"{"input_ids": [[1, 2, 3]]}"#);
+    let cases: &[(&str, serde_json::Value, serde_json::Value, &[&str])] = &[
+        (
+            "hidden-max",
+            "hidden_size".into(),
+            (u64::MAX - 1).into(),
+            &["hidden_size", "limit"],
+        ),
+        (
+            "hidden-4e9",
+            "hidden_size".into(),
+            4_000_000_000u64.into(),
+            &["hidden_size", "limit"],
+        ),
+        (
+            "layers-1e7",
+            "num_hidden_layers".into(),
+            10_000_000u64.into(),
+            &["config asks for 10000000 layers, the checkpoint has 2"],
+        ),
+        (
+            "layers-1e5",
+            "num_hidden_layers".into(),
+            100_000u64.into(),
+            &["config asks for 100000 layers, the checkpoint has 2"],
+        ),
+        (
+            "pad",
+            "pad_token_id".into(),
+            97.into(),
+            &["pad_token_id", "vocab_size 97"],
+        ),
+    ];
+    for (name, field, value, needles) in cases {
+        let model = model_claiming(name, |c| {
+            c[field.as_str().unwrap()] = value.clone();
+            if *name != "pad" && field == "hidden_size" {
+                c["num_attention_heads"] = 1.into();
+            }
+        });
+        let stderr = failure(name, &model, ids);
+        for needle in *needles {
+            assert!(
+                stderr.contains(needle),
+                "{name}: {needle:?} not in {stderr}"
+            );
+        }
+        // One short message, not a line per tensor of ten million layers.
+        assert!(stderr.lines().count() < 60, "{name}: {stderr}");
+    }
+    // Shapes the checkpoint does not hold, below the rotary limit: listed, not allocated.
+    let model = model_claiming("hidden-2e32", |c| {
+        c["hidden_size"] = (1u64 << 32).into();
+        c["num_attention_heads"] = (1u64 << 16).into();
+    });
+    let stderr = failure("hidden-2e32", &model, ids);
+    assert!(
+        stderr.contains("has shape [32, 32], expected [4294967296, 4294967296]"),
+        "{stderr}"
+    );
+}
+
+/// A JSON array as config.json loaded and ran, read field by field; serde's message was printed
+/// twice; directories named like the files were ignored or reported as missing.
+#[test]
+fn malformed_model_directories_fail_cleanly() {
+    let ids = Some(r#"{"input_ids": [[1, 2, 3]]}"#);
+    let array = model_claiming("array", |_| {});
+    std::fs::write(array.join("config.json"), r#"[117,32,32,2,4,64,"gelu"]"#).unwrap();
+    let stderr = failure("array", &array, ids);
+    assert!(stderr.contains("expected a map"), "{stderr}");
+
+    let typed = model_claiming("typed", |c| c["hidden_size"] = "big".into());
+    let stderr = failure("typed", &typed, ids);
+    assert_eq!(stderr.matches("line 1 column").count(), 1, "{stderr}");
+    assert!(stderr.contains("malformed config"), "{stderr}");
+
+    let dir = model_claiming("ckpt-dir", |_| {});
+    std::fs::remove_file(dir.join("model.safetensors")).unwrap();
+    std::fs::create_dir(dir.join("model.safetensors")).unwrap();
+    let stderr = failure("ckpt-dir", &dir, ids);
+    assert!(
+        stderr.contains("model.safetensors") && stderr.contains("is a directory"),
+        "{stderr}"
+    );
+}

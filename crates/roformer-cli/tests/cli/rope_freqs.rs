@@ -136,3 +136,24 @@ fn uninterpretable_config_names_the_field() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/config.json"));
 }
+
+/// `"head_dim": 18446744073709551615` panicked (capacity overflow) and 2^40 aborted allocating
+/// the frequencies: rotary dims above the rotary crate's limit name the field.
+#[test]
+fn head_dims_past_the_limit_name_the_field() {
+    for (i, config) in [
+        json!({"head_dim": u64::MAX}),
+        json!({"head_dim": 1u64 << 40}),
+        json!({"hidden_size": u64::MAX - 1, "num_attention_heads": 1}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let path = config_file(&format!("huge{i}"), &config);
+        let out = roformer(&["rope", "freqs", "--config", path.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{config}");
+        assert!(stderr.contains("limit of 65536"), "{config}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}

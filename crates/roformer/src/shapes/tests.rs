@@ -15,10 +15,13 @@ use crate::{
     RoFormerModel,
 };
 
+/// `(name, shape)` of each tensor asked for, in order.
+type Asked = Vec<(String, Vec<usize>)>;
+
 /// Records every `(name, shape)` asked for and answers with zeros; `present` is what
 /// `contains_tensor` says the checkpoint holds.
 struct Recorder {
-    asked: Arc<Mutex<Vec<(String, Vec<usize>)>>>,
+    asked: Arc<Mutex<Asked>>,
     present: BTreeSet<String>,
 }
 
@@ -48,10 +51,7 @@ impl SimpleBackend for Recorder {
 }
 
 /// What building `M` for `cfg` asks for, in order (whether or not the build then succeeds).
-fn asked<M: Architecture>(
-    cfg: &RoFormerConfig,
-    present: &BTreeSet<String>,
-) -> Vec<(String, Vec<usize>)> {
+fn asked<M: Architecture>(cfg: &RoFormerConfig, present: &BTreeSet<String>) -> Asked {
     let asked = Arc::new(Mutex::new(Vec::new()));
     let backend = Recorder {
         asked: Arc::clone(&asked),
@@ -64,11 +64,7 @@ fn asked<M: Architecture>(
 }
 
 /// The expected list with each alias taken where the checkpoint holds only the alias.
-fn expected(
-    cfg: &RoFormerConfig,
-    kind: ModelKind,
-    present: &BTreeSet<String>,
-) -> Vec<(String, Vec<usize>)> {
+fn expected(cfg: &RoFormerConfig, kind: ModelKind, present: &BTreeSet<String>) -> Asked {
     expected_tensors(cfg, kind)
         .map(|t| {
             let name = match t.alias {
