@@ -494,3 +494,30 @@ fn a_tokenizer_config_directory_is_an_error() {
         "{text}"
     );
 }
+
+/// Training from a checkpoint (`train mlm --init`) compares the encoder's shapes first too:
+/// ten million layers claimed over a two-layer file is one problem, found before building.
+#[test]
+fn training_from_a_checkpoint_checks_sizes_first() {
+    let dir = claiming("train-layers", |j| {
+        j["num_hidden_layers"] = 10_000_000u64.into()
+    });
+    let md = ModelDir::open(&dir).unwrap();
+    let result = roformer::train::build_trainable::<RoFormerForMaskedLM>(
+        &md.config,
+        Some(&md.checkpoint),
+        0,
+        &Device::Cpu,
+    );
+    match result {
+        Err(ModelError::Weights { problems, .. }) => assert_eq!(
+            problems.0,
+            [WeightProblem::LayerCount {
+                expected: 10_000_000,
+                found: 2
+            }]
+        ),
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("built"),
+    }
+}

@@ -280,6 +280,18 @@ pub fn build_trainable<M: Architecture>(
     seed: u64,
     device: &Device,
 ) -> Result<Trainable<M>> {
+    // The encoder must come from the checkpoint: its shapes are compared before anything is
+    // built, so a config claiming sizes the file does not hold allocates nothing (a head may
+    // be missing and initialised, so only the encoder is compared here).
+    if let Some(c) = checkpoint {
+        let problems = crate::shapes::check(cfg, crate::shapes::ModelKind::Encoder, c);
+        if !problems.is_empty() {
+            return Err(ModelError::Weights {
+                path: c.path().to_path_buf(),
+                problems: WeightProblems(problems),
+            });
+        }
+    }
     let state = Arc::new(Mutex::new(State {
         vars: Vec::new(),
         index: BTreeMap::new(),
