@@ -55,7 +55,7 @@ fn freqs(args: &FreqsArgs) -> anyhow::Result<()> {
             inv_freq: &f.inv_freq,
             attention_factor: f.attention_factor,
         };
-        println!("{}", serde_json::to_string(&out)?);
+        println!("{}", crate::json::to_string(&out)?);
         return Ok(());
     }
     let seq = args

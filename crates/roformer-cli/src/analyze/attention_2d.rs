@@ -315,7 +315,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         plot::save(&HeatFigure { maps: &maps }, path, (1280, 600))?;
     }
     if args.json {
-        println!("{}", serde_json::to_string(&maps)?);
+        println!("{}", crate::json::to_string(&maps)?);
     } else {
         print_maps(&maps)?;
         if let Some(path) = &args.out {

@@ -272,7 +272,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         plot::save(&figure, path, (900, 560))?;
     }
     if args.json {
-        println!("{}", serde_json::to_string(&rows)?);
+        println!("{}", crate::json::to_string(&rows)?);
     } else {
         print_table(&rows)?;
         if let Some(path) = &args.out {

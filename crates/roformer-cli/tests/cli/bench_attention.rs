@@ -113,6 +113,8 @@ fn bad_arguments_fail_with_a_message() {
             &["--head-dim", "7"],
             &["--chunk", "0"],
             &["--out", "bench.gif"],
+            &["--seconds", "inf"],
+            &["--seconds", "NaN"],
         ],
     );
 }

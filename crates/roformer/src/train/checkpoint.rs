@@ -52,10 +52,21 @@ pub fn config_bytes(cfg: &RoFormerConfig, architecture: &str) -> Result<Vec<u8>,
 /// own do.
 ///
 /// # Errors
-/// Candle errors only.
+/// [`TrainError::Save`] for a table of more than
+/// [`MAX_POSITION_TABLE_ENTRIES`](crate::config::MAX_POSITION_TABLE_ENTRIES) entries (a config
+/// whose position type was changed after it was validated); candle errors.
 pub fn rotary_position_table(n: usize, d: usize) -> Result<Tensor, TrainError> {
     let half = d / 2;
-    let mut data = vec![0f32; n * d];
+    let entries = n
+        .checked_mul(d)
+        .filter(|&e| e <= crate::config::MAX_POSITION_TABLE_ENTRIES)
+        .ok_or_else(|| {
+            TrainError::Save(format!(
+                "the rotary position table of {n} x {d} entries exceeds the limit of {}",
+                crate::config::MAX_POSITION_TABLE_ENTRIES
+            ))
+        })?;
+    let mut data = vec![0f32; entries];
     for m in 0..n {
         for i in 0..half {
             let angle = m as f64 / 10000f64.powf((2 * i) as f64 / d as f64);
@@ -198,5 +209,19 @@ mod tests {
         write_dir_atomically(&dir, &newer).unwrap();
         assert_eq!(read_dir_files(&dir), newer);
         fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn position_tables_past_the_limit_are_errors_not_aborts() {
+        assert!(matches!(
+            rotary_position_table(usize::MAX / 2, 64),
+            Err(TrainError::Save(_))
+        ));
+        assert!(matches!(
+            rotary_position_table(1 << 30, 64),
+            Err(TrainError::Save(_))
+        ));
+        let table = rotary_position_table(3, 4).unwrap();
+        assert_eq!(table.dims(), &[3, 4]);
     }
 }

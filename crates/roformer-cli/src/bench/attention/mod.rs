@@ -93,7 +93,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     ensure!(args.min_len >= 1, "--min-len must be at least 1");
     ensure!(args.min_len <= args.max_len, "--min-len exceeds --max-len");
     ensure!(args.heads >= 1, "--heads must be at least 1");
-    ensure!(args.seconds >= 0.0, "--seconds must not be negative");
+    ensure!(
+        args.seconds.is_finite() && args.seconds >= 0.0,
+        "--seconds must be a finite number of seconds, at least 0"
+    );
     LinearAttention::new(args.chunk)?;
     rotary::inv_freqs(args.head_dim, rotary::DEFAULT_BASE).context("--head-dim")?;
     if let Some(path) = &args.out {
