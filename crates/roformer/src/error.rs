@@ -102,6 +102,15 @@ pub enum WeightProblem {
         /// Why.
         reason: String,
     },
+    /// The tensor holds a NaN or an infinity (the first one found is named).
+    NonFinite {
+        /// Its name as stored in the file.
+        name: String,
+        /// The flat (row-major) index of the first non-finite value.
+        index: usize,
+        /// That value as printed: `NaN`, `inf` or `-inf`.
+        value: String,
+    },
 }
 
 impl fmt::Display for WeightProblem {
@@ -121,6 +130,10 @@ impl fmt::Display for WeightProblem {
             WeightProblem::Unreadable { name, reason } => {
                 write!(f, "tensor {name} cannot be read: {reason}")
             }
+            WeightProblem::NonFinite { name, index, value } => write!(
+                f,
+                "tensor {name} holds {value} at flat index {index} (weights must be finite)"
+            ),
         }
     }
 }

@@ -1,0 +1,238 @@
+//! From stored bytes to a contiguous tensor: any in-bounds strides (a transposed or sliced
+//! tensor saved by `torch.save` included), little-endian on any host, each value checked for
+//! NaN and infinities while it is still in cache.
+
+use std::ops::Range;
+
+use candle_core::{DType, Device, Tensor, WithDType};
+use half::{bf16, f16};
+
+use super::bytes::Bytes;
+use super::finite::{first_non_finite, FloatBits};
+
+/// Bytes decoded per step of a contiguous run: small enough to stay in cache for the scan,
+/// large enough that handing the mapped pages back costs little.
+const CHUNK_BYTES: usize = 1 << 20;
+
+/// Where a tensor's values lie in a checkpoint's bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StoredTensor {
+    /// The stored element type.
+    pub dtype: DType,
+    /// The shape.
+    pub shape: Vec<usize>,
+    /// The stride of each dimension, in elements.
+    pub strides: Vec<usize>,
+    /// The element of the storage where element `[0, 0, ...]` lies.
+    pub offset: usize,
+    /// The storage: a byte range of the checkpoint.
+    pub storage: Range<usize>,
+}
+
+/// Why a stored tensor cannot be turned into a tensor.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum DecodeError {
+    /// A NaN or an infinity at this flat (row-major) index.
+    NonFinite {
+        /// The flat index.
+        index: usize,
+        /// The value as printed (`NaN`, `inf`, `-inf`).
+        value: String,
+    },
+    /// Anything else: an unsupported dtype, a layout [`StoredTensor::check`] refuses.
+    Unreadable(String),
+}
+
+/// The row-major strides of `shape`.
+pub(crate) fn row_major(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1usize; shape.len()];
+    for i in (1..shape.len()).rev() {
+        strides[i - 1] = strides[i].saturating_mul(shape[i]);
+    }
+    strides
+}
+
+impl StoredTensor {
+    /// Checks that every element lies inside the storage and that the tensor is no larger
+    /// than its storage (so that decoding it allocates no more than the file holds), with
+    /// checked arithmetic throughout.
+    ///
+    /// # Errors
+    /// A message saying which claim does not hold.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        if self.shape.len() != self.strides.len() {
+            return Err(format!(
+                "shape {:?} and strides {:?} differ in length",
+                self.shape, self.strides
+            ));
+        }
+        let size = self.dtype.size_in_bytes();
+        let capacity = self.storage.len() / size;
+        let overflow = || format!("shape {:?} overflows", self.shape);
+        let count = self
+            .shape
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .ok_or_else(overflow)?;
+        if count == 0 {
+            return Ok(());
+        }
+        if count > capacity {
+            return Err(format!(
+                "shape {:?} has {count} elements, its storage holds {capacity}",
+                self.shape
+            ));
+        }
+        let last = self
+            .shape
+            .iter()
+            .zip(&self.strides)
+            .try_fold(self.offset, |at, (&d, &s)| {
+                at.checked_add((d - 1).checked_mul(s)?)
+            })
+            .ok_or_else(overflow)?;
+        if last >= capacity {
+            return Err(format!(
+                "shape {:?} with strides {:?} from element {} reaches element {last} of a \
+                 storage of {capacity}",
+                self.shape, self.strides, self.offset
+            ));
+        }
+        Ok(())
+    }
+
+    /// Decodes the tensor (which [`StoredTensor::check`] accepted) from `bytes` into a
+    /// contiguous tensor on the CPU in the stored dtype, refusing NaN and infinities.
+    ///
+    /// # Errors
+    /// [`DecodeError`].
+    pub(crate) fn decode(&self, bytes: &Bytes) -> Result<Tensor, DecodeError> {
+        match self.dtype {
+            DType::F32 => self.decode_as::<f32, 4>(bytes, f32::from_le_bytes),
+            DType::F64 => self.decode_as::<f64, 8>(bytes, f64::from_le_bytes),
+            DType::F16 => self.decode_as::<f16, 2>(bytes, f16::from_le_bytes),
+            DType::BF16 => self.decode_as::<bf16, 2>(bytes, bf16::from_le_bytes),
+            DType::U8 => self.decode_as::<u8, 1>(bytes, u8::from_le_bytes),
+            DType::U32 => self.decode_as::<u32, 4>(bytes, u32::from_le_bytes),
+            DType::I16 => self.decode_as::<i16, 2>(bytes, i16::from_le_bytes),
+            DType::I32 => self.decode_as::<i32, 4>(bytes, i32::from_le_bytes),
+            DType::I64 => self.decode_as::<i64, 8>(bytes, i64::from_le_bytes),
+            other => Err(DecodeError::Unreadable(format!(
+                "unsupported dtype {other:?}"
+            ))),
+        }
+    }
+
+    fn decode_as<T: Element, const N: usize>(
+        &self,
+        bytes: &Bytes,
+        from_le: fn([u8; N]) -> T,
+    ) -> Result<Tensor, DecodeError> {
+        self.check().map_err(DecodeError::Unreadable)?;
+        // `check` proved every index below in bounds of `elements` and the product exact.
+        let count: usize = self.shape.iter().product();
+        let mut out: Vec<T> = Vec::with_capacity(count);
+        let storage = bytes.get(self.storage.clone()).ok_or_else(|| {
+            DecodeError::Unreadable(format!(
+                "storage {:?} lies past the end of the file ({} bytes)",
+                self.storage,
+                bytes.len()
+            ))
+        })?;
+        let (elements, _) = storage.as_chunks::<N>();
+        let rank = self.shape.len();
+        let contiguous = self
+            .shape
+            .iter()
+            .zip(&self.strides)
+            .zip(row_major(&self.shape))
+            .all(|((&d, &s), r)| d == 1 || s == r);
+        if count > 0 && contiguous {
+            // One run: decoded a chunk at a time, each scanned while in cache and its mapped
+            // pages handed back.
+            let run = &elements[self.offset..self.offset + count];
+            let per_chunk = (CHUNK_BYTES / N).max(1);
+            for (c, chunk) in run.chunks(per_chunk).enumerate() {
+                let from = out.len();
+                out.extend(chunk.iter().map(|&e| from_le(e)));
+                T::check(&out[from..], from)?;
+                let start = self.storage.start + (self.offset + c * per_chunk) * N;
+                bytes.release(start..start + chunk.len() * N);
+            }
+        } else if count > 0 {
+            // Any other strides: walk the outer indices like an odometer, gather each row.
+            let (inner_len, inner_stride) = (self.shape[rank - 1], self.strides[rank - 1]);
+            let mut index = vec![0usize; rank - 1];
+            loop {
+                let base = self.offset
+                    + index
+                        .iter()
+                        .zip(&self.strides)
+                        .map(|(&i, &s)| i * s)
+                        .sum::<usize>();
+                out.extend((0..inner_len).map(|j| from_le(elements[base + j * inner_stride])));
+                if !advance(&mut index, &self.shape[..rank - 1]) {
+                    break;
+                }
+            }
+            T::check(&out, 0)?;
+            bytes.release(self.storage.clone());
+        }
+        Tensor::from_vec(out, self.shape.as_slice(), &Device::Cpu)
+            .map_err(|e| DecodeError::Unreadable(e.to_string()))
+    }
+}
+
+/// Steps `index` to the next position in row-major order within `dims`; false after the last.
+fn advance(index: &mut [usize], dims: &[usize]) -> bool {
+    for (i, &d) in index.iter_mut().zip(dims).rev() {
+        *i += 1;
+        if *i < d {
+            return true;
+        }
+        *i = 0;
+    }
+    false
+}
+
+/// An element type a checkpoint stores, and how its values are checked.
+pub(crate) trait Element: WithDType {
+    /// Refuses a NaN or infinity in `values` (which start at flat index `from`); integers pass.
+    ///
+    /// # Errors
+    /// [`DecodeError::NonFinite`] at the first bad value.
+    fn check(values: &[Self], from: usize) -> Result<(), DecodeError> {
+        let _ = (values, from);
+        Ok(())
+    }
+}
+
+/// Shared [`Element::check`] of the float types.
+fn check_floats<T: FloatBits + std::fmt::Display>(
+    values: &[T],
+    from: usize,
+) -> Result<(), DecodeError> {
+    match first_non_finite(values) {
+        None => Ok(()),
+        Some(i) => Err(DecodeError::NonFinite {
+            index: from + i,
+            value: values[i].to_string(),
+        }),
+    }
+}
+
+macro_rules! float_elements {
+    ($($t:ty),*) => {$(
+        impl Element for $t {
+            fn check(values: &[Self], from: usize) -> Result<(), DecodeError> {
+                check_floats(values, from)
+            }
+        }
+    )*};
+}
+float_elements!(f32, f64, f16, bf16);
+impl Element for u8 {}
+impl Element for u32 {}
+impl Element for i16 {}
+impl Element for i32 {}
+impl Element for i64 {}
