@@ -8,7 +8,7 @@ use candle_core::{DType, Device, Tensor, WithDType};
 use half::{bf16, f16};
 
 use super::bytes::Bytes;
-use super::finite::{first_non_finite, FloatBits};
+use super::finite::{any_non_finite, FloatBits, BLOCK};
 
 /// Bytes decoded per step of a contiguous run: small enough to stay in cache for the scan,
 /// large enough that handing the mapped pages back costs little.
@@ -108,25 +108,24 @@ impl StoredTensor {
     /// [`DecodeError`].
     pub(crate) fn decode(&self, bytes: &Bytes) -> Result<Tensor, DecodeError> {
         match self.dtype {
-            DType::F32 => self.decode_as::<f32, 4>(bytes, f32::from_le_bytes),
-            DType::F64 => self.decode_as::<f64, 8>(bytes, f64::from_le_bytes),
-            DType::F16 => self.decode_as::<f16, 2>(bytes, f16::from_le_bytes),
-            DType::BF16 => self.decode_as::<bf16, 2>(bytes, bf16::from_le_bytes),
-            DType::U8 => self.decode_as::<u8, 1>(bytes, u8::from_le_bytes),
-            DType::U32 => self.decode_as::<u32, 4>(bytes, u32::from_le_bytes),
-            DType::I16 => self.decode_as::<i16, 2>(bytes, i16::from_le_bytes),
-            DType::I32 => self.decode_as::<i32, 4>(bytes, i32::from_le_bytes),
-            DType::I64 => self.decode_as::<i64, 8>(bytes, i64::from_le_bytes),
+            DType::F32 => self.decode_as::<f32, 4>(bytes),
+            DType::F64 => self.decode_as::<f64, 8>(bytes),
+            DType::F16 => self.decode_as::<f16, 2>(bytes),
+            DType::BF16 => self.decode_as::<bf16, 2>(bytes),
+            DType::U8 => self.decode_as::<u8, 1>(bytes),
+            DType::U32 => self.decode_as::<u32, 4>(bytes),
+            DType::I16 => self.decode_as::<i16, 2>(bytes),
+            DType::I32 => self.decode_as::<i32, 4>(bytes),
+            DType::I64 => self.decode_as::<i64, 8>(bytes),
             other => Err(DecodeError::Unreadable(format!(
                 "unsupported dtype {other:?}"
             ))),
         }
     }
 
-    fn decode_as<T: Element, const N: usize>(
+    fn decode_as<T: Element<N>, const N: usize>(
         &self,
         bytes: &Bytes,
-        from_le: fn([u8; N]) -> T,
     ) -> Result<Tensor, DecodeError> {
         self.check().map_err(DecodeError::Unreadable)?;
         // `check` proved every index below in bounds of `elements` and the product exact.
@@ -148,19 +147,24 @@ impl StoredTensor {
             .zip(row_major(&self.shape))
             .all(|((&d, &s), r)| d == 1 || s == r);
         if count > 0 && contiguous {
-            // One run: decoded a chunk at a time, each scanned while in cache and its mapped
-            // pages handed back.
+            // One run, a chunk at a time: each block of stored bytes is decoded, then scanned
+            // while it is still in L1; each chunk's mapped pages are then handed back.
             let run = &elements[self.offset..self.offset + count];
             let per_chunk = (CHUNK_BYTES / N).max(1);
             for (c, chunk) in run.chunks(per_chunk).enumerate() {
-                let from = out.len();
-                out.extend(chunk.iter().map(|&e| from_le(e)));
-                T::check(&out[from..], from)?;
+                for block in chunk.chunks(BLOCK) {
+                    let from = out.len();
+                    out.extend(block.iter().map(|&e| T::from_le(e)));
+                    if let Some(i) = T::first_non_finite(block) {
+                        return Err(non_finite(from + i, T::from_le(block[i])));
+                    }
+                }
                 let start = self.storage.start + (self.offset + c * per_chunk) * N;
                 bytes.release(start..start + chunk.len() * N);
             }
         } else if count > 0 {
-            // Any other strides: walk the outer indices like an odometer, gather each row.
+            // Any other strides: walk the outer indices like an odometer, gather each row,
+            // then scan what was gathered.
             let (inner_len, inner_stride) = (self.shape[rank - 1], self.strides[rank - 1]);
             let mut index = vec![0usize; rank - 1];
             loop {
@@ -170,12 +174,14 @@ impl StoredTensor {
                         .zip(&self.strides)
                         .map(|(&i, &s)| i * s)
                         .sum::<usize>();
-                out.extend((0..inner_len).map(|j| from_le(elements[base + j * inner_stride])));
+                out.extend((0..inner_len).map(|j| T::from_le(elements[base + j * inner_stride])));
                 if !advance(&mut index, &self.shape[..rank - 1]) {
                     break;
                 }
             }
-            T::check(&out, 0)?;
+            if let Some(i) = out.iter().position(|v| v.non_finite()) {
+                return Err(non_finite(i, out[i]));
+            }
             bytes.release(self.storage.clone());
         }
         Tensor::from_vec(out, self.shape.as_slice(), &Device::Cpu)
@@ -195,44 +201,58 @@ fn advance(index: &mut [usize], dims: &[usize]) -> bool {
     false
 }
 
-/// An element type a checkpoint stores, and how its values are checked.
-pub(crate) trait Element: WithDType {
-    /// Refuses a NaN or infinity in `values` (which start at flat index `from`); integers pass.
-    ///
-    /// # Errors
-    /// [`DecodeError::NonFinite`] at the first bad value.
-    fn check(values: &[Self], from: usize) -> Result<(), DecodeError> {
-        let _ = (values, from);
-        Ok(())
+fn non_finite(index: usize, value: impl std::fmt::Display) -> DecodeError {
+    DecodeError::NonFinite {
+        index,
+        value: value.to_string(),
     }
 }
 
-/// Shared [`Element::check`] of the float types.
-fn check_floats<T: FloatBits + std::fmt::Display>(
-    values: &[T],
-    from: usize,
-) -> Result<(), DecodeError> {
-    match first_non_finite(values) {
-        None => Ok(()),
-        Some(i) => Err(DecodeError::NonFinite {
-            index: from + i,
-            value: values[i].to_string(),
-        }),
+/// An element type a checkpoint stores in `N` little-endian bytes, and how its values are
+/// checked (floats for NaN and infinities, integers not at all).
+pub(crate) trait Element<const N: usize>: WithDType + std::fmt::Display {
+    /// The value stored as `raw`.
+    fn from_le(raw: [u8; N]) -> Self;
+
+    /// Whether the value is NaN or an infinity.
+    fn non_finite(self) -> bool {
+        false
+    }
+
+    /// The index of the first NaN or infinity among the stored values `raw`.
+    fn first_non_finite(raw: &[[u8; N]]) -> Option<usize> {
+        let _ = raw;
+        None
     }
 }
 
-macro_rules! float_elements {
-    ($($t:ty),*) => {$(
-        impl Element for $t {
-            fn check(values: &[Self], from: usize) -> Result<(), DecodeError> {
-                check_floats(values, from)
+macro_rules! elements {
+    (float: $($t:ty, $n:literal);*) => {$(
+        impl Element<$n> for $t {
+            fn from_le(raw: [u8; $n]) -> Self {
+                <$t>::from_le_bytes(raw)
+            }
+
+            fn non_finite(self) -> bool {
+                FloatBits::non_finite(self)
+            }
+
+            fn first_non_finite(raw: &[[u8; $n]]) -> Option<usize> {
+                if !any_non_finite::<$t>(raw) {
+                    return None;
+                }
+                raw.iter().position(|&r| FloatBits::non_finite(<$t>::from_le_bytes(r)))
+            }
+        }
+    )*};
+    (int: $($t:ty, $n:literal);*) => {$(
+        impl Element<$n> for $t {
+            fn from_le(raw: [u8; $n]) -> Self {
+                <$t>::from_le_bytes(raw)
             }
         }
     )*};
 }
-float_elements!(f32, f64, f16, bf16);
-impl Element for u8 {}
-impl Element for u32 {}
-impl Element for i16 {}
-impl Element for i32 {}
-impl Element for i64 {}
+
+elements!(float: f32, 4; f64, 8; f16, 2; bf16, 2);
+elements!(int: u8, 1; u32, 4; i16, 2; i32, 4; i64, 8);
