@@ -13,6 +13,7 @@ mod embed;
 mod experiment;
 mod fill_mask;
 mod forward;
+mod loader;
 mod plot_files;
 mod rope_freqs;
 mod tokenize;

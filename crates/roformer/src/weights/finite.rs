@@ -14,9 +14,9 @@
 //! portable SSE2 code otherwise): on a base-size checkpoint this costs about 1-3% of the
 //! load (RELIABILITY.md, "Loading").
 
-use rotary::Isa;
 use candle_core::{CpuStorage, DType, Storage, Tensor};
 use half::{bf16, f16};
+use rotary::Isa;
 
 /// Values or-reduced per block before looking for an index.
 pub(crate) const BLOCK: usize = 4096;
@@ -240,7 +240,23 @@ mod tests {
 
     #[test]
     fn every_instruction_set_agrees_with_the_portable_scan_at_awkward_sizes() {
-        let sizes = [0, 1, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, BLOCK - 1, BLOCK];
+        let sizes = [
+            0,
+            1,
+            7,
+            8,
+            15,
+            16,
+            17,
+            31,
+            32,
+            33,
+            63,
+            64,
+            65,
+            BLOCK - 1,
+            BLOCK,
+        ];
         for isa in Isa::supported() {
             for n in sizes {
                 let clean32 = vec![1.5f32.to_le_bytes(); n];
@@ -251,7 +267,10 @@ mod tests {
                 assert!(!any_non_finite_on::<f16>(isa, &clean16), "{isa:?} {n}");
                 assert!(!any_non_finite_on::<bf16>(isa, &clean_b), "{isa:?} {n}");
                 assert!(!any_non_finite_on::<f64>(isa, &clean64), "{isa:?} {n}");
-                for at in [0, n / 2, n.saturating_sub(1)].into_iter().filter(|&i| i < n) {
+                for at in [0, n / 2, n.saturating_sub(1)]
+                    .into_iter()
+                    .filter(|&i| i < n)
+                {
                     let mut v = clean32.clone();
                     v[at] = f32::NEG_INFINITY.to_le_bytes();
                     assert!(any_non_finite_on::<f32>(isa, &v), "{isa:?} {n} {at}");

@@ -6,6 +6,15 @@
 //! `RoFormerModel` (`BertModel`) names them `embeddings...`. The model always asks for the
 //! prefixed names and [`Checkpoint`] serves the unprefixed ones when the file has no prefixed
 //! tensors.
+//!
+//! Reading a checkpoint, from file to tensor:
+//! - `bytes`: the file is memory-mapped (or a buffer held in memory), never copied whole;
+//! - `safetensors_file` and `torch_zip` (with `pickle`, our own pickle reader) index each
+//!   tensor: dtype, shape, strides and the byte range of its storage, with every size checked
+//!   against the file, so memory is bounded by the file's size and not by what it claims;
+//! - `decode`: a tensor the model asks for is copied once into a contiguous tensor, whatever
+//!   its strides, and `finite` refuses NaN and infinities as it goes;
+//! - `backend`: serves the tensors to candle-nn and reports every problem by name.
 
 mod backend;
 mod bytes;
