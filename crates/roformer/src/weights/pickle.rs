@@ -264,7 +264,7 @@ impl<'a> Machine<'a> {
     /// Adds key-value pairs (`flat` = key, value, key, value, ...) to the dict on top of the
     /// stack.
     fn extend_dict(&mut self, flat: Vec<Id>) -> Step<()> {
-        if flat.len() % 2 != 0 {
+        if !flat.len().is_multiple_of(2) {
             return Err("SETITEMS with an odd number of keys and values".into());
         }
         let dict = self.top()?;

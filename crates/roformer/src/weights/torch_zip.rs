@@ -90,7 +90,7 @@ fn entry(
         ));
     }
     let start = file.data_start().unwrap_or(u64::MAX);
-    let end = start.checked_add(file.size()).unwrap_or(u64::MAX);
+    let end = start.saturating_add(file.size());
     match (usize::try_from(start), usize::try_from(end)) {
         (Ok(start), Ok(end)) if end <= len => Ok(start..end),
         _ => Err(format!(
