@@ -10,8 +10,8 @@ use half::{bf16, f16};
 use super::bytes::Bytes;
 use super::finite::{any_non_finite, FloatBits, BLOCK};
 
-/// Bytes decoded per step of a contiguous run: small enough to stay in cache for the scan,
-/// large enough that handing the mapped pages back costs little.
+/// Bytes of a contiguous run decoded between two hand-backs of its mapped pages: small next
+/// to a tensor, large enough that the `madvise` calls cost little.
 const CHUNK_BYTES: usize = 1 << 20;
 
 /// Where a tensor's values lie in a checkpoint's bytes.
@@ -101,7 +101,7 @@ impl StoredTensor {
         Ok(())
     }
 
-    /// Decodes the tensor (which [`StoredTensor::check`] accepted) from `bytes` into a
+    /// Checks the tensor ([`StoredTensor::check`]) and decodes it from `bytes` into a
     /// contiguous tensor on the CPU in the stored dtype, refusing NaN and infinities.
     ///
     /// # Errors
