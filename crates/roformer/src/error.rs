@@ -112,6 +112,15 @@ pub enum WeightProblem {
         /// Layers `0..found` have tensors in the checkpoint.
         found: usize,
     },
+    /// The tensor holds a NaN or an infinity (the first one found is named).
+    NonFinite {
+        /// Its name as stored in the file.
+        name: String,
+        /// The flat (row-major) index of the first non-finite value.
+        index: usize,
+        /// That value as printed: `NaN`, `inf` or `-inf`.
+        value: String,
+    },
 }
 
 impl fmt::Display for WeightProblem {
@@ -137,6 +146,10 @@ impl fmt::Display for WeightProblem {
                     "config asks for {expected} layers, the checkpoint has {found}"
                 )
             }
+            WeightProblem::NonFinite { name, index, value } => write!(
+                f,
+                "tensor {name} holds {value} at flat index {index} (weights must be finite)"
+            ),
         }
     }
 }

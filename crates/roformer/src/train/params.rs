@@ -182,16 +182,10 @@ impl TrainableBackend<'_> {
                     });
                     return None;
                 }
-                match c
-                    .read(stored)
-                    .and_then(|t| t.to_dtype(DType::F32)?.to_device(device))
-                {
+                match c.read(stored, DType::F32, device) {
                     Ok(t) => Some(t),
-                    Err(e) => {
-                        state.problems.push(WeightProblem::Unreadable {
-                            name: stored.to_string(),
-                            reason: e.to_string(),
-                        });
+                    Err(problem) => {
+                        state.problems.push(problem);
                         None
                     }
                 }

@@ -6,17 +6,34 @@
 //! `RoFormerModel` (`BertModel`) names them `embeddings...`. The model always asks for the
 //! prefixed names and [`Checkpoint`] serves the unprefixed ones when the file has no prefixed
 //! tensors.
+//!
+//! Reading a checkpoint, from file to tensor:
+//! - `bytes`: the file is memory-mapped (or a buffer held in memory), never copied whole;
+//! - `safetensors_file` and `torch_zip` (with `pickle`, our own pickle reader) index each
+//!   tensor: dtype, shape, strides and the byte range of its storage, with every size checked
+//!   against the file, so memory is bounded by the file's size and not by what it claims;
+//! - `decode`: a tensor the model asks for is copied once into a contiguous tensor, whatever
+//!   its strides, and `finite` refuses NaN and infinities as it goes;
+//! - `backend`: serves the tensors to candle-nn and reports every problem by name.
 
-use std::collections::{BTreeMap, BTreeSet};
+mod backend;
+mod bytes;
+mod decode;
+mod finite;
+mod pickle;
+mod safetensors_file;
+mod torch_zip;
+
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
-use candle_core::pickle::PthTensors;
-use candle_core::safetensors::BufferedSafetensors;
-use candle_core::{DType, Device, Shape, Tensor};
-use candle_nn::var_builder::SimpleBackend;
-use candle_nn::{Init, VarBuilder};
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
 
+use self::backend::{lock, CheckedBackend, Log};
+use self::bytes::Bytes;
+use self::decode::{DecodeError, StoredTensor};
 use crate::error::{ModelError, Result, WeightProblem, WeightProblems};
 
 /// The prefix of the encoder's tensors in checkpoints of RoFormer head models.
@@ -49,19 +66,26 @@ pub enum Format {
     Pickle,
 }
 
-enum Source {
-    Safetensors(BufferedSafetensors),
-    Pickle(PthTensors),
+/// One tensor of a checkpoint: its shape, and where its data lies or why it cannot be read.
+pub(crate) struct Entry {
+    /// The shape as stored.
+    pub shape: Vec<usize>,
+    /// The data's place, or why this tensor cannot be read (reported if the model uses it).
+    pub data: std::result::Result<StoredTensor, String>,
 }
 
 /// An opened checkpoint: the names and shapes of its tensors, read up front, and lazy access
 /// to their data.
+///
+/// A file is memory-mapped, not read into memory: a tensor's bytes are copied once, into the
+/// tensor the model keeps, when the model asks for it (see `weights/bytes.rs`).
 pub struct Checkpoint {
     path: PathBuf,
     format: Format,
     shapes: BTreeMap<String, Vec<usize>>,
+    entries: BTreeMap<String, Entry>,
     prefixed: bool,
-    source: Source,
+    bytes: Bytes,
 }
 
 impl std::fmt::Debug for Checkpoint {
@@ -86,11 +110,13 @@ pub struct Loaded<M> {
 
 impl Checkpoint {
     /// Opens a checkpoint, telling the format by its first bytes (a zip archive is a PyTorch
-    /// pickle, anything else is parsed as safetensors), and reads its tensor list.
+    /// pickle, anything else is parsed as safetensors), and reads its tensor list. The file is
+    /// memory-mapped; tensor data is read when a model asks for it.
     ///
     /// # Errors
-    /// [`ModelError::Io`] if the file cannot be read, [`ModelError::CorruptCheckpoint`] if it
-    /// cannot be parsed (truncated, corrupt, legacy non-zip pickle).
+    /// [`ModelError::Io`] if the file cannot be opened or mapped, [`ModelError::CorruptCheckpoint`]
+    /// if it is not a regular file or cannot be parsed (truncated, corrupt, legacy non-zip
+    /// pickle, a pickle nested too deeply or using opcodes `torch.save` does not write).
     pub fn open(path: &Path) -> Result<Checkpoint> {
         let io = |source| ModelError::Io {
             path: path.to_path_buf(),
@@ -100,31 +126,26 @@ impl Checkpoint {
             path: path.to_path_buf(),
             reason,
         };
-        let bytes = std::fs::read(path).map_err(io)?;
-        let (format, source, shapes): (_, _, BTreeMap<String, Vec<usize>>) = if bytes
-            .starts_with(b"PK\x03\x04")
-        {
-            drop(bytes);
-            let pth = PthTensors::new(path, None).map_err(|e| corrupt(e.to_string()))?;
-            let shapes = pth
-                .tensor_infos()
-                .iter()
-                .map(|(name, info)| (name.clone(), info.layout.dims().to_vec()))
-                .collect();
-            (Format::Pickle, Source::Pickle(pth), shapes)
+        // Asked before opening: opening a FIFO would wait for a writer.
+        if !std::fs::metadata(path).map_err(io)?.is_file() {
+            return Err(corrupt("not a regular file".into()));
+        }
+        let file = std::fs::File::open(path).map_err(io)?;
+        let bytes = Bytes::map(&file).map_err(io)?;
+        let (format, entries) = if bytes.starts_with(b"PK\x03\x04") {
+            (Format::Pickle, torch_zip::index(&bytes))
         } else {
-            return Self::from_safetensors_bytes(path, bytes).map_err(|e| match e {
-                ModelError::CorruptCheckpoint { path, reason } => ModelError::CorruptCheckpoint {
-                    path,
-                    reason: format!(
-                        "{reason} (expected safetensors, or a zip archive written by \
-                                 torch.save)"
-                    ),
-                },
-                other => other,
+            let entries = safetensors_file::index(&bytes).map_err(|reason| {
+                format!("{reason} (expected safetensors, or a zip archive written by torch.save)")
             });
+            (Format::Safetensors, entries)
         };
-        Ok(Self::assemble(path.to_path_buf(), format, shapes, source))
+        Ok(Self::assemble(
+            path.to_path_buf(),
+            format,
+            entries.map_err(corrupt)?,
+            bytes,
+        ))
     }
 
     /// A checkpoint from the bytes of a safetensors file held in memory (for instance a model
@@ -135,30 +156,30 @@ impl Checkpoint {
     /// [`ModelError::CorruptCheckpoint`] if the bytes are not a safetensors file.
     pub fn from_safetensors_bytes(path: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<Checkpoint> {
         let path = path.into();
-        let st = BufferedSafetensors::new(bytes).map_err(|e| ModelError::CorruptCheckpoint {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?;
-        let shapes = st
-            .tensors()
-            .into_iter()
-            .map(|(name, view)| (name, view.shape().to_vec()))
-            .collect();
+        let entries =
+            safetensors_file::index(&bytes).map_err(|reason| ModelError::CorruptCheckpoint {
+                path: path.clone(),
+                reason,
+            })?;
         Ok(Self::assemble(
             path,
             Format::Safetensors,
-            shapes,
-            Source::Safetensors(st),
+            entries,
+            Bytes::Owned(bytes),
         ))
     }
 
     fn assemble(
         path: PathBuf,
         format: Format,
-        shapes: BTreeMap<String, Vec<usize>>,
-        source: Source,
+        entries: BTreeMap<String, Entry>,
+        bytes: Bytes,
     ) -> Checkpoint {
-        let prefixed = shapes.keys().any(|k: &String| {
+        let shapes: BTreeMap<String, Vec<usize>> = entries
+            .iter()
+            .map(|(name, e)| (name.clone(), e.shape.clone()))
+            .collect();
+        let prefixed = shapes.keys().any(|k| {
             ENCODER_PREFIXES
                 .iter()
                 .any(|p| k.strip_prefix(p).is_some_and(|rest| rest.starts_with('.')))
@@ -167,8 +188,9 @@ impl Checkpoint {
             path,
             format,
             shapes,
+            entries,
             prefixed,
-            source,
+            bytes,
         }
     }
 
@@ -216,18 +238,43 @@ impl Checkpoint {
         self.shapes.get_key_value(bare).map(|(k, _)| k.as_str())
     }
 
-    /// Reads the stored tensor `stored` (a name of [`Checkpoint::tensors`]) on the CPU in its
-    /// stored dtype.
+    /// Reads the stored tensor `stored` (a name of [`Checkpoint::tensors`]) as a contiguous
+    /// tensor in `dtype` on `device`.
+    ///
+    /// Every value is checked: a NaN or an infinity in the file, or a value that the
+    /// conversion to `dtype` turns into one (e.g. 1e5 as `f16`), is refused.
     ///
     /// # Errors
-    /// Candle errors for a tensor whose data cannot be read.
-    pub fn read(&self, stored: &str) -> candle_core::Result<Tensor> {
-        match &self.source {
-            Source::Safetensors(st) => st.load(stored, &Device::Cpu),
-            Source::Pickle(pth) => pth.get(stored)?.ok_or_else(|| {
-                candle_core::Error::Msg(format!("tensor {stored} vanished from the archive"))
-            }),
-        }
+    /// The problem, ready to report: [`WeightProblem::NonFinite`] for a NaN or infinity,
+    /// [`WeightProblem::Unreadable`] for a tensor absent from the file, whose data is out of
+    /// bounds or of a dtype this crate does not read, or that overflows `dtype`.
+    pub fn read(
+        &self,
+        stored: &str,
+        dtype: DType,
+        device: &Device,
+    ) -> std::result::Result<Tensor, WeightProblem> {
+        let unreadable = |reason: String| WeightProblem::Unreadable {
+            name: stored.to_string(),
+            reason,
+        };
+        let entry = self
+            .entries
+            .get(stored)
+            .ok_or_else(|| unreadable("not in the checkpoint".into()))?;
+        let data = entry.data.as_ref().map_err(|e| unreadable(e.clone()))?;
+        let tensor = data.decode(&self.bytes).map_err(|e| match e {
+            DecodeError::NonFinite { index, value } => WeightProblem::NonFinite {
+                name: stored.to_string(),
+                index,
+                value,
+            },
+            DecodeError::Unreadable(reason) => unreadable(reason),
+        })?;
+        let converted = finite::to_dtype_finite(&tensor, dtype).map_err(unreadable)?;
+        converted
+            .to_device(device)
+            .map_err(|e| unreadable(e.to_string()))
     }
 
     /// Builds a model with `build`, which asks for tensors through the [`VarBuilder`] it is
@@ -266,93 +313,5 @@ impl Checkpoint {
             .cloned()
             .collect();
         Ok(Loaded { model, unused })
-    }
-}
-
-/// What a load asked for: the stored names used and the problems met.
-#[derive(Default)]
-struct Log {
-    used: BTreeSet<String>,
-    problems: Vec<WeightProblem>,
-}
-
-fn lock(log: &Mutex<Log>) -> MutexGuard<'_, Log> {
-    log.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// The candle-nn backend of [`Checkpoint::load_with`].
-struct CheckedBackend<'a> {
-    checkpoint: &'a Checkpoint,
-    log: Arc<Mutex<Log>>,
-}
-
-impl CheckedBackend<'_> {
-    /// Zeros standing in for a bad tensor (a broadcast scalar: no allocation).
-    fn stand_in(shape: &Shape, dtype: DType, dev: &Device) -> candle_core::Result<Tensor> {
-        Tensor::zeros((), dtype, dev)?.broadcast_as(shape)
-    }
-}
-
-impl SimpleBackend for CheckedBackend<'_> {
-    fn get(
-        &self,
-        shape: Shape,
-        name: &str,
-        _init: Init,
-        dtype: DType,
-        dev: &Device,
-    ) -> candle_core::Result<Tensor> {
-        let expected = shape.dims().to_vec();
-        let Some(stored) = self.checkpoint.resolve(name) else {
-            lock(&self.log).problems.push(WeightProblem::Missing {
-                name: name.to_string(),
-                expected,
-            });
-            return Self::stand_in(&shape, dtype, dev);
-        };
-        let mut log = lock(&self.log);
-        log.used.insert(stored.to_string());
-        let found = &self.checkpoint.shapes[stored];
-        if *found != expected {
-            log.problems.push(WeightProblem::Shape {
-                name: stored.to_string(),
-                expected,
-                found: found.clone(),
-            });
-            return Self::stand_in(&shape, dtype, dev);
-        }
-        drop(log);
-        let loaded = self
-            .checkpoint
-            .read(stored)
-            .and_then(|t| t.to_dtype(dtype)?.to_device(dev));
-        match loaded {
-            Ok(t) => Ok(t),
-            Err(e) => {
-                lock(&self.log).problems.push(WeightProblem::Unreadable {
-                    name: stored.to_string(),
-                    reason: e.to_string(),
-                });
-                Self::stand_in(&shape, dtype, dev)
-            }
-        }
-    }
-
-    fn get_unchecked(&self, name: &str, dtype: DType, dev: &Device) -> candle_core::Result<Tensor> {
-        let stored =
-            self.checkpoint
-                .resolve(name)
-                .ok_or_else(|| candle_core::Error::CannotFindTensor {
-                    path: name.to_string(),
-                })?;
-        lock(&self.log).used.insert(stored.to_string());
-        self.checkpoint
-            .read(stored)?
-            .to_dtype(dtype)?
-            .to_device(dev)
-    }
-
-    fn contains_tensor(&self, name: &str) -> bool {
-        self.checkpoint.resolve(name).is_some()
     }
 }

@@ -1,0 +1,258 @@
+//! From stored bytes to a contiguous tensor: any in-bounds strides (a transposed or sliced
+//! tensor saved by `torch.save` included), little-endian on any host, each value checked for
+//! NaN and infinities while it is still in cache.
+
+use std::ops::Range;
+
+use candle_core::{DType, Device, Tensor, WithDType};
+use half::{bf16, f16};
+
+use super::bytes::Bytes;
+use super::finite::{any_non_finite, FloatBits, BLOCK};
+
+/// Bytes of a contiguous run decoded between two hand-backs of its mapped pages: small next
+/// to a tensor, large enough that the `madvise` calls cost little.
+const CHUNK_BYTES: usize = 1 << 20;
+
+/// Where a tensor's values lie in a checkpoint's bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StoredTensor {
+    /// The stored element type.
+    pub dtype: DType,
+    /// The shape.
+    pub shape: Vec<usize>,
+    /// The stride of each dimension, in elements.
+    pub strides: Vec<usize>,
+    /// The element of the storage where element `[0, 0, ...]` lies.
+    pub offset: usize,
+    /// The storage: a byte range of the checkpoint.
+    pub storage: Range<usize>,
+}
+
+/// Why a stored tensor cannot be turned into a tensor.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum DecodeError {
+    /// A NaN or an infinity at this flat (row-major) index.
+    NonFinite {
+        /// The flat index.
+        index: usize,
+        /// The value as printed (`NaN`, `inf`, `-inf`).
+        value: String,
+    },
+    /// Anything else: an unsupported dtype, a layout [`StoredTensor::check`] refuses.
+    Unreadable(String),
+}
+
+/// The row-major strides of `shape`.
+pub(crate) fn row_major(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1usize; shape.len()];
+    for i in (1..shape.len()).rev() {
+        strides[i - 1] = strides[i].saturating_mul(shape[i]);
+    }
+    strides
+}
+
+impl StoredTensor {
+    /// Checks that every element lies inside the storage and that the tensor is no larger
+    /// than its storage (so that decoding it allocates no more than the file holds), with
+    /// checked arithmetic throughout.
+    ///
+    /// # Errors
+    /// A message saying which claim does not hold.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        if self.shape.len() != self.strides.len() {
+            return Err(format!(
+                "shape {:?} and strides {:?} differ in length",
+                self.shape, self.strides
+            ));
+        }
+        let size = self.dtype.size_in_bytes();
+        let capacity = self.storage.len() / size;
+        let overflow = || format!("shape {:?} overflows", self.shape);
+        let count = self
+            .shape
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .ok_or_else(overflow)?;
+        if count == 0 {
+            return Ok(());
+        }
+        if count > capacity {
+            return Err(format!(
+                "shape {:?} has {count} elements, its storage holds {capacity}",
+                self.shape
+            ));
+        }
+        let last = self
+            .shape
+            .iter()
+            .zip(&self.strides)
+            .try_fold(self.offset, |at, (&d, &s)| {
+                at.checked_add((d - 1).checked_mul(s)?)
+            })
+            .ok_or_else(overflow)?;
+        if last >= capacity {
+            return Err(format!(
+                "shape {:?} with strides {:?} from element {} reaches element {last} of a \
+                 storage of {capacity}",
+                self.shape, self.strides, self.offset
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks the tensor ([`StoredTensor::check`]) and decodes it from `bytes` into a
+    /// contiguous tensor on the CPU in the stored dtype, refusing NaN and infinities.
+    ///
+    /// # Errors
+    /// [`DecodeError`].
+    pub(crate) fn decode(&self, bytes: &Bytes) -> Result<Tensor, DecodeError> {
+        match self.dtype {
+            DType::F32 => self.decode_as::<f32, 4>(bytes),
+            DType::F64 => self.decode_as::<f64, 8>(bytes),
+            DType::F16 => self.decode_as::<f16, 2>(bytes),
+            DType::BF16 => self.decode_as::<bf16, 2>(bytes),
+            DType::U8 => self.decode_as::<u8, 1>(bytes),
+            DType::U32 => self.decode_as::<u32, 4>(bytes),
+            DType::I16 => self.decode_as::<i16, 2>(bytes),
+            DType::I32 => self.decode_as::<i32, 4>(bytes),
+            DType::I64 => self.decode_as::<i64, 8>(bytes),
+            other => Err(DecodeError::Unreadable(format!(
+                "unsupported dtype {other:?}"
+            ))),
+        }
+    }
+
+    fn decode_as<T: Element<N>, const N: usize>(
+        &self,
+        bytes: &Bytes,
+    ) -> Result<Tensor, DecodeError> {
+        self.check().map_err(DecodeError::Unreadable)?;
+        // `check` proved every index below in bounds of `elements` and the product exact.
+        let count: usize = self.shape.iter().product();
+        let mut out: Vec<T> = Vec::with_capacity(count);
+        let storage = bytes.get(self.storage.clone()).ok_or_else(|| {
+            DecodeError::Unreadable(format!(
+                "storage {:?} lies past the end of the file ({} bytes)",
+                self.storage,
+                bytes.len()
+            ))
+        })?;
+        let (elements, _) = storage.as_chunks::<N>();
+        let rank = self.shape.len();
+        let contiguous = self
+            .shape
+            .iter()
+            .zip(&self.strides)
+            .zip(row_major(&self.shape))
+            .all(|((&d, &s), r)| d == 1 || s == r);
+        if count > 0 && contiguous {
+            // One run, a chunk at a time: each block of stored bytes is decoded, then scanned
+            // while it is still in L1; each chunk's mapped pages are then handed back.
+            let run = &elements[self.offset..self.offset + count];
+            let per_chunk = (CHUNK_BYTES / N).max(1);
+            for (c, chunk) in run.chunks(per_chunk).enumerate() {
+                for block in chunk.chunks(BLOCK) {
+                    let from = out.len();
+                    out.extend(block.iter().map(|&e| T::from_le(e)));
+                    if let Some(i) = T::first_non_finite(block) {
+                        return Err(non_finite(from + i, T::from_le(block[i])));
+                    }
+                }
+                let start = self.storage.start + (self.offset + c * per_chunk) * N;
+                bytes.release(start..start + chunk.len() * N);
+            }
+        } else if count > 0 {
+            // Any other strides: walk the outer indices like an odometer, gather each row,
+            // then scan what was gathered.
+            let (inner_len, inner_stride) = (self.shape[rank - 1], self.strides[rank - 1]);
+            let mut index = vec![0usize; rank - 1];
+            loop {
+                let base = self.offset
+                    + index
+                        .iter()
+                        .zip(&self.strides)
+                        .map(|(&i, &s)| i * s)
+                        .sum::<usize>();
+                out.extend((0..inner_len).map(|j| T::from_le(elements[base + j * inner_stride])));
+                if !advance(&mut index, &self.shape[..rank - 1]) {
+                    break;
+                }
+            }
+            if let Some(i) = out.iter().position(|v| v.non_finite()) {
+                return Err(non_finite(i, out[i]));
+            }
+            bytes.release(self.storage.clone());
+        }
+        Tensor::from_vec(out, self.shape.as_slice(), &Device::Cpu)
+            .map_err(|e| DecodeError::Unreadable(e.to_string()))
+    }
+}
+
+/// Steps `index` to the next position in row-major order within `dims`; false after the last.
+fn advance(index: &mut [usize], dims: &[usize]) -> bool {
+    for (i, &d) in index.iter_mut().zip(dims).rev() {
+        *i += 1;
+        if *i < d {
+            return true;
+        }
+        *i = 0;
+    }
+    false
+}
+
+fn non_finite(index: usize, value: impl std::fmt::Display) -> DecodeError {
+    DecodeError::NonFinite {
+        index,
+        value: value.to_string(),
+    }
+}
+
+/// An element type a checkpoint stores in `N` little-endian bytes, and how its values are
+/// checked (floats for NaN and infinities, integers not at all).
+pub(crate) trait Element<const N: usize>: WithDType + std::fmt::Display {
+    /// The value stored as `raw`.
+    fn from_le(raw: [u8; N]) -> Self;
+
+    /// Whether the value is NaN or an infinity.
+    fn non_finite(self) -> bool {
+        false
+    }
+
+    /// The index of the first NaN or infinity among the stored values `raw`.
+    fn first_non_finite(raw: &[[u8; N]]) -> Option<usize> {
+        let _ = raw;
+        None
+    }
+}
+
+macro_rules! elements {
+    (float: $($t:ty, $n:literal);*) => {$(
+        impl Element<$n> for $t {
+            fn from_le(raw: [u8; $n]) -> Self {
+                <$t>::from_le_bytes(raw)
+            }
+
+            fn non_finite(self) -> bool {
+                FloatBits::non_finite(self)
+            }
+
+            fn first_non_finite(raw: &[[u8; $n]]) -> Option<usize> {
+                if !any_non_finite::<$t>(raw) {
+                    return None;
+                }
+                raw.iter().position(|&r| FloatBits::non_finite(<$t>::from_le_bytes(r)))
+            }
+        }
+    )*};
+    (int: $($t:ty, $n:literal);*) => {$(
+        impl Element<$n> for $t {
+            fn from_le(raw: [u8; $n]) -> Self {
+                <$t>::from_le_bytes(raw)
+            }
+        }
+    )*};
+}
+
+elements!(float: f32, 4; f64, 8; f16, 2; bf16, 2);
+elements!(int: u8, 1; u32, 4; i16, 2; i32, 4; i64, 8);
