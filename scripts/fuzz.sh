@@ -9,7 +9,7 @@
 # runs the in-tree seeded mutation fuzzer (crates/roformer-fuzz), which needs only stable
 # Rust: built with the `fuzz` profile (release optimisation with overflow checks), each input
 # run in a worker process whose address space is capped at FUZZ_MEM_MB (default 4096) and
-# whose time per input is capped at FUZZ_TIMEOUT_S seconds (default 10). Its findings
+# whose time per input is capped at FUZZ_TIMEOUT_S seconds (default 5). Its findings
 # (inputs that panicked, crashed or hung) go to crates/roformer-fuzz/findings/TARGET/; the
 # exit code is 1 when there are any.
 set -euo pipefail
@@ -22,7 +22,7 @@ target=$1
 minutes=$2
 seed=${3:-$(date +%s)}
 mem_mb=${FUZZ_MEM_MB:-4096}
-timeout_s=${FUZZ_TIMEOUT_S:-10}
+timeout_s=${FUZZ_TIMEOUT_S:-5}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 echo "fuzzing $target for $minutes min, seed $seed" >&2

@@ -34,11 +34,14 @@ struct Cli {
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/findings"))]
     findings: PathBuf,
     /// Seconds one input may take before it counts as a hang.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 5.0)]
     timeout_s: f64,
     /// Address-space limit of the process running the inputs, in MiB.
     #[arg(long, default_value_t = 4096)]
     mem_mb: u64,
+    /// Stop at the first panic, crash or hang.
+    #[arg(long)]
+    stop_on_finding: bool,
     /// Run this one input in this process and print the outcome.
     #[arg(long, value_name = "FILE", conflicts_with = "minimize")]
     replay: Option<PathBuf>,
@@ -94,6 +97,7 @@ fn run(cli: Cli) -> std::io::Result<ExitCode> {
         timeout: Duration::from_secs_f64(cli.timeout_s.max(0.001)),
         mem_mb: cli.mem_mb,
         findings: cli.findings.clone(),
+        stop_on_finding: cli.stop_on_finding,
     };
     if let Some(file) = &cli.minimize {
         let small = campaign::minimize(&settings, std::fs::read(file)?, 5000)?;

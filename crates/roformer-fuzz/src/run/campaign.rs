@@ -1,7 +1,8 @@
-//! A fuzzing run: the seeds first, then mutants of a corpus that grows with every input
-//! giving an outcome not seen before (a cheap stand-in for coverage: a new error message
-//! usually means new code reached) and with some of the accepted inputs, each run in a
-//! worker process.
+//! A fuzzing run: the seeds first, then mutants of a two-part corpus, each run in a worker
+//! process. One part holds accepted inputs (the seeds and mutants that still load: they reach
+//! deepest), the other inputs whose outcome had not been seen before (a cheap stand-in for
+//! coverage: a new error message usually means new code reached). Half the mutants come from
+//! each, so that a flood of novel rejections cannot crowd the valid inputs out.
 
 use std::collections::HashSet;
 use std::io;
@@ -14,8 +15,8 @@ use crate::outcome::Outcome;
 use crate::rng::Rng;
 use crate::targets::Target;
 
-/// Most inputs kept in the corpus.
-const CORPUS_MAX: usize = 512;
+/// Most inputs kept in each part of the corpus.
+const CORPUS_MAX: usize = 256;
 
 /// Settings of a run.
 #[derive(Debug, Clone)]
@@ -34,6 +35,8 @@ pub struct Settings {
     pub mem_mb: u64,
     /// Where findings go (a `TARGET` directory is made in it).
     pub findings: PathBuf,
+    /// Stop at the first panic, crash or hang.
+    pub stop_on_finding: bool,
 }
 
 /// Counts of one run.
@@ -92,7 +95,8 @@ pub fn run(settings: &Settings) -> io::Result<Summary> {
     let target = settings.target;
     let mut rng = Rng::new(settings.seed);
     let seeds = target.seeds();
-    let mut corpus = seeds.clone();
+    let mut valid = seeds.clone();
+    let mut novel: Vec<Vec<u8>> = Vec::new();
     let mut seen: HashSet<String> = HashSet::new();
     let mut findings = Findings::new(settings.findings.join(target.name()));
     let mut stats = Stats::default();
@@ -108,9 +112,13 @@ pub fn run(settings: &Settings) -> io::Result<Summary> {
         let input = match seeds.get(stats.executions as usize) {
             Some(seed) => seed.clone(),
             None => {
-                let a = rng.below(corpus.len());
-                let b = rng.below(corpus.len());
-                target.mutate(&mut rng, &corpus[a], &corpus[b])
+                let pool = if novel.is_empty() || rng.one_in(2) {
+                    &valid
+                } else {
+                    &novel
+                };
+                let (a, b) = (rng.below(pool.len()), rng.below(valid.len()));
+                target.mutate(&mut rng, &pool[a], &valid[b])
             }
         };
         let verdict = worker.run(&input, settings.timeout);
@@ -121,6 +129,9 @@ pub fn run(settings: &Settings) -> io::Result<Summary> {
         }
         if let Some((kind, key, detail)) = classify(&verdict) {
             findings.record(kind, key, detail, &input)?;
+            if settings.stop_on_finding && kind.fails() {
+                break;
+            }
         }
         if let Verdict::Outcome(outcome) = &verdict {
             let signature = match outcome {
@@ -128,8 +139,12 @@ pub fn run(settings: &Settings) -> io::Result<Summary> {
                 other => format!("{other:?}"),
             };
             let new = seen.insert(signature);
-            if new || (*outcome == Outcome::Accepted && rng.one_in(16)) {
-                keep(&mut rng, &mut corpus, seeds.len(), input);
+            if *outcome == Outcome::Accepted {
+                if new || rng.one_in(4) {
+                    keep(&mut rng, &mut valid, seeds.len(), input);
+                }
+            } else if new {
+                keep(&mut rng, &mut novel, 0, input);
             }
         }
         if last_report.elapsed() >= Duration::from_secs(10) {
@@ -139,7 +154,7 @@ pub fn run(settings: &Settings) -> io::Result<Summary> {
                 target.name(),
                 stats.executions,
                 stats.executions as f64 / start.elapsed().as_secs_f64(),
-                corpus.len(),
+                valid.len() + novel.len(),
                 seen.len(),
                 findings.all().len()
             );
@@ -148,7 +163,7 @@ pub fn run(settings: &Settings) -> io::Result<Summary> {
     let _ = worker.finish();
     stats.elapsed = start.elapsed();
     stats.outcomes = seen.len();
-    stats.corpus = corpus.len();
+    stats.corpus = valid.len() + novel.len();
     Ok(Summary {
         stats,
         findings: findings.all().into_iter().cloned().collect(),
@@ -166,7 +181,8 @@ fn count(stats: &mut Stats, verdict: &Verdict) {
     }
 }
 
-/// Adds `input` to the corpus, replacing a random non-seed entry when it is full.
+/// Adds `input` to a part of the corpus, replacing a random entry past the first `seeds`
+/// when it is full.
 fn keep(rng: &mut Rng, corpus: &mut Vec<Vec<u8>>, seeds: usize, input: Vec<u8>) {
     if corpus.len() < CORPUS_MAX {
         corpus.push(input);

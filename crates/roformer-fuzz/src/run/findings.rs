@@ -82,9 +82,16 @@ pub fn classify(verdict: &Verdict) -> Option<(Kind, String, String)> {
     }
 }
 
-/// What tells crashes apart: the runtime's last message (`memory allocation of # bytes
-/// failed`, `fatal runtime error: stack overflow`, ...) and the innermost frame of the
-/// backtrace outside the standard library, when there is one.
+/// What the Rust runtime prints when it aborts the process.
+const RUNTIME_MESSAGES: &[&str] = &[
+    "memory allocation of",
+    "has overflowed its stack",
+    "fatal runtime error",
+];
+
+/// What tells crashes apart: the runtime's first message (`memory allocation of # bytes
+/// failed`, `thread 'main' has overflowed its stack`, ...; else the last line printed) and
+/// the innermost frame of the backtrace outside the standard library, when there is one.
 fn crash_key(stderr: &[String]) -> String {
     let messages: Vec<&str> = stderr
         .iter()
@@ -92,7 +99,11 @@ fn crash_key(stderr: &[String]) -> String {
         .filter(|l| !l.trim().is_empty() && !l.starts_with(' ') && !l.starts_with("note:"))
         .filter(|l| *l != "stack backtrace:")
         .collect();
-    let message = normalize(messages.last().copied().unwrap_or("no message"));
+    let message = messages
+        .iter()
+        .find(|l| RUNTIME_MESSAGES.iter().any(|m| l.contains(m)))
+        .or(messages.last())
+        .map_or_else(|| "no message".into(), |l| normalize(l));
     let frame = stderr
         .iter()
         .filter_map(|l| l.trim_start().strip_prefix("at "))
@@ -109,8 +120,11 @@ fn crash_key(stderr: &[String]) -> String {
 pub fn normalize(message: &str) -> String {
     let mut out = String::new();
     let mut quote = None;
+    let mut escaped = false;
     for c in message.chars() {
         match quote {
+            Some(_) if escaped => escaped = false,
+            Some(_) if c == '\\' => escaped = true,
             Some(q) if c == q => {
                 out.push(c);
                 quote = None;
@@ -258,7 +272,7 @@ mod tests {
             "memory allocation of # bytes failed"
         );
         assert_eq!(
-            normalize("unknown field `input_idz`, expected \"a1\" at line 1 column 12"),
+            normalize(r#"unknown field `input_idz`, expected "a\"1" at line 1 column 12"#),
             "unknown field `_`, expected \"_\" at line # column #"
         );
     }

@@ -16,7 +16,7 @@ use crate::fixtures::{DECODER_CONFIG, DECODER_SAFETENSORS, MLM_CONFIG, MLM_SAFET
 use crate::outcome::{check_finite, Outcome};
 
 /// The most tokens (batch times sequence length) run through the models.
-pub const MAX_TOKENS: usize = 4096;
+pub const MAX_TOKENS: usize = 1024;
 
 /// The fields of the input file, for the JSON mutator.
 pub const FIELDS: &[&str] = &[

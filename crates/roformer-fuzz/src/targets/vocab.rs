@@ -3,7 +3,9 @@
 //! encode, pairs, truncation, batches, word ids and decoding.
 //!
 //! An input is NUL-separated sections: `vocab.txt`, `tokenizer_config.json` (empty: no such
-//! file), then the texts.
+//! file), then the texts, of which the first [`MAX_TEXTS`] are used: a padded batch holds
+//! texts times the longest length, so a run of NULs next to one long text would otherwise
+//! ask for gigabytes by design.
 
 use roformer::{RoFormerTokenizer, TokenizerError};
 
@@ -15,6 +17,9 @@ use crate::rng::Rng;
 
 /// The section separator.
 const SEP: u8 = 0;
+
+/// The most texts tokenized from one input.
+pub const MAX_TEXTS: usize = 32;
 
 /// Fields of `tokenizer_config.json`, for the JSON mutator.
 const FIELDS: &[&str] = &[
@@ -108,6 +113,7 @@ pub fn run(data: &[u8]) -> Outcome {
     let vocab = sections.next().unwrap_or_default();
     let config = sections.next().unwrap_or_default();
     let texts: Vec<String> = sections
+        .take(MAX_TEXTS)
         .map(|t| String::from_utf8_lossy(t).into_owned())
         .collect();
     let dir = scratch_dir("vocab").and_then(|dir| {
