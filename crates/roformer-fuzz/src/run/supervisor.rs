@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::protocol::{read_frame, write_frame, PanicReport, Reply};
 use crate::outcome::Outcome;
-use crate::targets::Target;
+use crate::targets::{scratch_of, Target};
 
 /// Lines of the worker's stderr kept to describe a crash.
 const STDERR_LINES: usize = 200;
@@ -124,13 +124,16 @@ impl Worker {
         }
     }
 
-    /// Closes the worker's input and waits for it to end.
+    /// Closes the worker's input, waits for it to end and removes the scratch files a worker
+    /// that died could not.
     ///
     /// # Errors
     /// When waiting fails.
     pub fn finish(&mut self) -> io::Result<ExitStatus> {
         drop(self.stdin.take());
-        self.child.wait()
+        let status = self.child.wait();
+        let _ = std::fs::remove_dir_all(scratch_of(self.child.id()));
+        status
     }
 
     fn crashed(&mut self) -> Verdict {

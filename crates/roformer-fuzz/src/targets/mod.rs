@@ -139,7 +139,12 @@ pub fn scratch_dir(name: &str) -> std::io::Result<PathBuf> {
 
 /// This process's scratch directory (not created).
 pub fn process_scratch() -> PathBuf {
-    std::env::temp_dir().join(format!("roformer-fuzz-{}", std::process::id()))
+    scratch_of(std::process::id())
+}
+
+/// The scratch directory of process `pid`: what to remove after a worker died.
+pub fn scratch_of(pid: u32) -> PathBuf {
+    std::env::temp_dir().join(format!("roformer-fuzz-{pid}"))
 }
 
 #[cfg(test)]
