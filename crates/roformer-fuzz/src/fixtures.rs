@@ -1,0 +1,38 @@
+//! The small valid files fuzzing starts from: the `roformer` crate's test fixtures (tiny
+//! checkpoints of 2 layers, hidden size 32, vocabulary 97), built into the binary.
+
+macro_rules! fixture {
+    ($kind:ident, $path:literal) => {
+        $kind!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../roformer/tests/fixtures/",
+            $path
+        ))
+    };
+}
+
+/// `config.json` of a masked-LM checkpoint (GELU, tied decoder).
+pub const MLM_CONFIG: &str = fixture!(include_str, "model/mlm_gelu/config.json");
+/// Its `model.safetensors`.
+pub const MLM_SAFETENSORS: &[u8] = fixture!(include_bytes, "model/mlm_gelu/model.safetensors");
+/// `config.json` of a bare encoder with the causal mask (`is_decoder`).
+pub const DECODER_CONFIG: &str = fixture!(include_str, "model/decoder/config.json");
+/// Its `model.safetensors`.
+pub const DECODER_SAFETENSORS: &[u8] = fixture!(include_bytes, "model/decoder/model.safetensors");
+/// `config.json` of a masked-LM checkpoint saved by `torch.save` (ReLU).
+pub const PICKLE_CONFIG: &str = fixture!(include_str, "model/mlm_pickle_relu/config.json");
+/// Its `pytorch_model.bin`: a zip archive holding `data.pkl` and one entry per storage.
+pub const PICKLE_BIN: &[u8] = fixture!(include_bytes, "model/mlm_pickle_relu/pytorch_model.bin");
+/// Other configs, as seeds of the config target: RoFormer-V2 (RMS norm, no biases), SiLU with
+/// rotary values, sequence and token classification.
+pub const OTHER_CONFIGS: &[&str] = &[
+    fixture!(include_str, "model/v2_mlm/config.json"),
+    fixture!(include_str, "model/base_long_silu/config.json"),
+    fixture!(include_str, "model/seq_cls/config.json"),
+    fixture!(include_str, "model/token_cls/config.json"),
+    fixture!(include_str, "model/decoder/config.json"),
+];
+/// A Chinese `vocab.txt` with the special tokens.
+pub const VOCAB: &str = fixture!(include_str, "tokenizer/vocab.txt");
+/// Its `tokenizer_config.json`.
+pub const TOKENIZER_CONFIG: &str = fixture!(include_str, "tokenizer/tokenizer_config.json");

@@ -1,0 +1,31 @@
+//! A seeded mutation fuzzer for RoFormer's loaders and inputs, on stable Rust.
+//!
+//! Five targets ([`targets::Target`]) take raw bytes: `config.json`, `vocab.txt` with
+//! `tokenizer_config.json`, `model.safetensors`, `pytorch_model.bin` (a `torch.save` zip)
+//! and `roformer forward`'s input JSON. Each parses its input with the `roformer` crate's
+//! public entry points and, when that works, builds and runs a small model (or tokenizes a
+//! few texts). Refusing an input with an error is fine; a panic, an abort, a stack overflow,
+//! running out of memory or time is a finding.
+//!
+//! Mutations ([`mutate`]) start from the `roformer` crate's test fixtures: format-blind ones
+//! (bit flips, interesting bytes and integers, truncation, runs inserted and deleted, splices
+//! of two inputs) and format-aware ones (JSON values set to extremes, wrong types and deep
+//! nesting; safetensors shapes, offsets and dtypes; pickle opcodes, integers and nesting in a
+//! re-zipped archive).
+//!
+//! The `roformer-fuzz` binary runs inputs in a worker process ([`run`]) with a memory limit,
+//! so that a crash is recorded rather than ending the run; `cargo test` runs a short
+//! deterministic slice of each target (`tests/slice.rs`). The same target functions serve
+//! libFuzzer targets in the repository's `fuzz/` directory (`cargo +nightly fuzz`).
+
+#![warn(missing_docs)]
+
+pub mod fixtures;
+pub mod mutate;
+pub mod outcome;
+pub mod rng;
+pub mod run;
+pub mod targets;
+
+pub use outcome::Outcome;
+pub use targets::Target;
