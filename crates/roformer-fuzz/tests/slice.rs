@@ -27,8 +27,6 @@ fn slice(target: &str, runs: u32) {
 }
 
 #[test]
-#[ignore = "finds issue 11's huge-config panics and aborts (rotary/src/freqs.rs:35) until the \
-            size checks land"]
 fn config() {
     slice("config", 3000);
 }
@@ -44,8 +42,6 @@ fn safetensors() {
 }
 
 #[test]
-#[ignore = "finds stack overflows (deep nesting) and panics in candle's pickle reader \
-            (candle-core pickle.rs:609, 628, 633, 650) until issue 11's pickle fixes land"]
 fn pickle() {
     slice("pickle", 500);
 }
