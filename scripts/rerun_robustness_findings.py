@@ -149,14 +149,14 @@ def cases(tmp):
     yield ("1", "analyze decay --dim 2^64-2", ["analyze", "decay", "--dim", big], "error")
     yield ("1", "analyze decay --max-distance 2^64-1",
            ["analyze", "decay", "--max-distance", str(2**64 - 1)], "error")
-    for label, changes in [
+    for n, (label, changes) in enumerate([
         ("hidden_size 4e9, 1 head", dict(hidden_size=4_000_000_000, num_attention_heads=1)),
         ("hidden_size 1e18", dict(hidden_size=10**18)),
         ("num_hidden_layers 1e7", dict(num_hidden_layers=10_000_000)),
         ("num_hidden_layers 1e5", dict(num_hidden_layers=100_000)),
         ("hidden_size 1e9, 4 heads", dict(hidden_size=10**9, num_attention_heads=4)),
-    ]:
-        name = "f2-" + str(abs(hash(label)))
+    ]):
+        name = f"f2-{n}"
         d = with_config(tmp, name, **changes)
         yield ("2", label, ["forward", "--model", d, "--input", os.path.join(d, "input.json"),
                             "--output", out], "error")
@@ -185,15 +185,15 @@ def cases(tmp):
     yield ("4", "analyze decay --measured --samples 2^40",
            ["analyze", "decay", "--measured", "--samples", str(2**40)], "error")
     q = "roformer.encoder.layer.0.attention.self.query.weight"
-    for label, tensor, index, value in [
+    for n, (label, tensor, index, value) in enumerate([
         ("NaN in a query weight", q, 5, float("nan")),
         ("Inf in an intermediate weight", "roformer.encoder.layer.1.intermediate.dense.weight",
          3, float("inf")),
         ("Inf in the MLM bias", "cls.predictions.bias", 7, float("inf")),
         ("NaN in an unused word-embedding row", "roformer.embeddings.word_embeddings.weight",
          96 * 32, float("nan")),
-    ]:
-        d = with_poke(tmp, "f5-" + str(abs(hash(label))), tensor, index, value)
+    ]):
+        d = with_poke(tmp, f"f5-{n}", tensor, index, value)
         yield ("5", label + " (forward)", ["forward", "--model", d, "--input",
                                            os.path.join(d, "input.json"), "--output", out],
                "error")
@@ -319,7 +319,7 @@ def main():
                 ok = ok and err.count(first) == 1
             elif expect == "truncated":
                 ok = rc == 0 and ("cut" in err or "truncat" in err)
-                note = f"exit {rc}, note: {err.strip().splitlines()[0][:60] if err else '-'}"
+                note = f"exit {rc}, " + (err.strip().splitlines() or ["-"])[0]
             elif expect == "warning":
                 warned = "warning:" in err and "not finite" in err
                 ok = rc == 0 and warned
@@ -327,7 +327,12 @@ def main():
             else:
                 raise ValueError(expect)
             if ok and expect != "truncated":
-                note = (err.strip().splitlines() or ["-"])[0][:90]
+                lines = err.strip().splitlines() or ["-"]
+                # A list of problems follows its heading line: show the first item too.
+                note = " ".join(lines[:2]) if lines[0].endswith(":") else lines[0]
+        note = note.replace(tmp + "/", "")
+        if len(note) > 150:
+            note = note[:147] + "..."
         failures += not ok
         rows.append((finding, label, "ok" if ok else "FAIL", secs, note))
     print("| finding | input | result | seconds | first line of stderr / note |")
