@@ -20,6 +20,58 @@
 //! Both paths are differentiable: the gradient of `y = R_m x` with respect to `x` is
 //! `R_m^T dy`, which the CPU op computes with [`Direction::Inverse`] (and the slow path gets
 //! from candle's autograd).
+//!
+//! # A drop-in for `candle_nn::rotary_emb`
+//!
+//! [`rope_i`], [`rope`] and [`rope_thd`] take candle-nn 0.11's arguments (`xs` `[b, h, t, d]`,
+//! or `[b, t, h, d]` for `rope_thd`; `cos`/`sin` `[t, d/2]` or `[b, t, d/2]`, one dtype) and
+//! return its results, so a model switches by changing one `use` line. What differs:
+//!
+//! - they carry a backward: the gradient with respect to `xs` is `R^T dy` (with respect to
+//!   `cos` and `sin` too, when those are tracked); candle-nn's ops have none;
+//! - on the CPU, for f32, f16 and bf16, they run this crate's kernels on the tensors'
+//!   contiguous storage (cos/sin widened to f32 once per call). f32 results equal candle-nn's
+//!   bit for bit (the same two products and one difference or sum per coordinate); f16 and bf16
+//!   ones are candle-nn's f32 arithmetic on the widened values, rounded once, where candle-nn
+//!   rounds every product and sum to the 16-bit type;
+//! - on other devices (and for f64) they call candle-nn's op, or, when `xs`, `cos` or `sin` is
+//!   tracked by autograd, the same formula from plain candle ops, which candle differentiates;
+//! - non-contiguous `xs`, `cos` or `sin` are copied to contiguous tensors (candle-nn refuses
+//!   them with an error);
+//! - `cos` and `sin` must have the same shape (candle-nn accepts a 2D `cos` with a 3D `sin`);
+//!   3D ones with more rows than `t` use rows `0..t` of each sequence (candle-nn's CPU op reads
+//!   sequence `i`'s rows from row `i * t`, the right ones only when there are exactly `t`).
+//!
+//! ```
+//! use candle_core::{DType, Device, Tensor, Var};
+//! use rotary::candle::rope; // was: use candle_nn::rotary_emb::rope;
+//!
+//! let dev = Device::Cpu;
+//! let (b, h, t, d) = (1, 2, 5, 8);
+//! // cos/sin [t, d/2] of the angles m * 10000^(-2i/d), as a candle model makes them.
+//! let inv_freq: Vec<f32> = (0..d / 2).map(|i| 1e4f32.powf(-2.0 * i as f32 / d as f32)).collect();
+//! let inv_freq = Tensor::from_vec(inv_freq, (1, d / 2), &dev)?;
+//! let m = Tensor::arange(0u32, t as u32, &dev)?.to_dtype(DType::F32)?.reshape((t, 1))?;
+//! let angles = m.matmul(&inv_freq)?;
+//! let (cos, sin) = (angles.cos()?, angles.sin()?);
+//!
+//! let x = Var::from_tensor(&Tensor::randn(0f32, 1.0, (b, h, t, d), &dev)?)?;
+//! let y = rope(x.as_tensor(), &cos, &sin)?;
+//! let theirs = candle_nn::rotary_emb::rope(x.as_tensor(), &cos, &sin)?;
+//! let diff = (&y - &theirs)?.abs()?.max_all()?.to_scalar::<f32>()?;
+//! assert_eq!(diff, 0.0); // f32: bit for bit
+//!
+//! // A rotation keeps norms, so the gradient of sum(y^2) is R^T (2 R x) = 2 x.
+//! let grads = y.sqr()?.sum_all()?.backward()?;
+//! let dx = grads.get(x.as_tensor()).expect("x is tracked");
+//! let err = (dx - (x.as_tensor() * 2.0)?)?.abs()?.max_all()?.to_scalar::<f32>()?;
+//! assert!(err < 1e-5);
+//! # Ok::<(), candle_core::Error>(())
+//! ```
+
+mod dropin;
+
+pub use dropin::{rope, rope_i, rope_thd};
 
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Tensor, D};

@@ -2,6 +2,7 @@
 
 use rayon::prelude::*;
 
+use crate::element::Element;
 use crate::error::{checked_product, try_with_capacity, Result, RopeError};
 use crate::freqs::check_rotary_dim;
 use crate::layout::Layout;
@@ -283,5 +284,104 @@ impl<'a> CosSinView<'a> {
             cos: self.cos.get(range.clone())?,
             sin: self.sin.get(range)?,
         })
+    }
+}
+
+/// Tables built from cos/sin values computed elsewhere.
+impl CosSin {
+    /// A table from per-pair cos/sin tables as candle-nn and Hugging Face models hold them:
+    /// `cos` and `sin` row-major `[rows, rotary_dim / 2]`, entry `(row, i)` holding `c_i` and
+    /// `s_i` of pair `i`. Each value is widened exactly to f32 and placed as the type's docs
+    /// describe (`C[a] = C[b] = c_i`, `S[a] = -s_i`, `S[b] = s_i` for pair `(a, b)` of
+    /// `layout`), so the kernels compute
+    ///
+    /// ```text
+    /// y_a = x_a c_i - x_b s_i,    y_b = x_b c_i + x_a s_i
+    /// ```
+    ///
+    /// with exactly the given values (negating is exact).
+    ///
+    /// # Errors
+    /// [`RopeError::InvalidRotaryDim`] for an odd or zero `rotary_dim`;
+    /// [`RopeError::TableMismatch`] when `cos` and `sin` differ in length or do not hold whole
+    /// rows of `rotary_dim / 2`; [`RopeError::Allocation`] for more rows than memory can hold.
+    pub fn from_pair_tables<T: Element>(
+        layout: Layout,
+        rotary_dim: usize,
+        cos: &[T],
+        sin: &[T],
+    ) -> Result<Self> {
+        check_rotary_dim(rotary_dim)?;
+        let pairs = rotary_dim / 2;
+        if cos.len() != sin.len() || !cos.len().is_multiple_of(pairs) {
+            return Err(RopeError::TableMismatch(format!(
+                "cos ({}) and sin ({}) must hold the same whole rows of {pairs} pairs",
+                cos.len(),
+                sin.len()
+            )));
+        }
+        // rows * rotary_dim = 2 * cos.len(), which cannot overflow: `cos` is in memory.
+        let len = 2 * cos.len();
+        let mut c_out = try_with_capacity("cos table", len)?;
+        let mut s_out = try_with_capacity("sin table", len)?;
+        c_out.resize(len, 0f32);
+        s_out.resize(len, 0f32);
+        if len >= PARALLEL_EXPAND_MIN {
+            let out = c_out
+                .par_chunks_mut(rotary_dim)
+                .zip(s_out.par_chunks_mut(rotary_dim));
+            out.zip(cos.par_chunks(pairs).zip(sin.par_chunks(pairs)))
+                .for_each(|((c, s), given)| expand_pair_row(layout, given, c, s));
+        } else {
+            let out = c_out
+                .chunks_mut(rotary_dim)
+                .zip(s_out.chunks_mut(rotary_dim));
+            out.zip(cos.chunks(pairs).zip(sin.chunks(pairs)))
+                .for_each(|((c, s), given)| expand_pair_row(layout, given, c, s));
+        }
+        Ok(CosSin {
+            layout,
+            rotary_dim,
+            cos: c_out,
+            sin: s_out,
+        })
+    }
+}
+
+/// Tables below this many values are expanded by [`CosSin::from_pair_tables`] on the calling
+/// thread: a copy is cheaper than computing angles, so it takes the threshold of the rotation
+/// itself rather than [`PARALLEL_FILL_MIN`].
+const PARALLEL_EXPAND_MIN: usize = crate::apply::PARALLEL_MIN_ELEMENTS;
+
+/// Expands one row of per-pair values (`pairs` each) into `rotary_dim = 2 * pairs` kernel
+/// coefficients.
+fn expand_pair_row<T: Element>(
+    layout: Layout,
+    (c_in, s_in): (&[T], &[T]),
+    cos: &mut [f32],
+    sin: &mut [f32],
+) {
+    let given = c_in.iter().zip(s_in).map(|(c, s)| (c.to_f32(), s.to_f32()));
+    match layout {
+        Layout::Interleaved => {
+            let out = cos.chunks_exact_mut(2).zip(sin.chunks_exact_mut(2));
+            for ((cc, ss), (c, s)) in out.zip(given) {
+                cc[0] = c;
+                cc[1] = c;
+                ss[0] = -s;
+                ss[1] = s;
+            }
+        }
+        Layout::Half => {
+            let h = c_in.len();
+            let ((c_a, c_b), (s_a, s_b)) = (cos.split_at_mut(h), sin.split_at_mut(h));
+            let out = c_a.iter_mut().zip(c_b).zip(s_a.iter_mut().zip(s_b));
+            for (((ca, cb), (sa, sb)), (c, s)) in out.zip(given) {
+                *ca = c;
+                *cb = c;
+                *sa = -s;
+                *sb = s;
+            }
+        }
     }
 }

@@ -39,8 +39,8 @@ fn json_lines_have_the_required_fields_and_consistent_rates() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
         .collect();
-    // 2 shapes x 2 dtypes (f32, bf16) x 2 layouts x 4 implementations.
-    assert_eq!(records.len(), 32, "{text}");
+    // 2 shapes x 2 dtypes (f32, bf16) x 2 layouts x 5 implementations.
+    assert_eq!(records.len(), 40, "{text}");
     let mut seen = BTreeSet::new();
     for r in &records {
         let shape: Vec<u64> = r["shape"]
@@ -61,7 +61,8 @@ fn json_lines_have_the_required_fields_and_consistent_rates() {
         let imp = r["impl"].as_str().unwrap();
         let variant = r["variant"].as_str().unwrap();
         let expected_variants: &[&str] = match (imp, layout) {
-            ("rotary", _) => &["fused_inplace", "out_of_place"],
+            ("rotary", "interleaved") => &["fused_inplace", "out_of_place", "candle_rope_i"],
+            ("rotary", _) => &["fused_inplace", "out_of_place", "candle_rope"],
             ("memcpy", _) => &["copy"],
             ("candle", "interleaved") => &["rope_i"],
             ("candle", _) => &["rope"],
@@ -93,7 +94,9 @@ fn json_lines_have_the_required_fields_and_consistent_rates() {
 fn table_lists_every_case_with_ratios() {
     let text = stdout_of(&TINY);
     assert!(
-        text.contains("fus/mem") && text.contains("fus/cnd"),
+        ["fus/mem", "fus/cnd", "drop-in", "drp/cnd", "drp/oop"]
+            .iter()
+            .all(|column| text.contains(column)),
         "{text}"
     );
     for shape in ["2x4x256x64", "1x4x1x32"] {

@@ -26,8 +26,8 @@ fn axial2d_and_yarn_run_beside_rope1d_with_the_same_bytes() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    // 3 rotations x 2 dtypes x 2 layouts x 4 implementations.
-    assert_eq!(records.len(), 48, "{text}");
+    // 3 rotations x 2 dtypes x 2 layouts x 5 implementations.
+    assert_eq!(records.len(), 60, "{text}");
     let bytes_of = |rotation: &str| -> Vec<u64> {
         records
             .iter()
@@ -36,7 +36,7 @@ fn axial2d_and_yarn_run_beside_rope1d_with_the_same_bytes() {
             .collect()
     };
     let reference = bytes_of("rope1d");
-    assert_eq!(reference.len(), 16);
+    assert_eq!(reference.len(), 20);
     assert_eq!(bytes_of("axial2d"), reference);
     assert_eq!(bytes_of("yarn"), reference);
 }

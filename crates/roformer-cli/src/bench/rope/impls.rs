@@ -106,15 +106,24 @@ pub(super) enum Impl {
     OutOfPlace,
     Memcpy,
     Candle,
+    /// Our drop-in for candle-nn's functions (`rotary::candle::rope_i` / `rope`): the kernels
+    /// behind candle-nn's arguments, cos/sin tensors instead of our table.
+    DropIn,
 }
 
 impl Impl {
-    pub(super) const ALL: [Impl; 4] = [Impl::Fused, Impl::OutOfPlace, Impl::Memcpy, Impl::Candle];
+    pub(super) const ALL: [Impl; 5] = [
+        Impl::Fused,
+        Impl::OutOfPlace,
+        Impl::Memcpy,
+        Impl::Candle,
+        Impl::DropIn,
+    ];
 
     /// The `impl` field of the JSON output.
     pub(super) fn family(self) -> &'static str {
         match self {
-            Impl::Fused | Impl::OutOfPlace => "rotary",
+            Impl::Fused | Impl::OutOfPlace | Impl::DropIn => "rotary",
             Impl::Memcpy => "memcpy",
             Impl::Candle => "candle",
         }
@@ -128,6 +137,8 @@ impl Impl {
             (Impl::Memcpy, _) => "copy",
             (Impl::Candle, Layout::Interleaved) => "rope_i",
             (Impl::Candle, Layout::Half) => "rope",
+            (Impl::DropIn, Layout::Interleaved) => "candle_rope_i",
+            (Impl::DropIn, Layout::Half) => "candle_rope",
         }
     }
 }

@@ -70,13 +70,27 @@ impl<'a, T: Element + WithDType> Bench<'a, T> {
         })
     }
 
+    /// candle-nn's `rope_i` or `rope` on q and k.
     fn candle(&self) -> Result<(Tensor, Tensor)> {
-        let (q, k) = &self.candle_qk;
-        let (cos, sin) = &self.candle_cs;
         let f = match self.case.layout {
             Layout::Interleaved => candle_nn::rotary_emb::rope_i,
             Layout::Half => candle_nn::rotary_emb::rope,
         };
+        self.candle_call(f)
+    }
+
+    /// Our drop-in for them, `rotary::candle::rope_i` or `rope`, on q and k.
+    fn drop_in(&self) -> Result<(Tensor, Tensor)> {
+        let f = match self.case.layout {
+            Layout::Interleaved => rotary::candle::rope_i,
+            Layout::Half => rotary::candle::rope,
+        };
+        self.candle_call(f)
+    }
+
+    fn candle_call(&self, f: CandleRope) -> Result<(Tensor, Tensor)> {
+        let (q, k) = &self.candle_qk;
+        let (cos, sin) = &self.candle_cs;
         Ok((f(q, cos, sin)?, f(k, cos, sin)?))
     }
 
@@ -95,12 +109,15 @@ impl<'a, T: Element + WithDType> Bench<'a, T> {
                 Ok(())
             }
             Impl::Candle => self.candle().map(drop),
+            Impl::DropIn => self.drop_in().map(drop),
         }
     }
 
     /// Checks that our out-of-place result and candle's agree, so that both sides compute the
     /// same rotation: within 1e-5 for f32 (both round f64 cos/sin once), 1/16 for 16-bit types
-    /// (candle rounds every intermediate to the storage type; values are below 1.5).
+    /// (candle rounds every intermediate to the storage type; values are below 1.5). The
+    /// drop-in, given candle's very inputs, must equal candle bit for bit in f32 (the same
+    /// arithmetic) and within 1/16 in 16-bit types.
     fn check_agreement(&mut self) -> Result<()> {
         self.call(Impl::OutOfPlace)?;
         let (cq, ck) = self.candle()?;
@@ -108,22 +125,44 @@ impl<'a, T: Element + WithDType> Bench<'a, T> {
             DType::F32 => 1e-5,
             DType::F16 | DType::BF16 => 1.0 / 16.0,
         };
-        for (ours, theirs) in [(&self.out.0, cq), (&self.out.1, ck)] {
-            let theirs: Vec<T> = theirs.flatten_all()?.to_vec1()?;
-            let worst = ours
-                .iter()
-                .zip(&theirs)
-                .map(|(a, b)| (a.to_f32() - Element::to_f32(*b)).abs())
-                .fold(0f32, f32::max);
-            if worst.is_nan() || worst > tolerance {
-                bail!(
-                    "rotary and candle disagree by {worst} on {:?} (tolerance {tolerance})",
-                    self.case
-                );
-            }
+        let (dq, dk) = self.drop_in()?;
+        let drop_in_tolerance = match self.case.dtype {
+            DType::F32 => 0.0,
+            DType::F16 | DType::BF16 => 1.0 / 16.0,
+        };
+        let (dq, dk): (Vec<T>, Vec<T>) =
+            (dq.flatten_all()?.to_vec1()?, dk.flatten_all()?.to_vec1()?);
+        for (ours, theirs) in [(&self.out.0, &cq), (&self.out.1, &ck)] {
+            disagreement("rotary", ours, theirs, tolerance, self.case)?;
+        }
+        for (ours, theirs) in [(&dq, &cq), (&dk, &ck)] {
+            disagreement("the drop-in", ours, theirs, drop_in_tolerance, self.case)?;
         }
         Ok(())
     }
+}
+
+/// The type of candle-nn's `rope_i` and `rope` and of our drop-ins for them.
+type CandleRope = fn(&Tensor, &Tensor, &Tensor) -> candle_core::Result<Tensor>;
+
+/// An error when `ours` and candle's `theirs` differ by more than `tolerance` anywhere.
+fn disagreement<T: Element + WithDType>(
+    who: &str,
+    ours: &[T],
+    theirs: &Tensor,
+    tolerance: f32,
+    case: Case,
+) -> Result<()> {
+    let theirs: Vec<T> = theirs.flatten_all()?.to_vec1()?;
+    let worst = ours
+        .iter()
+        .zip(&theirs)
+        .map(|(a, b)| (a.to_f32() - Element::to_f32(*b)).abs())
+        .fold(0f32, f32::max);
+    if worst.is_nan() || worst > tolerance {
+        bail!("{who} and candle disagree by {worst} on {case:?} (tolerance {tolerance})");
+    }
+    Ok(())
 }
 
 /// Runs one case with element type `T`.

@@ -8,7 +8,12 @@
 //! - `memcpy` / `copy`: q and k copied into preallocated buffers (on the same threads);
 //! - `candle` / `rope` or `rope_i`: candle-nn's `rope` (half layout) or `rope_i`
 //!   (interleaved) on the same data, cos/sin `[seq, head_dim / 2]` built once, called from the
-//!   main thread.
+//!   main thread;
+//! - `rotary` / `candle_rope` or `candle_rope_i`: our drop-in for those two,
+//!   `rotary::candle::rope` or `rope_i`, on candle's very tensors: what a candle model gets by
+//!   switching its `use` line (the kernels, plus widening candle's cos/sin into our table on
+//!   every call and candle's op and allocation overheads). Against `out_of_place` it prices
+//!   taking cos/sin tensors instead of our cached table.
 //!
 //! Rotations other than 1D RoPE (axial 2D over a patch grid, YaRN) run through the same kernels
 //! on tables made from their angles; each default one shares its shape with a 1D case, so the

@@ -81,7 +81,7 @@ pub(super) fn print_header(out: &mut impl Write, context: &RunInfo, args: &Args)
     )?;
     writeln!(
         out,
-        "{:<8} {:<16} {:<5} {:<11} {:>18} {:>18} {:>18} {:>18} {:>8} {:>8} {:>8} {:>8}",
+        "{:<8} {:<16} {:<5} {:<11} {:>18} {:>18} {:>18} {:>18} {:>18} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
         "rotation",
         "shape",
         "dtype",
@@ -90,10 +90,13 @@ pub(super) fn print_header(out: &mut impl Write, context: &RunInfo, args: &Args)
         "out-of-place",
         "memcpy",
         "candle",
+        "drop-in",
         "fus/mem",
         "fus/cnd",
         "oop/mem",
-        "oop/cnd"
+        "oop/cnd",
+        "drp/cnd",
+        "drp/oop"
     )
 }
 
@@ -112,7 +115,7 @@ pub(super) fn print_row(out: &mut impl Write, records: &[Record]) -> io::Result<
     let [b, h, t, d] = case.dims;
     writeln!(
         out,
-        "{:<8} {:<16} {:<5} {:<11} {:>18} {:>18} {:>18} {:>18} {:>8} {:>8} {:>8} {:>8}",
+        "{:<8} {:<16} {:<5} {:<11} {:>18} {:>18} {:>18} {:>18} {:>18} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
         case.rotation.name(),
         format!("{b}x{h}x{t}x{d}"),
         case.dtype.name(),
@@ -121,9 +124,12 @@ pub(super) fn print_row(out: &mut impl Write, records: &[Record]) -> io::Result<
         cell(Impl::OutOfPlace),
         cell(Impl::Memcpy),
         cell(Impl::Candle),
+        cell(Impl::DropIn),
         ratio(Impl::Fused, Impl::Memcpy),
         ratio(Impl::Fused, Impl::Candle),
         ratio(Impl::OutOfPlace, Impl::Memcpy),
         ratio(Impl::OutOfPlace, Impl::Candle),
+        ratio(Impl::DropIn, Impl::Candle),
+        ratio(Impl::DropIn, Impl::OutOfPlace),
     )
 }
