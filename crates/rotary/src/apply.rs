@@ -1,5 +1,7 @@
 //! Applying rotations to q/k data given as slices plus a shape, with threads.
 
+use std::mem::MaybeUninit;
+
 use rayon::prelude::*;
 
 use crate::element::Element;
@@ -122,9 +124,10 @@ impl Shape {
 }
 
 /// One unit of work: whole tokens of one sequence slab and the table row of its first token.
+/// `dst` may be uninitialised only where `src` is given (out of place).
 struct Task<'a, T> {
     src: Option<&'a [T]>,
-    dst: &'a mut [T],
+    dst: &'a mut [MaybeUninit<T>],
     table_row: usize,
     geom: Geom,
 }
@@ -155,7 +158,7 @@ fn check_table(shape: &Shape, table: &CosSinView<'_>) -> Result<bool> {
 fn push_tasks<'a, T: Element>(
     tasks: &mut Vec<Task<'a, T>>,
     src: Option<&'a [T]>,
-    dst: &'a mut [T],
+    dst: &'a mut [MaybeUninit<T>],
     shape: &Shape,
     table: &CosSinView<'_>,
     direction: Direction,
@@ -220,7 +223,7 @@ fn run_tasks<T: Element>(tasks: Vec<Task<'_, T>>, table: &CosSinView<'_>, elemen
         let n_rows = task.dst.len() / g.head_dim;
         let r = g.rotary_dim;
         let offset = task.table_row * r;
-        let dst = task.dst.as_mut_ptr();
+        let dst = task.dst.as_mut_ptr().cast::<T>();
         let src = task.src.map_or(dst as *const T, <[T]>::as_ptr);
         // SAFETY: `push_tasks` cut `dst` (and `src`, of the same shape) into whole tokens of
         // `head_dim`-element rows; `check_table` guarantees the table holds a row for each of
@@ -260,7 +263,7 @@ pub fn rotate_inplace<T: Element>(
 ) -> Result<()> {
     let n = shape.check_len("x", x.len())?;
     let mut tasks = Vec::new();
-    push_tasks(&mut tasks, None, x, &shape, &table, direction)?;
+    push_tasks(&mut tasks, None, as_uninit(x), &shape, &table, direction)?;
     run_tasks(tasks, &table, n);
     Ok(())
 }
@@ -280,7 +283,14 @@ pub fn rotate<T: Element>(
     let n = shape.check_len("src", src.len())?;
     shape.check_len("dst", dst.len())?;
     let mut tasks = Vec::new();
-    push_tasks(&mut tasks, Some(src), dst, &shape, &table, direction)?;
+    push_tasks(
+        &mut tasks,
+        Some(src),
+        as_uninit(dst),
+        &shape,
+        &table,
+        direction,
+    )?;
     run_tasks(tasks, &table, n);
     Ok(())
 }
@@ -302,8 +312,8 @@ pub fn rotate_qk_inplace<T: Element>(
     check_qk(&q_shape, &k_shape)?;
     let n = q_shape.check_len("q", q.len())? + k_shape.check_len("k", k.len())?;
     let mut tasks = Vec::new();
-    push_tasks(&mut tasks, None, q, &q_shape, &table, direction)?;
-    push_tasks(&mut tasks, None, k, &k_shape, &table, direction)?;
+    push_tasks(&mut tasks, None, as_uninit(q), &q_shape, &table, direction)?;
+    push_tasks(&mut tasks, None, as_uninit(k), &k_shape, &table, direction)?;
     run_tasks(tasks, &table, n);
     Ok(())
 }
@@ -322,4 +332,32 @@ pub(crate) fn check_qk(q: &Shape, k: &Shape) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// As [`rotate`], into memory that need not be initialised: every element of `dst` is written
+/// (rotated, or copied past the table's rotary dims), so a caller can rotate into fresh
+/// capacity (`Vec::spare_capacity_mut`) and then set the length, without filling it first.
+///
+/// # Errors
+/// As [`rotate`]; an error is returned before anything is written.
+pub fn rotate_uninit<T: Element>(
+    src: &[T],
+    dst: &mut [MaybeUninit<T>],
+    shape: Shape,
+    table: CosSinView<'_>,
+    direction: Direction,
+) -> Result<()> {
+    let n = shape.check_len("src", src.len())?;
+    shape.check_len("dst", dst.len())?;
+    let mut tasks = Vec::new();
+    push_tasks(&mut tasks, Some(src), dst, &shape, &table, direction)?;
+    run_tasks(tasks, &table, n);
+    Ok(())
+}
+
+/// `x` viewed as possibly uninitialised elements, for the task list.
+fn as_uninit<T>(x: &mut [T]) -> &mut [MaybeUninit<T>] {
+    // SAFETY: `MaybeUninit<T>` has the layout of `T`. Through this view the kernels only ever
+    // store initialised values (rotated or copied elements), so `x` stays initialised.
+    unsafe { &mut *(x as *mut [T] as *mut [MaybeUninit<T>]) }
 }

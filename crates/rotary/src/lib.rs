@@ -50,7 +50,9 @@ pub mod rope;
 pub mod scaling;
 pub mod table;
 
-pub use apply::{rotate, rotate_inplace, rotate_qk_inplace, Direction, Order, Shape};
+pub use apply::{
+    rotate, rotate_inplace, rotate_qk_inplace, rotate_uninit, Direction, Order, Shape,
+};
 #[cfg(feature = "candle")]
 pub use candle::{apply_rope, rotate_slow, rotate_tensor};
 #[cfg(feature = "candle")]
