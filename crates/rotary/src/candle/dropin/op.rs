@@ -23,9 +23,9 @@ use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape as CandleShape, Tensor};
 
 use super::Convention;
-use crate::apply::{rotate_uninit, Direction, Order, Shape};
+use crate::apply::{Direction, Order, Shape};
+use crate::candle::{contiguous, rotated};
 use crate::element::Element;
-use crate::error::try_with_capacity;
 use crate::layout::Layout as PairLayout;
 use crate::table::CosSin;
 
@@ -59,10 +59,10 @@ impl DropInOp {
         (cos, l_cos): (&[T], &Layout),
         (sin, l_sin): (&[T], &Layout),
     ) -> candle_core::Result<Vec<T>> {
-        let xs = contiguous(xs, l_xs, "xs")?;
+        let xs = contiguous(xs, l_xs, "rotary::candle rope: xs")?;
         let (cos, sin) = (
-            contiguous(cos, l_cos, "cos")?,
-            contiguous(sin, l_sin, "sin")?,
+            contiguous(cos, l_cos, "rotary::candle rope: cos")?,
+            contiguous(sin, l_sin, "rotary::candle rope: sin")?,
         );
         let (a, b, c, d) = l_xs.shape().dims4()?;
         let shape = match self.convention.order() {
@@ -75,30 +75,8 @@ impl DropInOp {
         }
         let table = CosSin::from_pair_tables(self.convention.layout(), d, cos, sin)
             .map_err(candle_core::Error::wrap)?;
-        // The output is written once, by the kernels: no zero fill first (which cost about a
-        // fifth of the call on large tensors).
-        let mut dst = try_with_capacity("rope output", n).map_err(candle_core::Error::wrap)?;
-        let spare = &mut dst.spare_capacity_mut()[..n];
-        rotate_uninit(xs, spare, shape, table.view(), self.direction)
-            .map_err(candle_core::Error::wrap)?;
-        // SAFETY: `rotate_uninit` returned Ok, so it wrote all `n` elements of the capacity.
-        unsafe { dst.set_len(n) };
-        Ok(dst)
+        rotated(xs, shape, table.view(), self.direction)
     }
-}
-
-/// The elements of a contiguous tensor's storage.
-fn contiguous<'a, T>(
-    storage: &'a [T],
-    layout: &Layout,
-    what: &str,
-) -> candle_core::Result<&'a [T]> {
-    let (start, end) = layout.contiguous_offsets().ok_or_else(|| {
-        candle_core::Error::Msg(format!("rotary::candle rope: {what} is not contiguous"))
-    })?;
-    storage
-        .get(start..end)
-        .ok_or_else(|| candle_core::Error::Msg(format!("rotary::candle rope: {what} out of range")))
 }
 
 impl CustomOp3 for DropInOp {
