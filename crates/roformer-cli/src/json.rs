@@ -9,7 +9,6 @@
 
 use std::fmt;
 
-use anyhow::bail;
 use serde::ser::{self, Serialize};
 
 /// `value` as one line of JSON.
@@ -45,18 +44,21 @@ pub fn to_value<T: Serialize + ?Sized>(value: &T) -> anyhow::Result<serde_json::
 /// A NaN or an infinity, named.
 pub fn finite(field: &str, x: f64) -> anyhow::Result<f64> {
     if !x.is_finite() {
-        bail!("cannot write {field} = {x} as JSON (JSON has no NaN or infinity)");
+        return Err(not_writable(field, x));
     }
     Ok(x)
+}
+
+/// The error for the non-finite `value` at `field`.
+fn not_writable(field: &str, value: f64) -> anyhow::Error {
+    anyhow::anyhow!("cannot write {field} = {value} as JSON (JSON has no NaN or infinity)")
 }
 
 /// Fails at the first non-finite float of `value`, naming its path.
 fn check<T: Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
     let mut walker = Walker::default();
     match value.serialize(&mut walker) {
-        Err(Stop::NonFinite { path, value }) => {
-            bail!("cannot write {path} = {value} as JSON (JSON has no NaN or infinity)")
-        }
+        Err(Stop::NonFinite { path, value }) => Err(not_writable(&path, value)),
         // Other errors are serde_json's to report when it serialises.
         Ok(()) | Err(Stop::Other(_)) => Ok(()),
     }
