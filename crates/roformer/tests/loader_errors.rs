@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use candle_core::{DType, Device, Tensor};
 use roformer::{
@@ -21,9 +22,15 @@ fn fixture(case: &str) -> PathBuf {
         .join(case)
 }
 
-/// A fresh scratch directory for one test.
+/// A fresh scratch directory, unique to this call: tests run in parallel threads of one
+/// process, and two of them asking for the same name must not remove each other's files.
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("roformer-loader-{}-{name}", std::process::id()));
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!(
+        "roformer-loader-{}-{call}-{name}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir

@@ -1,0 +1,416 @@
+//! Reading GGUF files (llama.cpp's model format): header, metadata and tensor directory are
+//! parsed with every count and offset checked against the file's size, and tensors are read from
+//! a memory map.
+//!
+//! Layout (version 2 and 3): magic `GGUF`, version u32, tensor count u64, metadata count u64;
+//! the metadata as (string key, u32 type, value); the tensor directory as (string name, u32
+//! dimension count, u64 dimensions innermost first, u32 ggml type, u64 offset); then, from the
+//! next multiple of `general.alignment` (default 32), the tensor data.
+
+mod cursor;
+mod value;
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use candle_core::quantized::{ggml_file::qtensor_from_ggml, GgmlDType, QTensor};
+use candle_core::Device;
+
+use crate::error::{LlamaError, Result};
+use cursor::Cursor;
+pub use value::{Array, Value};
+
+/// `GGUF` read as a little-endian u32.
+const MAGIC: u32 = u32::from_le_bytes(*b"GGUF");
+
+/// The alignment of the tensor data when `general.alignment` is absent.
+const DEFAULT_ALIGNMENT: usize = 32;
+
+/// ggml tensors have at most this many dimensions.
+const MAX_DIMS: usize = 4;
+
+/// One entry of the tensor directory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorInfo {
+    /// The tensor's name, e.g. `blk.0.attn_q.weight`.
+    pub name: String,
+    /// Dimensions outermost first (row-major, as candle and PyTorch write them): a matrix of
+    /// `rows` rows of `cols` values is `[rows, cols]`. The file stores them innermost first.
+    pub shape: Vec<usize>,
+    /// The element or block type.
+    pub dtype: GgmlDType,
+    /// Offset of the first byte from the start of the file.
+    pub start: usize,
+    /// Size in bytes: `elements / block_size * type_size`.
+    pub bytes: usize,
+}
+
+impl TensorInfo {
+    /// Number of elements.
+    pub fn elements(&self) -> usize {
+        // Checked when the directory was read.
+        self.shape.iter().product()
+    }
+
+    /// Bytes of one row (the innermost dimension), a whole number of blocks.
+    pub fn row_bytes(&self) -> usize {
+        let cols = self.shape.last().copied().unwrap_or(1);
+        cols / self.dtype.block_size() * self.dtype.type_size()
+    }
+}
+
+/// The bytes of a GGUF file: a read-only memory map, or a buffer (tests, in-memory files).
+#[derive(Debug)]
+enum Bytes {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Bytes {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
+/// A parsed GGUF file: its metadata, its tensor directory and its bytes.
+#[derive(Debug)]
+pub struct GgufFile {
+    path: PathBuf,
+    bytes: Bytes,
+    version: u32,
+    metadata: BTreeMap<String, Value>,
+    tensors: BTreeMap<String, TensorInfo>,
+}
+
+impl GgufFile {
+    /// Maps and parses the file at `path`.
+    ///
+    /// # Errors
+    /// [`LlamaError::Io`] when the file cannot be opened or mapped (a directory, a FIFO),
+    /// [`LlamaError::Malformed`] when it is not a well-formed GGUF file of version 2 or 3.
+    pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
+        let path = path.as_ref().to_path_buf();
+        let io = |source| LlamaError::Io {
+            path: path.clone(),
+            source,
+        };
+        let file = File::open(&path).map_err(io)?;
+        let meta = file.metadata().map_err(io)?;
+        if !meta.is_file() {
+            return Err(io(std::io::Error::other("not a regular file")));
+        }
+        // SAFETY: the map is read-only and private to this value. If another process truncates
+        // the file while it is mapped, reads past the new end raise SIGBUS; that is the one
+        // hazard of mapping, accepted here as for every mapped model loader.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        GgufFile::parse(path, Bytes::Mapped(map))
+    }
+
+    /// Parses a GGUF file held in memory; `name` stands for its path in messages.
+    ///
+    /// # Errors
+    /// As [`GgufFile::open`].
+    pub fn from_bytes(name: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<GgufFile> {
+        GgufFile::parse(name.into(), Bytes::Owned(bytes))
+    }
+
+    fn parse(path: PathBuf, bytes: Bytes) -> Result<GgufFile> {
+        let data = bytes.as_slice();
+        let mut cur = Cursor::new(data);
+        let magic = cur.u32("magic")?;
+        if magic != MAGIC {
+            return Err(LlamaError::Malformed {
+                offset: 0,
+                what: format!("the file does not start with `GGUF` (read {magic:#010x})"),
+            });
+        }
+        let version = cur.u32("version")?;
+        if !(2..=3).contains(&version) {
+            return Err(LlamaError::Malformed {
+                offset: 4,
+                what: format!("GGUF version {version}; versions 2 and 3 are read"),
+            });
+        }
+        // A directory entry takes at least 24 bytes, a metadata entry at least 13.
+        let tensor_count = cur.count("tensor count", 24)?;
+        let kv_count = cur.count("metadata count", 13)?;
+        let mut metadata = BTreeMap::new();
+        for _ in 0..kv_count {
+            let at = cur.position();
+            let key = cur.string("metadata key")?;
+            let kind = cur.u32("metadata value type")?;
+            let value = Value::read(&mut cur, kind)?;
+            if metadata.insert(key.clone(), value).is_some() {
+                return Err(malformed(at, format!("metadata key `{key}` appears twice")));
+            }
+        }
+        let alignment = alignment(&metadata)?;
+        let mut directory = Vec::with_capacity(tensor_count);
+        for _ in 0..tensor_count {
+            directory.push(read_tensor_entry(&mut cur)?);
+        }
+        let data_start = cur.position().div_ceil(alignment) * alignment;
+        let mut tensors = BTreeMap::new();
+        for (at, entry) in directory {
+            let info = entry.locate(at, data_start, alignment, data.len())?;
+            if let Some(old) = tensors.insert(info.name.clone(), info) {
+                return Err(malformed(at, format!("tensor `{}` appears twice", old.name)));
+            }
+        }
+        Ok(GgufFile {
+            path,
+            bytes,
+            version,
+            metadata,
+            tensors,
+        })
+    }
+
+    /// The path the file was read from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The GGUF version (2 or 3).
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// All metadata, by key.
+    pub fn metadata(&self) -> &BTreeMap<String, Value> {
+        &self.metadata
+    }
+
+    /// One metadata value.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.metadata.get(key)
+    }
+
+    /// The tensor directory, by name.
+    pub fn tensors(&self) -> &BTreeMap<String, TensorInfo> {
+        &self.tensors
+    }
+
+    /// The directory entry of tensor `name`.
+    ///
+    /// # Errors
+    /// [`LlamaError::MissingTensor`] when there is none.
+    pub fn tensor_info(&self, name: &str) -> Result<&TensorInfo> {
+        self.tensors
+            .get(name)
+            .ok_or_else(|| LlamaError::MissingTensor(name.to_string()))
+    }
+
+    /// The stored bytes of a tensor (inside the file: checked when the directory was read).
+    pub fn tensor_bytes(&self, info: &TensorInfo) -> &[u8] {
+        &self.bytes.as_slice()[info.start..info.start + info.bytes]
+    }
+
+    /// Tensor `name` as a candle quantized tensor on `device`, its bytes copied out of the file.
+    ///
+    /// # Errors
+    /// [`LlamaError::MissingTensor`], or a candle error from the copy.
+    pub fn qtensor(&self, name: &str, device: &Device) -> Result<QTensor> {
+        let info = self.tensor_info(name)?;
+        qtensor(info, self.tensor_bytes(info), device)
+    }
+}
+
+/// Builds a candle quantized tensor of `info`'s type and shape from exactly `info.bytes` bytes.
+///
+/// # Errors
+/// [`LlamaError::Malformed`] when `bytes` has the wrong length; a candle error otherwise.
+pub fn qtensor(info: &TensorInfo, bytes: &[u8], device: &Device) -> Result<QTensor> {
+    if bytes.len() != info.bytes {
+        return Err(malformed(
+            info.start,
+            format!(
+                "tensor `{}` needs {} bytes, {} given",
+                info.name,
+                info.bytes,
+                bytes.len()
+            ),
+        ));
+    }
+    // candle reads `bytes` as blocks of the type, which need the alignment of their fields: an
+    // unaligned slice (only possible for in-memory files) is copied to an aligned buffer first.
+    let aligned;
+    let bytes = if (bytes.as_ptr() as usize) % 8 == 0 {
+        bytes
+    } else {
+        aligned = AlignedBytes::copy(bytes);
+        aligned.as_slice()
+    };
+    Ok(qtensor_from_ggml(
+        info.dtype,
+        bytes,
+        info.shape.clone(),
+        device,
+    )?)
+}
+
+/// A byte buffer aligned to 8 bytes (backed by `u64`s).
+struct AlignedBytes {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl AlignedBytes {
+    fn copy(bytes: &[u8]) -> AlignedBytes {
+        let mut words = vec![0u64; bytes.len().div_ceil(8)];
+        for (word, chunk) in words.iter_mut().zip(bytes.chunks(8)) {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            *word = u64::from_ne_bytes(b);
+        }
+        AlignedBytes {
+            words,
+            len: bytes.len(),
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        // SAFETY: the words own at least `len` initialised bytes, and u8 has no alignment.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.len) }
+    }
+}
+
+fn malformed(offset: usize, what: String) -> LlamaError {
+    LlamaError::Malformed {
+        offset: offset as u64,
+        what,
+    }
+}
+
+/// `general.alignment`: a power of two, 32 when absent.
+fn alignment(metadata: &BTreeMap<String, Value>) -> Result<usize> {
+    let Some(value) = metadata.get("general.alignment") else {
+        return Ok(DEFAULT_ALIGNMENT);
+    };
+    value
+        .as_u64()
+        .and_then(|a| usize::try_from(a).ok())
+        .filter(|a| a.is_power_of_two())
+        .ok_or_else(|| LlamaError::BadValue {
+            key: "general.alignment".into(),
+            what: format!("{value:?} is not a power of two"),
+        })
+}
+
+/// A directory entry before its data is located.
+struct Entry {
+    name: String,
+    shape: Vec<usize>,
+    dtype: GgmlDType,
+    offset: u64,
+}
+
+fn read_tensor_entry(cur: &mut Cursor<'_>) -> Result<(usize, Entry)> {
+    let at = cur.position();
+    let name = cur.string("tensor name")?;
+    let n_dims = cur.u32("dimension count")? as usize;
+    if n_dims == 0 || n_dims > MAX_DIMS {
+        return Err(cur.error(format!(
+            "tensor `{name}` has {n_dims} dimensions; 1 to {MAX_DIMS} are allowed"
+        )));
+    }
+    let mut shape = Vec::with_capacity(n_dims);
+    for _ in 0..n_dims {
+        let d = cur.u64("dimension")?;
+        let d = usize::try_from(d)
+            .map_err(|_| cur.error(format!("tensor `{name}`: dimension {d} is too large")))?;
+        shape.push(d);
+    }
+    shape.reverse();
+    let kind = cur.u32("tensor type")?;
+    let dtype = ggml_dtype(kind)
+        .ok_or_else(|| cur.error(format!("tensor `{name}` has unknown or unsupported type {kind}")))?;
+    let offset = cur.u64("tensor offset")?;
+    Ok((
+        at,
+        Entry {
+            name,
+            shape,
+            dtype,
+            offset,
+        },
+    ))
+}
+
+impl Entry {
+    /// Checks the entry's size and place and returns its directory record.
+    fn locate(self, at: usize, data_start: usize, alignment: usize, file_len: usize) -> Result<TensorInfo> {
+        let name = &self.name;
+        let elements = self
+            .shape
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .ok_or_else(|| malformed(at, format!("tensor `{name}`: {:?} elements overflow", self.shape)))?;
+        let block = self.dtype.block_size();
+        let cols = self.shape.last().copied().unwrap_or(1);
+        if cols % block != 0 {
+            return Err(malformed(
+                at,
+                format!(
+                    "tensor `{name}`: rows of {cols} values are not whole blocks of {block} ({:?})",
+                    self.dtype
+                ),
+            ));
+        }
+        let bytes = (elements / block)
+            .checked_mul(self.dtype.type_size())
+            .ok_or_else(|| malformed(at, format!("tensor `{name}`: its size overflows")))?;
+        let offset = usize::try_from(self.offset).ok();
+        if offset.is_none_or(|o| o % alignment != 0) {
+            return Err(malformed(
+                at,
+                format!("tensor `{name}`: offset {} is not a multiple of {alignment}", self.offset),
+            ));
+        }
+        let start = offset.and_then(|o| o.checked_add(data_start));
+        let end = start.and_then(|s| s.checked_add(bytes));
+        match (start, end) {
+            (Some(start), Some(end)) if end <= file_len => Ok(TensorInfo {
+                name: self.name,
+                shape: self.shape,
+                dtype: self.dtype,
+                start,
+                bytes,
+            }),
+            _ => Err(malformed(
+                at,
+                format!(
+                    "tensor `{name}` ({bytes} bytes at data offset {}) ends past the end of the \
+                     {file_len}-byte file",
+                    self.offset
+                ),
+            )),
+        }
+    }
+}
+
+/// The ggml type with GGUF number `kind`, among the types candle stores.
+fn ggml_dtype(kind: u32) -> Option<GgmlDType> {
+    Some(match kind {
+        0 => GgmlDType::F32,
+        1 => GgmlDType::F16,
+        2 => GgmlDType::Q4_0,
+        3 => GgmlDType::Q4_1,
+        6 => GgmlDType::Q5_0,
+        7 => GgmlDType::Q5_1,
+        8 => GgmlDType::Q8_0,
+        9 => GgmlDType::Q8_1,
+        10 => GgmlDType::Q2K,
+        11 => GgmlDType::Q3K,
+        12 => GgmlDType::Q4K,
+        13 => GgmlDType::Q5K,
+        14 => GgmlDType::Q6K,
+        15 => GgmlDType::Q8K,
+        30 => GgmlDType::BF16,
+        _ => return None,
+    })
+}

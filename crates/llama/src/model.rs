@@ -1,0 +1,319 @@
+//! The LLaMA decoder: token embedding, blocks of (RMS norm, attention, RMS norm, SwiGLU) with
+//! residual connections, a final RMS norm and the language-model head.
+
+use std::sync::Arc;
+
+use candle_core::quantized::{QMatMul, QTensor};
+use candle_core::{Device, Tensor};
+use rotary::{convert_projection, Layout, Rope};
+
+use crate::attention::Attention;
+use crate::cache::KvCache;
+use crate::config::LlamaConfig;
+use crate::error::{LlamaError, Result};
+use crate::gguf::{self, GgufFile};
+use crate::linear::Linear;
+
+/// How to hold the weights and which RoPE pair layout to run.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// Dequantize every weight to f32 at load (exact products, 4-8x the memory) instead of
+    /// running candle's quantized kernels.
+    pub dequantize: bool,
+    /// The RoPE pair layout. GGUF files converted from Hugging Face store the q/k projection
+    /// rows permuted for [`Layout::Interleaved`] (llama.cpp's layout), which runs them as
+    /// stored. [`Layout::Half`] (Hugging Face's) first undoes that permutation with
+    /// [`convert_projection`]; both give the same logits.
+    pub layout: Layout,
+    /// Where the weights live and the model runs.
+    pub device: Device,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            dequantize: false,
+            layout: Layout::Interleaved,
+            device: Device::Cpu,
+        }
+    }
+}
+
+/// Which positions to compute logits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Logits {
+    /// Every position: `[batch, t, vocab]`.
+    All,
+    /// The last position only (what sampling needs): `[batch, vocab]`.
+    Last,
+}
+
+/// The token embedding, quantized or dense.
+#[derive(Debug, Clone)]
+enum Embedding {
+    Quantized(Arc<QTensor>),
+    Dense(Tensor),
+}
+
+/// RMS norm: `y = x / sqrt(mean(x^2) + eps) * weight` over the last dimension.
+#[derive(Debug, Clone)]
+struct RmsNorm {
+    weight: Tensor,
+    eps: f32,
+}
+
+impl RmsNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(candle_nn::ops::rms_norm(x, &self.weight, self.eps)?)
+    }
+}
+
+/// SwiGLU: `down(silu(gate(x)) * up(x))`.
+#[derive(Debug, Clone)]
+struct FeedForward {
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+impl FeedForward {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let gated = (self.gate.forward(x)?.silu()? * self.up.forward(x)?)?;
+        self.down.forward(&gated)
+    }
+}
+
+/// One decoder block: `h = x + attn(norm1(x))`, `y = h + ffn(norm2(h))`.
+#[derive(Debug, Clone)]
+struct Block {
+    attn_norm: RmsNorm,
+    attn: Attention,
+    ffn_norm: RmsNorm,
+    ffn: FeedForward,
+}
+
+/// A LLaMA decoder with RoPE through [`rotary::Rope`].
+#[derive(Debug)]
+pub struct Llama {
+    config: LlamaConfig,
+    embedding: Embedding,
+    blocks: Vec<Block>,
+    norm: RmsNorm,
+    head: Linear,
+    rope: Rope,
+    device: Device,
+}
+
+impl Llama {
+    /// Builds the model from a GGUF file: reads the configuration, checks every tensor's shape
+    /// against it, and copies the weights out of the file.
+    ///
+    /// # Errors
+    /// The errors of [`LlamaConfig::from_gguf`]; [`LlamaError::MissingTensor`] and
+    /// [`LlamaError::TensorShape`] for weights that do not fit the configuration.
+    pub fn load(file: &GgufFile, options: &LoadOptions) -> Result<Llama> {
+        let config = LlamaConfig::from_gguf(file)?;
+        let loader = Loader {
+            file,
+            options,
+            config: &config,
+        };
+        let (h, f) = (config.hidden, config.intermediate);
+        let kv_width = config.kv_heads * config.head_dim;
+        let embedding_q = Arc::new(loader.qtensor("token_embd.weight", &[config.vocab_size, h])?);
+        let mut blocks = Vec::with_capacity(config.layers);
+        for layer in 0..config.layers {
+            let name = |part: &str| format!("blk.{layer}.{part}.weight");
+            blocks.push(Block {
+                attn_norm: loader.norm(&name("attn_norm"))?,
+                attn: Attention {
+                    q: loader.projection(&name("attn_q"), config.heads, h)?,
+                    k: loader.projection(&name("attn_k"), config.kv_heads, h)?,
+                    v: loader.linear(&name("attn_v"), &[kv_width, h])?,
+                    o: loader.linear(&name("attn_output"), &[h, h])?,
+                    heads: config.heads,
+                    kv_heads: config.kv_heads,
+                    head_dim: config.head_dim,
+                },
+                ffn_norm: loader.norm(&name("ffn_norm"))?,
+                ffn: FeedForward {
+                    gate: loader.linear(&name("ffn_gate"), &[f, h])?,
+                    up: loader.linear(&name("ffn_up"), &[f, h])?,
+                    down: loader.linear(&name("ffn_down"), &[h, f])?,
+                },
+            });
+        }
+        let norm = loader.norm("output_norm.weight")?;
+        // Without `output.weight` the head is tied to the embedding.
+        let head = if file.tensors().contains_key("output.weight") {
+            loader.linear("output.weight", &[config.vocab_size, h])?
+        } else {
+            loader.wrap(Arc::clone(&embedding_q))?
+        };
+        let embedding = if options.dequantize {
+            Embedding::Dense(embedding_q.dequantize(&options.device)?)
+        } else {
+            Embedding::Quantized(embedding_q)
+        };
+        let rope = Rope::new(
+            config.head_dim,
+            config.rotary_dim,
+            config.rope_base,
+            options.layout,
+        )?;
+        Ok(Llama {
+            config,
+            embedding,
+            blocks,
+            norm,
+            head,
+            rope,
+            device: options.device.clone(),
+        })
+    }
+
+    /// The configuration read from the file.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    /// The rotary embedding every attention layer applies.
+    pub fn rope(&self) -> &Rope {
+        &self.rope
+    }
+
+    /// The device the model runs on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// An empty cache for `batch` sequences, reserving `capacity` positions.
+    pub fn cache(&self, batch: usize, capacity: usize) -> KvCache {
+        KvCache::new(&self.config, batch, capacity, &self.device)
+    }
+
+    /// Runs `ids` (`[batch, t]` u32, the tokens after the `cache.len()` cached ones, at
+    /// positions `cache.len()..cache.len() + t`) and returns logits for `which` positions.
+    ///
+    /// # Errors
+    /// [`LlamaError::TokenId`] for an id outside the vocabulary, [`LlamaError::Request`] for an
+    /// empty input or a batch that is not the cache's; candle errors otherwise.
+    pub fn forward(&self, ids: &Tensor, cache: &mut KvCache, which: Logits) -> Result<Tensor> {
+        let (batch, t) = ids.dims2()?;
+        if t == 0 {
+            return Err(LlamaError::Request("no tokens to run".into()));
+        }
+        if batch != cache.batch() {
+            return Err(LlamaError::Request(format!(
+                "{batch} sequences given to a cache of {}",
+                cache.batch()
+            )));
+        }
+        for &id in ids.flatten_all()?.to_vec1::<u32>()?.iter() {
+            if id as usize >= self.config.vocab_size {
+                return Err(LlamaError::TokenId {
+                    id,
+                    vocab_size: self.config.vocab_size,
+                });
+            }
+        }
+        let mut x = match &self.embedding {
+            Embedding::Quantized(q) => q.embedding(ids)?,
+            Embedding::Dense(w) => w.index_select(&ids.flatten_all()?, 0)?.reshape((
+                batch,
+                t,
+                self.config.hidden,
+            ))?,
+        };
+        for (layer, block) in self.blocks.iter().enumerate() {
+            let attended = block
+                .attn
+                .forward(&block.attn_norm.forward(&x)?, &self.rope, cache, layer)?;
+            x = (x + attended)?;
+            x = (&x + block.ffn.forward(&block.ffn_norm.forward(&x)?)?)?;
+        }
+        cache.advance(t);
+        let x = match which {
+            Logits::All => x,
+            Logits::Last => x.narrow(1, t - 1, 1)?.squeeze(1)?,
+        };
+        self.head.forward(&self.norm.forward(&x)?)
+    }
+}
+
+/// Reads tensors of one file with one set of options, checking shapes against the config.
+struct Loader<'a> {
+    file: &'a GgufFile,
+    options: &'a LoadOptions,
+    config: &'a LlamaConfig,
+}
+
+impl Loader<'_> {
+    /// The directory entry of `name`, checked to have `shape`.
+    fn info(&self, name: &str, shape: &[usize]) -> Result<&gguf::TensorInfo> {
+        let info = self.file.tensor_info(name)?;
+        if info.shape != shape {
+            return Err(LlamaError::TensorShape {
+                name: name.to_string(),
+                expected: shape.to_vec(),
+                got: info.shape.clone(),
+            });
+        }
+        Ok(info)
+    }
+
+    fn qtensor(&self, name: &str, shape: &[usize]) -> Result<QTensor> {
+        let info = self.info(name, shape)?;
+        gguf::qtensor(info, self.file.tensor_bytes(info), &self.options.device)
+    }
+
+    /// A norm weight of the model's width, as f32.
+    fn norm(&self, name: &str) -> Result<RmsNorm> {
+        let weight = self
+            .qtensor(name, &[self.config.hidden])?
+            .dequantize(&self.options.device)?;
+        Ok(RmsNorm {
+            weight,
+            eps: self.config.rms_eps as f32,
+        })
+    }
+
+    /// A projection of `shape` `[out, in]`.
+    fn linear(&self, name: &str, shape: &[usize]) -> Result<Linear> {
+        self.wrap(Arc::new(self.qtensor(name, shape)?))
+    }
+
+    /// A query or key projection of `heads` heads, its rows permuted from the file's
+    /// interleaved pairs to the half layout when the options ask for it. Rows are permuted as
+    /// raw bytes (each row is a whole number of blocks), so this works for every ggml type.
+    fn projection(&self, name: &str, heads: usize, input: usize) -> Result<Linear> {
+        let c = self.config;
+        let info = self.info(name, &[heads * c.head_dim, input])?;
+        let stored = self.file.tensor_bytes(info);
+        let tensor = match self.options.layout {
+            Layout::Interleaved => gguf::qtensor(info, stored, &self.options.device)?,
+            Layout::Half => {
+                let rows = convert_projection(
+                    stored,
+                    info.row_bytes(),
+                    heads,
+                    c.head_dim,
+                    c.rotary_dim,
+                    Layout::Interleaved,
+                    Layout::Half,
+                )?;
+                gguf::qtensor(info, &rows, &self.options.device)?
+            }
+        };
+        self.wrap(Arc::new(tensor))
+    }
+
+    /// A linear layer over a loaded tensor, dequantized when the options ask for it.
+    fn wrap(&self, tensor: Arc<QTensor>) -> Result<Linear> {
+        Ok(if self.options.dequantize {
+            Linear::Dense(tensor.dequantize(&self.options.device)?)
+        } else {
+            Linear::Quantized(QMatMul::from_arc(tensor)?)
+        })
+    }
+}
