@@ -81,8 +81,15 @@ impl Attention {
 fn causal_mask(t: usize, offset: usize, device: &Device) -> Result<Tensor> {
     let total = offset + t;
     let mask: Vec<f32> = (0..t)
-        .flat_map(|i| (0..total).map(move |j| if j <= offset + i { 0.0 } else { f32::NEG_INFINITY }))
+        .flat_map(|i| {
+            (0..total).map(move |j| {
+                if j <= offset + i {
+                    0.0
+                } else {
+                    f32::NEG_INFINITY
+                }
+            })
+        })
         .collect();
     Ok(Tensor::from_vec(mask, (t, total), device)?)
 }
-

@@ -82,7 +82,9 @@ impl LlamaConfig {
         if rotary_dim % 2 != 0 || rotary_dim > head_dim {
             return Err(bad(
                 "llama.rope.dimension_count",
-                format!("{rotary_dim} rotated dims: must be even and at most the head dim {head_dim}"),
+                format!(
+                    "{rotary_dim} rotated dims: must be even and at most the head dim {head_dim}"
+                ),
             ));
         }
         let rope_base = match file.get("llama.rope.freq_base") {
@@ -125,9 +127,12 @@ fn string<'a>(file: &'a GgufFile, key: &str) -> Result<&'a str> {
     let value = file
         .get(key)
         .ok_or_else(|| LlamaError::MissingKey(key.into()))?;
-    value
-        .as_str()
-        .ok_or_else(|| bad(key, format!("a string was expected, the file has {}", value.type_name())))
+    value.as_str().ok_or_else(|| {
+        bad(
+            key,
+            format!("a string was expected, the file has {}", value.type_name()),
+        )
+    })
 }
 
 /// A size in `1..=MAX_SIZE`.
@@ -135,9 +140,12 @@ fn size(file: &GgufFile, key: &str) -> Result<usize> {
     let value = file
         .get(key)
         .ok_or_else(|| LlamaError::MissingKey(key.into()))?;
-    let n = value
-        .as_u64()
-        .ok_or_else(|| bad(key, format!("an integer was expected, the file has {value:?}")))?;
+    let n = value.as_u64().ok_or_else(|| {
+        bad(
+            key,
+            format!("an integer was expected, the file has {value:?}"),
+        )
+    })?;
     usize::try_from(n)
         .ok()
         .filter(|n| (1..=MAX_SIZE).contains(n))

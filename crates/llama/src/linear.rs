@@ -33,7 +33,9 @@ impl Linear {
                 if let Some(last) = out_dims.last_mut() {
                     *last = w.dim(0)?;
                 }
-                x.reshape((rows, width))?.matmul(&w.t()?)?.reshape(out_dims)?
+                x.reshape((rows, width))?
+                    .matmul(&w.t()?)?
+                    .reshape(out_dims)?
             }
         })
     }

@@ -219,16 +219,16 @@ impl Llama {
         }
         let mut x = match &self.embedding {
             Embedding::Quantized(q) => q.embedding(ids)?,
-            Embedding::Dense(w) => w.index_select(&ids.flatten_all()?, 0)?.reshape((
-                batch,
-                t,
-                self.config.hidden,
-            ))?,
+            Embedding::Dense(w) => {
+                w.index_select(&ids.flatten_all()?, 0)?
+                    .reshape((batch, t, self.config.hidden))?
+            }
         };
         for (layer, block) in self.blocks.iter().enumerate() {
-            let attended = block
-                .attn
-                .forward(&block.attn_norm.forward(&x)?, &self.rope, cache, layer)?;
+            let attended =
+                block
+                    .attn
+                    .forward(&block.attn_norm.forward(&x)?, &self.rope, cache, layer)?;
             x = (x + attended)?;
             x = (&x + block.ffn.forward(&block.ffn_norm.forward(&x)?)?)?;
         }
@@ -308,9 +308,14 @@ impl Loader<'_> {
         self.wrap(Arc::new(tensor))
     }
 
-    /// A linear layer over a loaded tensor, dequantized when the options ask for it.
+    /// A linear layer over a loaded tensor, dequantized when the options ask for it, and also
+    /// when its rows hold an odd number of 32-value blocks: candle's quantized dot products for
+    /// those types assert an even count (in builds with debug assertions).
     fn wrap(&self, tensor: Arc<QTensor>) -> Result<Linear> {
-        Ok(if self.options.dequantize {
+        let block = tensor.dtype().block_size();
+        let cols = tensor.shape().dims().last().copied().unwrap_or(0);
+        let odd_blocks = block == 32 && (cols / block) % 2 == 1;
+        Ok(if self.options.dequantize || odd_blocks {
             Linear::Dense(tensor.dequantize(&self.options.device)?)
         } else {
             Linear::Quantized(QMatMul::from_arc(tensor)?)

@@ -14,6 +14,7 @@ mod fill_mask;
 mod finite;
 mod forward;
 mod json;
+mod llama;
 mod output;
 mod plot;
 mod rope_cmd;
@@ -68,6 +69,9 @@ enum Command {
     /// sections).
     #[command(subcommand)]
     Experiment(experiment::Command),
+    /// A pretrained LLaMA from a GGUF file (SmolLM2-135M by default), RoPE through our core.
+    #[command(subcommand)]
+    Llama(llama::Command),
 }
 
 fn main() -> ExitCode {
@@ -86,6 +90,7 @@ fn main() -> ExitCode {
         Command::Train(c) => train::run(c),
         Command::Classify(a) => classify::run(a),
         Command::Experiment(c) => experiment::run(c),
+        Command::Llama(c) => llama::run(c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

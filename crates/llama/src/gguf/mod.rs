@@ -158,7 +158,10 @@ impl GgufFile {
         for (at, entry) in directory {
             let info = entry.locate(at, data_start, alignment, data.len())?;
             if let Some(old) = tensors.insert(info.name.clone(), info) {
-                return Err(malformed(at, format!("tensor `{}` appears twice", old.name)));
+                return Err(malformed(
+                    at,
+                    format!("tensor `{}` appears twice", old.name),
+                ));
             }
         }
         Ok(GgufFile {
@@ -239,7 +242,7 @@ pub fn qtensor(info: &TensorInfo, bytes: &[u8], device: &Device) -> Result<QTens
     // candle reads `bytes` as blocks of the type, which need the alignment of their fields: an
     // unaligned slice (only possible for in-memory files) is copied to an aligned buffer first.
     let aligned;
-    let bytes = if (bytes.as_ptr() as usize) % 8 == 0 {
+    let bytes = if (bytes.as_ptr() as usize).is_multiple_of(8) {
         bytes
     } else {
         aligned = AlignedBytes::copy(bytes);
@@ -327,8 +330,11 @@ fn read_tensor_entry(cur: &mut Cursor<'_>) -> Result<(usize, Entry)> {
     }
     shape.reverse();
     let kind = cur.u32("tensor type")?;
-    let dtype = ggml_dtype(kind)
-        .ok_or_else(|| cur.error(format!("tensor `{name}` has unknown or unsupported type {kind}")))?;
+    let dtype = ggml_dtype(kind).ok_or_else(|| {
+        cur.error(format!(
+            "tensor `{name}` has unknown or unsupported type {kind}"
+        ))
+    })?;
     let offset = cur.u64("tensor offset")?;
     Ok((
         at,
@@ -343,13 +349,24 @@ fn read_tensor_entry(cur: &mut Cursor<'_>) -> Result<(usize, Entry)> {
 
 impl Entry {
     /// Checks the entry's size and place and returns its directory record.
-    fn locate(self, at: usize, data_start: usize, alignment: usize, file_len: usize) -> Result<TensorInfo> {
+    fn locate(
+        self,
+        at: usize,
+        data_start: usize,
+        alignment: usize,
+        file_len: usize,
+    ) -> Result<TensorInfo> {
         let name = &self.name;
         let elements = self
             .shape
             .iter()
             .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-            .ok_or_else(|| malformed(at, format!("tensor `{name}`: {:?} elements overflow", self.shape)))?;
+            .ok_or_else(|| {
+                malformed(
+                    at,
+                    format!("tensor `{name}`: {:?} elements overflow", self.shape),
+                )
+            })?;
         let block = self.dtype.block_size();
         let cols = self.shape.last().copied().unwrap_or(1);
         if cols % block != 0 {
@@ -368,7 +385,10 @@ impl Entry {
         if offset.is_none_or(|o| o % alignment != 0) {
             return Err(malformed(
                 at,
-                format!("tensor `{name}`: offset {} is not a multiple of {alignment}", self.offset),
+                format!(
+                    "tensor `{name}`: offset {} is not a multiple of {alignment}",
+                    self.offset
+                ),
             ));
         }
         let start = offset.and_then(|o| o.checked_add(data_start));

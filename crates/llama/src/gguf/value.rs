@@ -193,7 +193,9 @@ fn read_array(cur: &mut Cursor<'_>, depth: usize) -> Result<Array> {
         2 => Array::Unsigned(collect(n, || cur.u16("u16 element").map(u64::from))?),
         4 => Array::Unsigned(collect(n, || cur.u32("u32 element").map(u64::from))?),
         10 => Array::Unsigned(collect(n, || cur.u64("u64 element"))?),
-        1 => Array::Signed(collect(n, || cur.u8("i8 element").map(|v| i64::from(v as i8)))?),
+        1 => Array::Signed(collect(n, || {
+            cur.u8("i8 element").map(|v| i64::from(v as i8))
+        })?),
         3 => Array::Signed(collect(n, || {
             cur.u16("i16 element").map(|v| i64::from(v as i16))
         })?),
