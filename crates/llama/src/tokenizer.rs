@@ -57,9 +57,11 @@ impl Tokenizer {
             "smollm" | "starcoder" | "refact" | "codeshell" => {
                 Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into()
             }
-            other => return Err(LlamaError::Unsupported(format!(
+            other => {
+                return Err(LlamaError::Unsupported(format!(
                 "pre-tokenizer `{other}`; gpt2, smollm, starcoder, refact and codeshell are read"
-            ))),
+            )))
+            }
         };
         let tokens = strings(file, "tokenizer.ggml.tokens")?.to_vec();
         let vocab: Vocab = tokens

@@ -2,6 +2,7 @@
 
 mod alloc;
 mod attention;
+mod llama;
 mod memory;
 mod model;
 mod rope;
@@ -19,6 +20,8 @@ pub enum Command {
     Attention(attention::Args),
     /// Masked-LM training steps (forward, backward, optimiser): tokens/s and peak memory.
     Train(train::Args),
+    /// LLaMA prefill and decode tokens/s on a GGUF file, and RoPE's share of a step.
+    Llama(llama::Args),
 }
 
 /// Runs the chosen benchmark.
@@ -28,5 +31,6 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Model(a) => model::run(a),
         Command::Attention(a) => attention::run(a),
         Command::Train(a) => train::run(a),
+        Command::Llama(a) => llama::run(a),
     }
 }

@@ -1,0 +1,199 @@
+//! `roformer bench llama`: prefill and decode tokens/s of the LLaMA decoder on a GGUF file
+//! (SmolLM2-135M by default), and the share of a step that RoPE takes.
+//!
+//! The same measurement as the peer script `scripts/bench_llama_peers.py` (transformers on
+//! PyTorch, llama.cpp through llama-cpp-python), so the figures can be set beside it:
+//! - prefill: one forward pass over `--prompt-tokens` tokens from an empty cache;
+//! - decode: `--new-tokens` greedy steps after it, one token each at the cache's offset,
+//!   tokens/s = steps / time (the prefill excluded).
+//!
+//! One untimed warm-up, then `--repeats` timed runs; figures are medians.
+//!
+//! RoPE share: the rotations of one step (q and k of every layer, at that step's positions) are
+//! timed on their own, with tensors of the step's shapes, and divided by the step's time.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use candle_core::{Device, Tensor};
+use llama::{Llama, Logits};
+use rotary::apply::Order;
+use rotary::{apply_rope, Positions};
+use serde_json::json;
+
+use crate::json;
+use crate::llama::ModelArgs;
+
+/// Arguments of `roformer bench llama`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Prompt length of the prefill.
+    #[arg(long, default_value_t = 128)]
+    prompt_tokens: usize,
+    /// Decode steps after the prefill.
+    #[arg(long, default_value_t = 64)]
+    new_tokens: usize,
+    /// Timed runs (after one warm-up); the figures are medians.
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The times of one run.
+struct Run {
+    prefill: Duration,
+    decode: Duration,
+}
+
+/// Runs the benchmark.
+pub fn run(args: Args) -> Result<()> {
+    if args.prompt_tokens == 0 || args.new_tokens == 0 || args.repeats == 0 {
+        bail!("--prompt-tokens, --new-tokens and --repeats must be at least 1");
+    }
+    let (_, model) = args.model.open()?;
+    let context = model.config().context_length;
+    if args.prompt_tokens.saturating_add(args.new_tokens) > context {
+        bail!("--prompt-tokens + --new-tokens exceed the model's context of {context}");
+    }
+    let prompt = prompt_ids(model.config().vocab_size, args.prompt_tokens);
+    let mut runs = Vec::with_capacity(args.repeats);
+    for i in 0..=args.repeats {
+        let run = time_run(&model, &prompt, args.new_tokens)?;
+        if i > 0 {
+            eprintln!(
+                "run {i}/{}: prefill {:.3} s, decode {:.3} s",
+                args.repeats,
+                run.prefill.as_secs_f64(),
+                run.decode.as_secs_f64()
+            );
+            runs.push(run);
+        }
+    }
+    let prefill = median(runs.iter().map(|r| r.prefill.as_secs_f64()).collect());
+    let decode = median(runs.iter().map(|r| r.decode.as_secs_f64()).collect());
+    let prefill_rope = median(
+        (0..args.repeats)
+            .map(|_| rope_time(&model, args.prompt_tokens, 0))
+            .collect::<Result<_>>()?,
+    );
+    let decode_rope = median(
+        (0..args.repeats)
+            .map(|_| decode_rope_time(&model, args.prompt_tokens, args.new_tokens))
+            .collect::<Result<_>>()?,
+    );
+    let threads = rayon::current_num_threads();
+    let prefill_tps = args.prompt_tokens as f64 / prefill;
+    let decode_tps = args.new_tokens as f64 / decode;
+    let weights = if args.model.dequantize {
+        "f32 (dequantized)"
+    } else {
+        "as stored (quantized)"
+    };
+    if args.json {
+        let out = json!({
+            "gguf": args.model.gguf.display().to_string(),
+            "weights": weights,
+            "layout": format!("{:?}", args.model.layout).to_lowercase(),
+            "threads": threads,
+            "prefill_tokens": args.prompt_tokens,
+            "decode_tokens": args.new_tokens,
+            "prefill_tok_s": json::finite("prefill_tok_s", prefill_tps)?,
+            "decode_tok_s": json::finite("decode_tok_s", decode_tps)?,
+            "rope_share_prefill": json::finite("rope_share_prefill", prefill_rope / prefill)?,
+            "rope_share_decode": json::finite("rope_share_decode", decode_rope / decode)?,
+        });
+        println!("{}", json::to_string_pretty(&out)?);
+    } else {
+        println!(
+            "{} ({weights}, {threads} threads)",
+            args.model.gguf.display()
+        );
+        println!("phase    tokens  tokens/s  RoPE share");
+        println!(
+            "prefill  {:>6}  {:>8.1}  {:>9.2}%",
+            args.prompt_tokens,
+            prefill_tps,
+            100.0 * prefill_rope / prefill
+        );
+        println!(
+            "decode   {:>6}  {:>8.1}  {:>9.2}%",
+            args.new_tokens,
+            decode_tps,
+            100.0 * decode_rope / decode
+        );
+    }
+    Ok(())
+}
+
+/// A fixed prompt: ids cycling through a stretch of ordinary vocabulary.
+fn prompt_ids(vocab: usize, n: usize) -> Vec<u32> {
+    (0..n)
+        .map(|i| (1000 + 37 * i) as u32 % vocab as u32)
+        .collect()
+}
+
+/// One prefill and `new_tokens` greedy decode steps from an empty cache.
+fn time_run(model: &Llama, prompt: &[u32], new_tokens: usize) -> Result<Run> {
+    let mut cache = model.cache(1, prompt.len() + new_tokens);
+    let ids = Tensor::new(prompt, model.device())?.unsqueeze(0)?;
+    let start = Instant::now();
+    let logits = model.forward(&ids, &mut cache, Logits::Last)?;
+    let mut token = llama::generate::argmax(&logits.squeeze(0)?.to_vec1::<f32>()?);
+    let prefill = start.elapsed();
+    let start = Instant::now();
+    for _ in 0..new_tokens {
+        let ids = Tensor::new(&[token], model.device())?.unsqueeze(0)?;
+        let logits = model.forward(&ids, &mut cache, Logits::Last)?;
+        token = llama::generate::argmax(&logits.squeeze(0)?.to_vec1::<f32>()?);
+    }
+    Ok(Run {
+        prefill,
+        decode: start.elapsed(),
+    })
+}
+
+/// Seconds the rotations of one forward pass of `t` tokens at `offset` take: q and k of every
+/// layer, in the token-major layout the model rotates them in.
+fn rope_time(model: &Llama, t: usize, offset: usize) -> Result<f64> {
+    let c = model.config();
+    let q = Tensor::ones(
+        (1, t, c.heads, c.head_dim),
+        candle_core::DType::F32,
+        &Device::Cpu,
+    )?;
+    let k = Tensor::ones(
+        (1, t, c.kv_heads, c.head_dim),
+        candle_core::DType::F32,
+        &Device::Cpu,
+    )?;
+    let at = Positions::Range { offset };
+    let start = Instant::now();
+    for _ in 0..c.layers {
+        apply_rope(&q, model.rope(), at, Order::TokenMajor)?;
+        apply_rope(&k, model.rope(), at, Order::TokenMajor)?;
+    }
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// Seconds the rotations of `steps` decode steps after a prompt of `prompt` tokens take.
+fn decode_rope_time(model: &Llama, prompt: usize, steps: usize) -> Result<f64> {
+    let mut total = 0.0;
+    for step in 0..steps {
+        total += rope_time(model, 1, prompt + step)?;
+    }
+    Ok(total)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
+}
