@@ -13,6 +13,7 @@ mod embed;
 mod experiment;
 mod fill_mask;
 mod forward;
+mod llama;
 mod loader;
 mod non_finite;
 mod output_paths;
