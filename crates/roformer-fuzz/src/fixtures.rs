@@ -36,3 +36,10 @@ pub const OTHER_CONFIGS: &[&str] = &[
 pub const VOCAB: &str = fixture!(include_str, "tokenizer/vocab.txt");
 /// Its `tokenizer_config.json`.
 pub const TOKENIZER_CONFIG: &str = fixture!(include_str, "tokenizer/tokenizer_config.json");
+
+/// The tiny LLaMA GGUF file of the `llama` crate's tests (2 layers, width 64, Q8_0 weights,
+/// a 64-token byte-level BPE vocabulary), written by gguf-py.
+pub const TINY_GGUF: &[u8] = include_bytes!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../llama/tests/fixtures/tiny-llama/tiny.gguf"
+));

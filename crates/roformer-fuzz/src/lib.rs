@@ -1,10 +1,10 @@
 //! A seeded mutation fuzzer for RoFormer's loaders and inputs, on stable Rust.
 //!
-//! Five targets ([`targets::Target`]) take raw bytes: `config.json`, `vocab.txt` with
-//! `tokenizer_config.json`, `model.safetensors`, `pytorch_model.bin` (a `torch.save` zip)
-//! and `roformer forward`'s input JSON. Each parses its input with the `roformer` crate's
-//! public entry points and, when that works, builds and runs a small model (or tokenizes a
-//! few texts). Refusing an input with an error is fine; a panic, an abort, a stack overflow,
+//! Six targets ([`targets::Target`]) take raw bytes: `config.json`, `vocab.txt` with
+//! `tokenizer_config.json`, `model.safetensors`, `pytorch_model.bin` (a `torch.save` zip),
+//! `roformer forward`'s input JSON, and a GGUF file. Each parses its input with the `roformer`
+//! (or `llama`) crate's public entry points and, when that works, builds and runs a small model
+//! (or tokenizes a few texts). Refusing an input with an error is fine; a panic, an abort, a stack overflow,
 //! running out of memory or time is a finding.
 //!
 //! Mutations ([`mutate`]) start from the `roformer` crate's test fixtures: format-blind ones

@@ -50,3 +50,8 @@ fn pickle() {
 fn input() {
     slice("input", 3000);
 }
+
+#[test]
+fn gguf() {
+    slice("gguf", 1500);
+}

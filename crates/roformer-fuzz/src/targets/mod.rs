@@ -2,6 +2,7 @@
 //! mutator. A target returns an [`Outcome`]; a panic inside it is a finding.
 
 pub mod config;
+pub mod gguf;
 pub mod input;
 pub mod pickle;
 mod probe;
@@ -27,16 +28,19 @@ pub enum Target {
     Pickle,
     /// `roformer forward`'s input JSON: parse, check and run through two small models.
     Input,
+    /// A GGUF file: parse, read the config and tokenizer, build the LLaMA, generate.
+    Gguf,
 }
 
 impl Target {
     /// Every target.
-    pub const ALL: [Target; 5] = [
+    pub const ALL: [Target; 6] = [
         Target::Config,
         Target::Vocab,
         Target::Safetensors,
         Target::Pickle,
         Target::Input,
+        Target::Gguf,
     ];
 
     /// The target's name on the command line and in the findings directory.
@@ -47,6 +51,7 @@ impl Target {
             Target::Safetensors => "safetensors",
             Target::Pickle => "pickle",
             Target::Input => "input",
+            Target::Gguf => "gguf",
         }
     }
 
@@ -58,6 +63,7 @@ impl Target {
             Target::Safetensors => safetensors::run(data),
             Target::Pickle => pickle::run(data),
             Target::Input => input::run(data),
+            Target::Gguf => gguf::run(data),
         }
     }
 
@@ -69,6 +75,7 @@ impl Target {
             Target::Safetensors => safetensors::seeds(),
             Target::Pickle => pickle::seeds(),
             Target::Input => input::seeds(),
+            Target::Gguf => gguf::seeds(),
         }
     }
 
@@ -77,7 +84,7 @@ impl Target {
     pub fn max_len(self) -> usize {
         match self {
             Target::Config | Target::Input | Target::Vocab => 1 << 20,
-            Target::Safetensors | Target::Pickle => 4 << 20,
+            Target::Safetensors | Target::Pickle | Target::Gguf => 4 << 20,
         }
     }
 

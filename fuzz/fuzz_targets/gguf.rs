@@ -1,0 +1,19 @@
+//! libFuzzer target `gguf`: [`roformer_fuzz::Target::Gguf`], with the in-tree byte mutator
+//! (splices, integers at the edges, truncation) for three mutations in four and libFuzzer's
+//! own for the rest.
+#![no_main]
+
+use libfuzzer_sys::{fuzz_mutator, fuzz_target, fuzzer_mutate};
+use roformer_fuzz::Target;
+
+fuzz_target!(|data: &[u8]| {
+    let _ = Target::Gguf.run(data);
+});
+
+fuzz_mutator!(|data: &mut [u8], size: usize, max_size: usize, seed: u32| {
+    if seed % 4 == 0 {
+        fuzzer_mutate(data, size, max_size)
+    } else {
+        Target::Gguf.mutate_in_place(data, size, max_size, u64::from(seed))
+    }
+});
