@@ -23,6 +23,7 @@ pub mod generate;
 pub mod gguf;
 mod linear;
 mod model;
+pub mod q4_1;
 mod tokenizer;
 
 pub use cache::KvCache;
@@ -30,4 +31,5 @@ pub use config::LlamaConfig;
 pub use error::{LlamaError, Result};
 pub use linear::Linear;
 pub use model::{Llama, LoadOptions, Logits};
+pub use q4_1::Q4_1Matrix;
 pub use tokenizer::Tokenizer;

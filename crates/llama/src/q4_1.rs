@@ -1,0 +1,837 @@
+//! `y = x W^T` for a Q4_1 weight `W` (`[n_out, k]`) and f32 activations `x` (`[rows, k]`) on the
+//! CPU, with SIMD dot products, bit for bit equal to candle's CPU `QMatMul::forward`.
+//!
+//! # The arithmetic (candle's, reproduced exactly)
+//!
+//! A Q4_1 block holds 32 weights as `d: f16, m: f16, qs: [u8; 16]`: weight `j < 16` is
+//! `d * (qs[j] & 0xF) + m`, weight `j + 16` is `d * (qs[j] >> 4) + m`.
+//!
+//! Each row of `x` is first quantized to Q8_1 blocks of 32 values `x_0..x_31`:
+//! `amax = max |x_j|`, `d8 = amax / 127`, `id = 1 / d8` (0 when `d8 == 0`),
+//! `q_j = round(x_j * id)` (ties away from zero, saturated to `i8`), `d8` stored as f16 and
+//! `s8 = f16(Σ q_j) * f16(d8)` (a product of two f16 values rounded to f16).
+//!
+//! Then for output `(r, n)`, over the blocks `b` of row `n` of `W` and row `r` of `x`, in order:
+//!
+//! ```text
+//! sumi_b = Σ_{j<16} (qs[j] & 0xF) * q_j + (qs[j] >> 4) * q_{j+16}        (exact, i32)
+//! y[r][n] = 0;  y[r][n] += ((sumi_b as f32 * d4_b) * d8_b) + (m4_b * s8_b)   (f32, no FMA)
+//! ```
+//!
+//! with every f16 widened to f32 exactly. The integer sums are exact in any order, so SIMD can
+//! compute them freely; the float steps are done one block at a time in this order, with eight
+//! output rows in the eight lanes of a vector, so every lane performs the scalar operations.
+//!
+//! # Layout
+//!
+//! [`Q4_1Matrix`] keeps the blocks re-arranged by groups of eight output rows: for each group
+//! and block index, one 160-byte tile `[d: 8 x f16][m: 8 x f16][qs: 4 x 32 bytes]` whose
+//! 32-byte chunk `c` holds the `qs` of rows `c` and `c + 4`. One 256-bit load then feeds two
+//! rows, and three horizontal adds leave the eight block sums in row order. The last group is
+//! padded with zero rows, whose results are dropped. Up to four rows of `x` go through a group
+//! together, sharing each load of its nibbles.
+//!
+//! # Threads
+//!
+//! A product of at least 2^18 multiply-adds is split by groups over candle's barrier pool
+//! (`candle_core::utils::barrier_pool`, the pool candle's own quantized products run on: the
+//! calling thread takes part, and the workers spin between the short products of a decode step
+//! instead of sleeping), about four pieces per thread, taken in turn; a smaller one runs on the
+//! calling thread. Each output is computed whole by one thread, so the split never changes a
+//! bit.
+
+use std::fmt;
+use std::sync::{Mutex, PoisonError};
+
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{DType, Device, Storage, Tensor};
+use half::f16;
+
+use crate::error::{LlamaError, Result};
+
+/// Values per Q4_1 (and Q8_1) block.
+pub const BLOCK_VALUES: usize = 32;
+/// Bytes per Q4_1 block (`d`, `m` as f16, then 16 bytes of nibbles).
+pub const BLOCK_BYTES: usize = 20;
+/// Output rows per tile.
+const GROUP: usize = 8;
+/// Below this many multiply-adds (`rows * n_out * k`) a product runs on the calling thread.
+const PARALLEL_MIN_MACS: usize = 1 << 18;
+/// Pieces of the output per thread of the pool: the threads take them in turn, so one that
+/// starts late takes fewer.
+const PIECES_PER_THREAD: usize = 4;
+
+/// The instruction set a product runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Isa {
+    /// Plain Rust, any CPU.
+    Scalar,
+    /// x86-64 AVX2 (with F16C): `vpmaddubsw` / `vpmaddwd` block sums.
+    Avx2,
+    /// x86-64 AVX-512 VNNI on 256-bit vectors (AVX-512VL, with F16C): `vpdpbusd` block sums.
+    Avx512Vnni,
+}
+
+impl Isa {
+    /// The fastest instruction set this CPU supports (checked at run time).
+    pub fn detect() -> Isa {
+        [Isa::Avx512Vnni, Isa::Avx2]
+            .into_iter()
+            .find(|isa| isa.is_available())
+            .unwrap_or(Isa::Scalar)
+    }
+
+    /// Whether this CPU can run `self`.
+    pub fn is_available(self) -> bool {
+        match self {
+            Isa::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c"),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Vnni => {
+                is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("f16c")
+                    && is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512vl")
+                    && is_x86_feature_detected!("avx512vnni")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            Isa::Avx2 | Isa::Avx512Vnni => false,
+        }
+    }
+}
+
+/// A Q4_1 weight `W` of shape `[n_out, k]` (`k` a multiple of 32), ready for `y = x W^T`.
+///
+/// Output `y[r][n] = Σ_b ((sumi_b * d4_b) * d8_b + m4_b * s8_b)`, accumulated block by block in
+/// f32, where `sumi_b` is the exact integer dot product of block `b` of row `n` (4-bit values)
+/// with block `b` of row `r` of `x` quantized to Q8_1 (`d8_b`, `s8_b` its scale and scaled sum)
+/// and `d4_b`, `m4_b` the weight block's scale and minimum: the same value, bit for bit, as
+/// candle's CPU `QMatMul::forward` (see the [module documentation](self)).
+#[derive(Clone)]
+pub struct Q4_1Matrix {
+    n_out: usize,
+    k: usize,
+    /// Blocks per row, `k / 32`.
+    blocks: usize,
+    /// `ceil(n_out / 8)` groups of `blocks` tiles, group after group.
+    tiles: Vec<Tile>,
+    isa: Isa,
+}
+
+impl fmt::Debug for Q4_1Matrix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Q4_1Matrix")
+            .field("n_out", &self.n_out)
+            .field("k", &self.k)
+            .field("isa", &self.isa)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Q4_1Matrix {
+    /// Reads the blocks of a Q4_1 `QTensor` of shape `[n_out, k]`.
+    ///
+    /// # Errors
+    /// [`LlamaError::Unsupported`] when the tensor is not Q4_1, not two-dimensional, or its
+    /// rows are not a whole number of 32-value blocks; candle errors reading its bytes.
+    pub fn from_qtensor(tensor: &QTensor) -> Result<Self> {
+        if tensor.dtype() != GgmlDType::Q4_1 {
+            return Err(LlamaError::Unsupported(format!(
+                "the Q4_1 kernel got a {:?} tensor",
+                tensor.dtype()
+            )));
+        }
+        let (n_out, k) = match tensor.shape().dims() {
+            &[n_out, k] => (n_out, k),
+            dims => {
+                return Err(LlamaError::Unsupported(format!(
+                    "the Q4_1 kernel needs a [n_out, k] weight, got shape {dims:?}"
+                )))
+            }
+        };
+        let data = tensor.data()?;
+        Self::from_blocks(&data, n_out, k)
+    }
+
+    /// Reads `n_out` rows of `k / 32` Q4_1 blocks of 20 bytes each (`d`, `m` as f16 in native
+    /// byte order, then 16 bytes of nibbles), row after row.
+    ///
+    /// # Errors
+    /// [`LlamaError::Unsupported`] when `k` is not a multiple of 32 or `bytes` is not
+    /// `n_out * k / 32 * 20` bytes long.
+    pub fn from_blocks(bytes: &[u8], n_out: usize, k: usize) -> Result<Self> {
+        if !k.is_multiple_of(BLOCK_VALUES) {
+            return Err(LlamaError::Unsupported(format!(
+                "the Q4_1 kernel needs rows of whole 32-value blocks, got k = {k}"
+            )));
+        }
+        let blocks = k / BLOCK_VALUES;
+        let expected = n_out
+            .checked_mul(blocks)
+            .and_then(|n| n.checked_mul(BLOCK_BYTES));
+        if expected != Some(bytes.len()) {
+            return Err(LlamaError::Unsupported(format!(
+                "a [{n_out}, {k}] Q4_1 weight takes {expected:?} bytes, got {}",
+                bytes.len()
+            )));
+        }
+        let groups = n_out.div_ceil(GROUP);
+        let mut tiles = vec![Tile::ZERO; groups * blocks];
+        if blocks > 0 {
+            for (n, row) in bytes.chunks_exact(blocks * BLOCK_BYTES).enumerate() {
+                let (group, lane) = (n / GROUP, n % GROUP);
+                let group_tiles = &mut tiles[group * blocks..(group + 1) * blocks];
+                for (tile, block) in group_tiles.iter_mut().zip(row.chunks_exact(BLOCK_BYTES)) {
+                    tile.set(lane, block);
+                }
+            }
+        }
+        Ok(Q4_1Matrix {
+            n_out,
+            k,
+            blocks,
+            tiles,
+            isa: Isa::detect(),
+        })
+    }
+
+    /// Output features (rows of `W`).
+    pub fn n_out(&self) -> usize {
+        self.n_out
+    }
+
+    /// Input features (columns of `W`).
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// The instruction set [`Q4_1Matrix::forward`] uses on this CPU.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// `y = x W^T` for f32 `x` of shape `[..., k]` on the CPU; `y` has shape `[..., n_out]`.
+    /// Bit for bit candle's `QMatMul::forward` (see [`Q4_1Matrix`] for the formula).
+    ///
+    /// # Errors
+    /// [`LlamaError::Request`] for an input that is not f32, not on the CPU, has no dimension
+    /// or whose last dimension is not `k`; candle errors otherwise.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_with(x, self.isa)
+    }
+
+    /// [`Q4_1Matrix::forward`] on a chosen instruction set (all give the same bits; for tests
+    /// and benchmarks).
+    ///
+    /// # Errors
+    /// As [`Q4_1Matrix::forward`], and [`LlamaError::Unsupported`] when this CPU lacks `isa`.
+    pub fn forward_with(&self, x: &Tensor, isa: Isa) -> Result<Tensor> {
+        if x.dtype() != DType::F32 || !matches!(x.device(), Device::Cpu) {
+            return Err(LlamaError::Request(format!(
+                "the Q4_1 kernel takes f32 input on the CPU, got {:?} on {:?}",
+                x.dtype(),
+                x.device()
+            )));
+        }
+        let dims = x.dims();
+        let Some((&width, outer)) = dims.split_last() else {
+            return Err(LlamaError::Request(
+                "the Q4_1 kernel got a scalar input".into(),
+            ));
+        };
+        if width != self.k {
+            return Err(LlamaError::Request(format!(
+                "the Q4_1 kernel takes inputs of {} features, got shape {dims:?}",
+                self.k
+            )));
+        }
+        let rows: usize = outer.iter().product();
+        let mut out_dims = dims.to_vec();
+        if let Some(last) = out_dims.last_mut() {
+            *last = self.n_out;
+        }
+        let mut out = vec![0f32; rows * self.n_out];
+        let x = x.contiguous()?;
+        {
+            let (storage, layout) = x.storage_and_layout();
+            let Storage::Cpu(cpu) = &*storage else {
+                return Err(LlamaError::Request(
+                    "the Q4_1 kernel takes input on the CPU".into(),
+                ));
+            };
+            let Some((start, end)) = layout.contiguous_offsets() else {
+                return Err(LlamaError::Request(
+                    "the Q4_1 kernel got a non-contiguous input".into(),
+                ));
+            };
+            let data = cpu.as_slice::<f32>()?;
+            self.matmul_with(&data[start..end], &mut out, isa)?;
+        }
+        Ok(Tensor::from_vec(out, out_dims, &Device::Cpu)?)
+    }
+
+    /// `out = x W^T` on slices: `x` is `[rows, k]` row-major, `out` is `[rows, n_out]`.
+    ///
+    /// # Errors
+    /// [`LlamaError::Request`] when `x.len()` is not a multiple of `k` or `out` does not hold
+    /// `rows * n_out` values.
+    pub fn matmul(&self, x: &[f32], out: &mut [f32]) -> Result<()> {
+        self.matmul_with(x, out, self.isa)
+    }
+
+    /// [`Q4_1Matrix::matmul`] on a chosen instruction set.
+    ///
+    /// # Errors
+    /// As [`Q4_1Matrix::matmul`], and [`LlamaError::Unsupported`] when this CPU lacks `isa`.
+    pub fn matmul_with(&self, x: &[f32], out: &mut [f32], isa: Isa) -> Result<()> {
+        if !isa.is_available() {
+            return Err(LlamaError::Unsupported(format!(
+                "this CPU cannot run the {isa:?} Q4_1 kernel"
+            )));
+        }
+        // With k = 0 there is no input to count the rows by: the output's length tells.
+        let rows = x
+            .len()
+            .checked_div(self.k)
+            .unwrap_or_else(|| out.len().checked_div(self.n_out).unwrap_or(0));
+        if rows * self.k != x.len() || rows * self.n_out != out.len() {
+            return Err(LlamaError::Request(format!(
+                "the Q4_1 kernel ([{}, {}]) got {} inputs and room for {} outputs",
+                self.n_out,
+                self.k,
+                x.len(),
+                out.len()
+            )));
+        }
+        if rows == 0 || self.n_out == 0 {
+            return Ok(());
+        }
+        let xq = Q8Rows::quantize(x, rows, self.blocks, isa);
+        let groups = self.n_out.div_ceil(GROUP);
+        let per_group = rows * GROUP;
+        // Results by group: `[groups][rows][8]`, written straight into `out` when that is its
+        // layout already (one row, whole groups).
+        let direct = rows == 1 && self.n_out.is_multiple_of(GROUP);
+        let mut staged = if direct {
+            Vec::new()
+        } else {
+            vec![0f32; groups * per_group]
+        };
+        let target: &mut [f32] = if direct { out } else { &mut staged };
+        let run = |group: usize, dst: &mut [f32]| {
+            let tiles = &self.tiles[group * self.blocks..(group + 1) * self.blocks];
+            group_product(isa, tiles, &xq, dst);
+        };
+        if rows * self.n_out * self.k < PARALLEL_MIN_MACS {
+            for (group, dst) in target.chunks_mut(per_group).enumerate() {
+                run(group, dst);
+            }
+        } else {
+            // Candle's own pool (the one its quantized products use): the calling thread
+            // takes part and the workers spin between the many short products of a decode
+            // step, where a pool whose workers sleep costs more than the product.
+            let pool = candle_core::utils::barrier_pool();
+            let per_piece = groups.div_ceil(PIECES_PER_THREAD * (pool.n_workers() + 1));
+            let pieces: Vec<Piece<'_>> = target
+                .chunks_mut(per_piece * per_group)
+                .enumerate()
+                .map(|(i, dst)| Piece(Mutex::new((i * per_piece, dst))))
+                .collect();
+            pool.execute_chunked(pieces.len(), |range| {
+                for piece in &pieces[range] {
+                    // Each piece is taken by one thread only: the lock never waits.
+                    let mut guard = piece.0.lock().unwrap_or_else(PoisonError::into_inner);
+                    let (first, dst) = &mut *guard;
+                    for (g, dst) in dst.chunks_mut(per_group).enumerate() {
+                        run(*first + g, dst);
+                    }
+                }
+            });
+        }
+        if !direct {
+            for (r, out_row) in out.chunks_exact_mut(self.n_out).enumerate() {
+                for (g, out_group) in out_row.chunks_mut(GROUP).enumerate() {
+                    let at = g * per_group + r * GROUP;
+                    out_group.copy_from_slice(&staged[at..at + out_group.len()]);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Rows of `x` (`[rows, k]`, `k` a multiple of 32) quantized to Q8_1 on `isa`, as the blocks
+/// candle's `BlockQ8_1::from_float` writes (36 bytes each: `d` and `s` as f16 in native byte
+/// order, then the 32 values as i8): the first step of every product, exposed for tests.
+///
+/// # Errors
+/// [`LlamaError::Request`] when `x.len()` is not a multiple of 32, [`LlamaError::Unsupported`]
+/// when this CPU lacks `isa`.
+#[doc(hidden)]
+pub fn q8_1_blocks(x: &[f32], isa: Isa) -> Result<Vec<u8>> {
+    if !isa.is_available() {
+        return Err(LlamaError::Unsupported(format!(
+            "this CPU cannot run the {isa:?} Q4_1 kernel"
+        )));
+    }
+    if !x.len().is_multiple_of(BLOCK_VALUES) {
+        return Err(LlamaError::Request(format!(
+            "{} values are not whole 32-value blocks",
+            x.len()
+        )));
+    }
+    let xq = Q8Rows::quantize(x, 1, x.len() / BLOCK_VALUES, isa);
+    let mut out = Vec::with_capacity(xq.qs.len() * 36);
+    for ((q, &d), &s) in xq.qs.iter().zip(&xq.d).zip(&xq.s) {
+        out.extend(f16::from_f32(d).to_ne_bytes());
+        out.extend(f16::from_f32(s).to_ne_bytes());
+        out.extend(q.lo[..16].iter().chain(&q.hi[..16]).map(|&v| v as u8));
+    }
+    Ok(out)
+}
+
+/// A run of consecutive groups of the output (its first group, its values), handed to one
+/// thread of the pool; alone on its cache line, so that taking it does not disturb the others.
+#[repr(align(64))]
+struct Piece<'a>(Mutex<(usize, &'a mut [f32])>);
+
+/// One block of each of eight output rows (`lane` 0..8), 160 bytes.
+#[derive(Debug, Clone, Copy)]
+#[repr(C)]
+struct Tile {
+    /// The scales `d` as f16, native byte order, lane after lane.
+    d: [u8; 16],
+    /// The minima `m` as f16, native byte order, lane after lane.
+    m: [u8; 16],
+    /// Chunk `c`: the 16 nibble bytes of lane `c`, then those of lane `c + 4`.
+    qs: [[u8; 32]; 4],
+}
+
+impl Tile {
+    const ZERO: Tile = Tile {
+        d: [0; 16],
+        m: [0; 16],
+        qs: [[0; 32]; 4],
+    };
+
+    /// Stores a 20-byte Q4_1 block (`d`, `m`, 16 nibble bytes) as lane `lane`.
+    fn set(&mut self, lane: usize, block: &[u8]) {
+        self.d[2 * lane..2 * lane + 2].copy_from_slice(&block[0..2]);
+        self.m[2 * lane..2 * lane + 2].copy_from_slice(&block[2..4]);
+        let half = 16 * (lane / 4);
+        self.qs[lane % 4][half..half + 16].copy_from_slice(&block[4..20]);
+    }
+
+    /// Lane `lane`'s scale and minimum, widened to f32, and its 16 nibble bytes.
+    fn lane(&self, lane: usize) -> (f32, f32, &[u8]) {
+        let d = f16::from_ne_bytes([self.d[2 * lane], self.d[2 * lane + 1]]);
+        let m = f16::from_ne_bytes([self.m[2 * lane], self.m[2 * lane + 1]]);
+        let half = 16 * (lane / 4);
+        (d.to_f32(), m.to_f32(), &self.qs[lane % 4][half..half + 16])
+    }
+}
+
+/// A Q8_1 block's 32 values as the kernels read them: `lo` is `q_0..q_15` twice, `hi` is
+/// `q_16..q_31` twice, so that each meets the two lanes of a [`Tile`] chunk.
+#[derive(Debug, Clone, Copy)]
+#[repr(C)]
+struct Q8Block {
+    lo: [i8; 32],
+    hi: [i8; 32],
+}
+
+/// Rows of `x` quantized to Q8_1 as candle does, with the scales widened to f32.
+struct Q8Rows {
+    rows: usize,
+    blocks: usize,
+    /// `[rows][blocks]` blocks.
+    qs: Vec<Q8Block>,
+    /// `[rows][blocks]`: `f32(f16(amax / 127))`.
+    d: Vec<f32>,
+    /// `[rows][blocks]`: `f32(f16(Σ q) * f16(d))`.
+    s: Vec<f32>,
+}
+
+/// One quantized row of `x`: `blocks` entries in each slice.
+#[derive(Clone, Copy)]
+struct Q8Row<'a> {
+    qs: &'a [Q8Block],
+    d: &'a [f32],
+    s: &'a [f32],
+}
+
+impl Q8Rows {
+    /// Candle's `BlockQ8_1::from_float` on each row of `x` (`[rows, blocks * 32]`).
+    fn quantize(x: &[f32], rows: usize, blocks: usize, isa: Isa) -> Q8Rows {
+        let n = rows * blocks;
+        let zero = Q8Block {
+            lo: [0; 32],
+            hi: [0; 32],
+        };
+        let mut qs = vec![zero; n];
+        let mut d = vec![0f32; n];
+        let mut s = vec![0f32; n];
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 | Isa::Avx512Vnni => {
+                // SAFETY: both instruction sets include AVX2, and the callers (`matmul_with`,
+                // `q8_1_blocks`) checked that this CPU has `isa`.
+                unsafe { x86::quantize_blocks(x, &mut qs, &mut d, &mut s) }
+            }
+            _ => quantize_blocks(x, &mut qs, &mut d, &mut s),
+        }
+        Q8Rows {
+            rows,
+            blocks,
+            qs,
+            d,
+            s,
+        }
+    }
+
+    fn row(&self, r: usize) -> Q8Row<'_> {
+        let range = r * self.blocks..(r + 1) * self.blocks;
+        Q8Row {
+            qs: &self.qs[range.clone()],
+            d: &self.d[range.clone()],
+            s: &self.s[range],
+        }
+    }
+}
+
+/// Quantizes 32-value blocks of `x` to Q8_1 as candle's `BlockQ8_1::from_float` does: `amax`,
+/// `d = amax / 127`, `q = round(x / d)` (ties away from zero, saturated, NaN to 0), `d` and
+/// `s = f16(Σ q) * f16(d)` kept as f16 values widened to f32.
+#[inline(always)]
+fn quantize_blocks(x: &[f32], qs: &mut [Q8Block], d: &mut [f32], s: &mut [f32]) {
+    let chunks = x.chunks_exact(BLOCK_VALUES);
+    for (((values, q), d), s) in chunks.zip(qs).zip(d).zip(s) {
+        let amax = values.iter().fold(0f32, |a, &v| a.max(v.abs()));
+        let scale = amax / 127.0;
+        let inverse = if scale != 0.0 { 1.0 / scale } else { 0.0 };
+        // `as` saturates and maps NaN to 0, as in candle.
+        let round = |v: f32| (v * inverse).round() as i8;
+        let (low, high) = values.split_at(16);
+        for (j, &v) in low.iter().enumerate() {
+            q.lo[j] = round(v);
+            q.lo[j + 16] = round(v);
+        }
+        for (j, &v) in high.iter().enumerate() {
+            q.hi[j] = round(v);
+            q.hi[j + 16] = round(v);
+        }
+        let sum: i32 = q.lo[..16]
+            .iter()
+            .chain(&q.hi[..16])
+            .map(|&q| i32::from(q))
+            .sum();
+        let scale16 = f16::from_f32(scale);
+        *d = scale16.to_f32();
+        *s = (f16::from_f32(sum as f32) * scale16).to_f32();
+    }
+}
+
+/// One group of eight output rows against every row of `xq`: `dst[r * 8 + lane]`.
+fn group_product(isa: Isa, tiles: &[Tile], xq: &Q8Rows, dst: &mut [f32]) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => {
+            // SAFETY: `matmul_with` only gets here when `Isa::Avx2.is_available()`, i.e. the
+            // CPU has AVX2 and F16C, the features `group_avx2` is compiled for.
+            unsafe { x86::group_avx2(tiles, xq, dst) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => {
+            // SAFETY: only reached when `Isa::Avx512Vnni.is_available()`: the CPU has AVX2,
+            // F16C, AVX-512F, AVX-512VL and AVX-512 VNNI, the features of `group_vnni`.
+            unsafe { x86::group_vnni(tiles, xq, dst) }
+        }
+        _ => {
+            for (r, dst) in dst.chunks_exact_mut(GROUP).enumerate().take(xq.rows) {
+                group_scalar(tiles, xq.row(r), dst);
+            }
+        }
+    }
+}
+
+/// The scalar kernel: eight outputs of one row of `x`, candle's loop per output.
+fn group_scalar(tiles: &[Tile], x: Q8Row<'_>, dst: &mut [f32]) {
+    let mut acc = [0f32; GROUP];
+    for (b, tile) in tiles.iter().enumerate() {
+        let (q, d8, s8) = (&x.qs[b], x.d[b], x.s[b]);
+        for (lane, acc) in acc.iter_mut().enumerate() {
+            let (d4, m4, nibbles) = tile.lane(lane);
+            let mut sumi = 0i32;
+            for ((&byte, &lo), &hi) in nibbles.iter().zip(&q.lo).zip(&q.hi) {
+                sumi +=
+                    i32::from(byte & 0x0F) * i32::from(lo) + i32::from(byte >> 4) * i32::from(hi);
+            }
+            *acc += sumi as f32 * d4 * d8 + m4 * s8;
+        }
+    }
+    dst[..GROUP].copy_from_slice(&acc);
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    //! The x86-64 kernels. Per tile (one block of eight rows): four 256-bit loads of nibbles
+    //! (chunk `c` holds lanes `c` and `c + 4`), split by `vpand` / `vpsrlw`, multiplied with the
+    //! activation block (`q_0..15` in both 128-bit halves against the low nibbles, `q_16..31`
+    //! against the high ones) into four i32 partial sums per lane, reduced to the eight block
+    //! sums in lane order by three `vphaddd`. The float step: `vcvtdq2ps`, `vcvtph2ps` for the
+    //! scales and minima, then `vmulps` / `vaddps` in candle's order. Up to four rows of `x`
+    //! share each nibble load.
+
+    use std::arch::x86_64::*;
+
+    use half::f16;
+
+    use super::{Q8Block, Q8Row, Q8Rows, Tile, GROUP};
+
+    /// [`super::quantize_blocks`] on AVX2, with the same results: per block, `amax` by
+    /// `vmaxps` (a NaN `|x|` leaves the running maximum unchanged, as `f32::max` does; the
+    /// maximum of the other values does not depend on the order), `x * (1 / d)` by `vmulps`,
+    /// rounding half away from zero as `t = trunc(y)`, `t + copysign(1, y)` where
+    /// `|y - t| >= 0.5` (both exact), then NaN to 0, clamping to `[-128, 127]` and packing to
+    /// bytes (`as i8`). The f16 steps are the `half` crate's, as in candle.
+    #[target_feature(enable = "avx2")]
+    pub(super) fn quantize_blocks(x: &[f32], qs: &mut [Q8Block], d: &mut [f32], s: &mut [f32]) {
+        let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
+        let chunks = x.chunks_exact(super::BLOCK_VALUES);
+        for (((values, q), d), s) in chunks.zip(qs).zip(d).zip(s) {
+            let mut v = [_mm256_setzero_ps(); 4];
+            for (i, v) in v.iter_mut().enumerate() {
+                let eight = &values[8 * i..8 * i + 8];
+                // SAFETY: `eight` is 8 readable f32; `loadu` has no alignment requirement.
+                *v = unsafe { _mm256_loadu_ps(eight.as_ptr()) };
+            }
+            // The second operand of `vmaxps` is returned when the first is NaN: keep the
+            // running maximum (never NaN) there.
+            let mut amax = _mm256_setzero_ps();
+            for &v in &v {
+                amax = _mm256_max_ps(_mm256_and_ps(v, abs_mask), amax);
+            }
+            let amax = horizontal_max(amax);
+            let scale = amax / 127.0;
+            let inverse = if scale != 0.0 { 1.0 / scale } else { 0.0 };
+            let inverse = _mm256_set1_ps(inverse);
+            let mut ints = [_mm256_setzero_si256(); 4];
+            for (int, &v) in ints.iter_mut().zip(&v) {
+                *int = round_to_i8(_mm256_mul_ps(v, inverse));
+            }
+            let sum = _mm256_add_epi32(
+                _mm256_add_epi32(ints[0], ints[1]),
+                _mm256_add_epi32(ints[2], ints[3]),
+            );
+            let sum = horizontal_sum(sum);
+            // i32 to i16 to i8 (no saturation: already in range), interleaved by 128-bit
+            // halves: the dwords hold values [0..4, 8..12, 16..20, 24..28, 4..8, 12..16,
+            // 20..24, 28..32]; put them back in order.
+            let words = [
+                _mm256_packs_epi32(ints[0], ints[1]),
+                _mm256_packs_epi32(ints[2], ints[3]),
+            ];
+            let bytes = _mm256_packs_epi16(words[0], words[1]);
+            let bytes =
+                _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            // `lo`: values 0..16 twice; `hi`: values 16..32 twice.
+            let lo = _mm256_permute4x64_epi64(bytes, 0b01_00_01_00);
+            let hi = _mm256_permute4x64_epi64(bytes, 0b11_10_11_10);
+            // SAFETY: `q.lo` and `q.hi` are 32 writable bytes each; `storeu` has no alignment
+            // requirement.
+            unsafe {
+                _mm256_storeu_si256(q.lo.as_mut_ptr().cast(), lo);
+                _mm256_storeu_si256(q.hi.as_mut_ptr().cast(), hi);
+            }
+            let scale16 = f16::from_f32(scale);
+            *d = scale16.to_f32();
+            *s = (f16::from_f32(sum as f32) * scale16).to_f32();
+        }
+    }
+
+    /// The largest of eight values, none of them NaN.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn horizontal_max(v: __m256) -> f32 {
+        let m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let m = _mm_max_ss(m, _mm_movehdup_ps(m));
+        _mm_cvtss_f32(m)
+    }
+
+    /// The sum of eight i32 (no overflow here: at most 32 * 128 in magnitude).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn horizontal_sum(v: __m256i) -> i32 {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01));
+        _mm_cvtsi128_si32(s)
+    }
+
+    /// `y.round() as i8` lane by lane: rounding half away from zero, NaN to 0, saturating.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn round_to_i8(y: __m256) -> __m256i {
+        let sign = _mm256_castsi256_ps(_mm256_set1_epi32(i32::MIN));
+        let t = _mm256_round_ps(y, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+        // `y - t` is exact; for infinite `y` it is NaN and the comparison false.
+        let frac = _mm256_andnot_ps(sign, _mm256_sub_ps(y, t));
+        let up = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5), _CMP_GE_OQ);
+        let one = _mm256_or_ps(_mm256_set1_ps(1.0), _mm256_and_ps(y, sign));
+        let r = _mm256_add_ps(t, _mm256_and_ps(up, one));
+        // NaN to 0, then clamp (no NaN left, so operand order does not matter).
+        let r = _mm256_and_ps(r, _mm256_cmp_ps(r, r, _CMP_ORD_Q));
+        let r = _mm256_min_ps(
+            _mm256_max_ps(r, _mm256_set1_ps(-128.0)),
+            _mm256_set1_ps(127.0),
+        );
+        _mm256_cvttps_epi32(r)
+    }
+
+    /// 32 bytes as a vector.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn load_u8(bytes: &[u8; 32]) -> __m256i {
+        // SAFETY: `bytes` is 32 readable bytes; `loadu` has no alignment requirement.
+        unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) }
+    }
+
+    /// 32 signed bytes as a vector.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn load_i8(bytes: &[i8; 32]) -> __m256i {
+        // SAFETY: `bytes` is 32 readable bytes; `loadu` has no alignment requirement.
+        unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) }
+    }
+
+    /// Eight f16 (native byte order) widened to f32, exactly.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    fn load_f16x8(bytes: &[u8; 16]) -> __m256 {
+        // SAFETY: `bytes` is 16 readable bytes; `loadu` has no alignment requirement.
+        let raw = unsafe { _mm_loadu_si128(bytes.as_ptr().cast()) };
+        _mm256_cvtph_ps(raw)
+    }
+
+    /// The low and high nibbles of a tile chunk, as bytes 0..16.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn nibbles(chunk: &[u8; 32]) -> (__m256i, __m256i) {
+        let v = load_u8(chunk);
+        let mask = _mm256_set1_epi8(0x0F);
+        (
+            _mm256_and_si256(v, mask),
+            _mm256_and_si256(_mm256_srli_epi16(v, 4), mask),
+        )
+    }
+
+    /// The eight block sums in lane order, from the four chunk vectors (chunk `c`: four
+    /// partial sums of lane `c`, then four of lane `c + 4`).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn reduce(p: [__m256i; 4]) -> __m256i {
+        // Per 128-bit half: [c0 c0 c1 c1] and [c2 c2 c3 c3], then [c0 c1 c2 c3]; the low half
+        // holds lanes 0..4, the high one lanes 4..8.
+        let a = _mm256_hadd_epi32(p[0], p[1]);
+        let b = _mm256_hadd_epi32(p[2], p[3]);
+        _mm256_hadd_epi32(a, b)
+    }
+
+    /// `acc + (((sumi * d4) * d8) + (m4 * s8))`, lane by lane, in candle's order (no FMA).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn accumulate(acc: __m256, sumi: __m256i, d4: __m256, m4: __m256, d8: f32, s8: f32) -> __m256 {
+        let sumi = _mm256_cvtepi32_ps(sumi);
+        let scaled = _mm256_mul_ps(_mm256_mul_ps(sumi, d4), _mm256_set1_ps(d8));
+        let offset = _mm256_mul_ps(m4, _mm256_set1_ps(s8));
+        _mm256_add_ps(acc, _mm256_add_ps(scaled, offset))
+    }
+
+    /// Stores `acc` as the first eight values of `dst`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn store(acc: __m256, dst: &mut [f32]) {
+        let dst = &mut dst[..GROUP];
+        // SAFETY: `dst` is eight writable f32 (the slice above checks the length); `storeu`
+        // has no alignment requirement.
+        unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), acc) }
+    }
+
+    /// Four partial block sums of each lane of a chunk: `vpmaddubsw` (u8 x i8 pairs to i16, at
+    /// most 2 * 15 * 128 in magnitude: no saturation), the two halves added in i16 (at most
+    /// 7680), `vpmaddwd` by ones to i32.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn dot_avx2(lo: __m256i, hi: __m256i, q: &Q8Block) -> __m256i {
+        let low = _mm256_maddubs_epi16(lo, load_i8(&q.lo));
+        let high = _mm256_maddubs_epi16(hi, load_i8(&q.hi));
+        _mm256_madd_epi16(_mm256_add_epi16(low, high), _mm256_set1_epi16(1))
+    }
+
+    /// Four partial block sums of each lane of a chunk: two `vpdpbusd` (u8 x i8 quadruples
+    /// summed into i32, exactly).
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
+    fn dot_vnni(lo: __m256i, hi: __m256i, q: &Q8Block) -> __m256i {
+        let sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, load_i8(&q.lo));
+        _mm256_dpbusd_epi32(sums, hi, load_i8(&q.hi))
+    }
+
+    macro_rules! kernel {
+        ($tile_fn:ident, $group_fn:ident, $features:literal, $dot:ident) => {
+            /// One group of eight output rows against `T` rows of `x`: `dst[t * 8 + lane]`.
+            #[target_feature(enable = $features)]
+            fn $tile_fn<const T: usize>(tiles: &[Tile], x: [Q8Row<'_>; T], dst: &mut [f32]) {
+                let mut acc = [_mm256_setzero_ps(); T];
+                for (b, tile) in tiles.iter().enumerate() {
+                    let mut p = [[_mm256_setzero_si256(); 4]; T];
+                    for (c, chunk) in tile.qs.iter().enumerate() {
+                        let (lo, hi) = nibbles(chunk);
+                        for (p, x) in p.iter_mut().zip(&x) {
+                            p[c] = $dot(lo, hi, &x.qs[b]);
+                        }
+                    }
+                    let d4 = load_f16x8(&tile.d);
+                    let m4 = load_f16x8(&tile.m);
+                    for ((acc, p), x) in acc.iter_mut().zip(p).zip(&x) {
+                        *acc = accumulate(*acc, reduce(p), d4, m4, x.d[b], x.s[b]);
+                    }
+                }
+                for (t, acc) in acc.into_iter().enumerate() {
+                    store(acc, &mut dst[t * GROUP..]);
+                }
+            }
+
+            /// One group of eight output rows against every row of `xq`, four rows of `x` at
+            /// a time: `dst[r * 8 + lane]`.
+            #[target_feature(enable = $features)]
+            pub(super) fn $group_fn(tiles: &[Tile], xq: &Q8Rows, dst: &mut [f32]) {
+                let mut r = 0;
+                while r < xq.rows {
+                    let dst = &mut dst[r * GROUP..];
+                    match xq.rows - r {
+                        1 => $tile_fn::<1>(tiles, [xq.row(r)], dst),
+                        2 => $tile_fn::<2>(tiles, [xq.row(r), xq.row(r + 1)], dst),
+                        3 => $tile_fn::<3>(tiles, [xq.row(r), xq.row(r + 1), xq.row(r + 2)], dst),
+                        _ => $tile_fn::<4>(
+                            tiles,
+                            [xq.row(r), xq.row(r + 1), xq.row(r + 2), xq.row(r + 3)],
+                            dst,
+                        ),
+                    }
+                    r += 4;
+                }
+            }
+        };
+    }
+
+    kernel!(tile_avx2, group_avx2, "avx2,f16c", dot_avx2);
+    kernel!(
+        tile_vnni,
+        group_vnni,
+        "avx2,f16c,avx512f,avx512vl,avx512vnni",
+        dot_vnni
+    );
+}
