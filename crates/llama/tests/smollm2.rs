@@ -5,13 +5,16 @@
 //! The model is not in the repository: `scripts/fetch_smollm2.sh` puts it in `data/` (or point
 //! `SMOLLM2_GGUF` at it). Without it every test here prints why and passes without checking.
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use candle_core::{Device, Tensor};
+use candle_core::Device;
+use common::logits_all as logits;
 use llama::generate::{argmax, generate, Sampling};
 use llama::gguf::GgufFile;
-use llama::{Llama, LoadOptions, Logits, Tokenizer};
+use llama::{Llama, LoadOptions, Tokenizer};
 use rotary::{convert_projection, Layout};
 use serde::Deserialize;
 
@@ -103,17 +106,6 @@ fn load(layout: Layout, dequantize: bool) -> Option<Llama> {
         ..LoadOptions::default()
     };
     gguf().map(|file| Llama::load(file, &options).unwrap())
-}
-
-/// Logits `[t, vocab]` of one sequence in one pass.
-fn logits(model: &Llama, ids: &[u32]) -> Vec<Vec<f32>> {
-    let mut cache = model.cache(1, ids.len());
-    let x = Tensor::new(ids, &Device::Cpu)
-        .unwrap()
-        .unsqueeze(0)
-        .unwrap();
-    let out = model.forward(&x, &mut cache, Logits::All).unwrap();
-    out.squeeze(0).unwrap().to_vec2().unwrap()
 }
 
 fn logsumexp(row: &[f32]) -> f64 {

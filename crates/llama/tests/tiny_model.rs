@@ -6,7 +6,7 @@ mod common;
 
 use candle_core::quantized::GgmlDType;
 use candle_core::{Device, Tensor};
-use common::{tiny_gguf, tiny_weights, TinyWeights};
+use common::{logits_all, max_abs_diff, tiny_gguf, tiny_weights, TinyWeights};
 use llama::generate::{generate, Sampling};
 use llama::gguf::GgufFile;
 use llama::{Llama, LlamaError, LoadOptions, Logits};
@@ -23,28 +23,6 @@ fn options(layout: Layout, dequantize: bool) -> LoadOptions {
         dequantize,
         ..LoadOptions::default()
     }
-}
-
-/// Logits `[t, vocab]` of one sequence run in one pass.
-fn logits_all(model: &Llama, ids: &[u32]) -> Vec<Vec<f32>> {
-    let mut cache = model.cache(1, ids.len());
-    let x = Tensor::new(ids, &Device::Cpu)
-        .unwrap()
-        .unsqueeze(0)
-        .unwrap();
-    let out = model.forward(&x, &mut cache, Logits::All).unwrap();
-    out.squeeze(0).unwrap().to_vec2().unwrap()
-}
-
-fn max_abs_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .flat_map(|(x, y)| {
-            assert_eq!(x.len(), y.len());
-            x.iter().zip(y).map(|(p, q)| (p - q).abs())
-        })
-        .fold(0.0, f32::max)
 }
 
 /// `W x` for `W` row-major `[out, in]`.

@@ -3,7 +3,10 @@
 //! Face transformers computes after loading the same file: tokens, logits, greedy steps. It runs
 //! on every checkout (the files are committed, 104 KB), unlike the SmolLM2 tests.
 
+mod common;
+
 use candle_core::{Device, Tensor};
+use common::{logits_all, max_abs_diff};
 use llama::generate::{generate, Sampling};
 use llama::gguf::GgufFile;
 use llama::{Llama, LlamaConfig, LoadOptions, Logits, Tokenizer};
@@ -55,17 +58,6 @@ fn model(layout: Layout, dequantize: bool) -> Llama {
     Llama::load(&file(), &options).unwrap()
 }
 
-fn max_abs_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .flat_map(|(x, y)| {
-            assert_eq!(x.len(), y.len());
-            x.iter().zip(y).map(|(p, q)| (p - q).abs())
-        })
-        .fold(0.0, f32::max)
-}
-
 #[test]
 fn reads_gguf_pys_file() {
     let file = file();
@@ -104,18 +96,7 @@ fn logits_match_transformers_in_both_layouts() {
     for layout in [Layout::Interleaved, Layout::Half] {
         let model = model(layout, true);
         for case in expected().logits {
-            let mut cache = model.cache(1, case.ids.len());
-            let ids = Tensor::new(case.ids.as_slice(), &Device::Cpu)
-                .unwrap()
-                .unsqueeze(0)
-                .unwrap();
-            let ours: Vec<Vec<f32>> = model
-                .forward(&ids, &mut cache, Logits::All)
-                .unwrap()
-                .squeeze(0)
-                .unwrap()
-                .to_vec2()
-                .unwrap();
+            let ours = logits_all(&model, &case.ids);
             // Logits up to ~10 from the same dequantized f32 weights; only the order of f32
             // sums differs (transformers matched a float64 reference within 4.4e-6).
             let diff = max_abs_diff(&ours, &case.logits);
@@ -152,18 +133,7 @@ fn greedy_steps_match_transformers() {
 fn the_q8_0_kernels_stay_near_transformers() {
     let model = model(Layout::Interleaved, false);
     for case in expected().logits {
-        let mut cache = model.cache(1, case.ids.len());
-        let ids = Tensor::new(case.ids.as_slice(), &Device::Cpu)
-            .unwrap()
-            .unsqueeze(0)
-            .unwrap();
-        let ours: Vec<Vec<f32>> = model
-            .forward(&ids, &mut cache, Logits::All)
-            .unwrap()
-            .squeeze(0)
-            .unwrap()
-            .to_vec2()
-            .unwrap();
+        let ours = logits_all(&model, &case.ids);
         // The activations are rounded to 8-bit blocks before each product; with rows of only
         // 64 to 128 values the errors average out little: measured 0.23 on logits up to 7.3.
         // A wrong block layout, row order or type would be off by the logits' own size.

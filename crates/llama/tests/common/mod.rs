@@ -5,6 +5,7 @@
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
+use llama::{Llama, Logits};
 use rand::{Rng, SeedableRng};
 
 /// A metadata value as GGUF stores it: type number and payload.
@@ -239,4 +240,27 @@ pub fn ggml_number(kind: GgmlDType) -> u32 {
         GgmlDType::Q8_0 => 8,
         other => panic!("no number for {other:?} in the tests"),
     }
+}
+
+/// Logits `[t, vocab]` of one sequence run in one pass from an empty cache.
+pub fn logits_all(model: &Llama, ids: &[u32]) -> Vec<Vec<f32>> {
+    let mut cache = model.cache(1, ids.len());
+    let x = Tensor::new(ids, &Device::Cpu)
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
+    let out = model.forward(&x, &mut cache, Logits::All).unwrap();
+    out.squeeze(0).unwrap().to_vec2().unwrap()
+}
+
+/// The largest `|a - b|` over two equally shaped tables.
+pub fn max_abs_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .flat_map(|(x, y)| {
+            assert_eq!(x.len(), y.len());
+            x.iter().zip(y).map(|(p, q)| (p - q).abs())
+        })
+        .fold(0.0, f32::max)
 }
