@@ -24,6 +24,8 @@ use serde_json::json;
 use crate::json;
 use crate::llama::ModelArgs;
 
+use super::timing::median;
+
 /// Arguments of `roformer bench llama`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -73,17 +75,27 @@ pub fn run(args: Args) -> Result<()> {
             runs.push(run);
         }
     }
-    let prefill = median(runs.iter().map(|r| r.prefill.as_secs_f64()).collect());
-    let decode = median(runs.iter().map(|r| r.decode.as_secs_f64()).collect());
+    let prefill = median(
+        &runs
+            .iter()
+            .map(|r| r.prefill.as_secs_f64())
+            .collect::<Vec<_>>(),
+    );
+    let decode = median(
+        &runs
+            .iter()
+            .map(|r| r.decode.as_secs_f64())
+            .collect::<Vec<_>>(),
+    );
     let prefill_rope = median(
-        (0..args.repeats)
+        &(0..args.repeats)
             .map(|_| rope_time(&model, args.prompt_tokens, 0))
-            .collect::<Result<_>>()?,
+            .collect::<Result<Vec<_>>>()?,
     );
     let decode_rope = median(
-        (0..args.repeats)
+        &(0..args.repeats)
             .map(|_| decode_rope_time(&model, args.prompt_tokens, args.new_tokens))
-            .collect::<Result<_>>()?,
+            .collect::<Result<Vec<_>>>()?,
     );
     let threads = rayon::current_num_threads();
     let prefill_tps = args.prompt_tokens as f64 / prefill;
@@ -186,14 +198,4 @@ fn decode_rope_time(model: &Llama, prompt: usize, steps: usize) -> Result<f64> {
         total += rope_time(model, 1, prompt + step)?;
     }
     Ok(total)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        0.5 * (v[n / 2 - 1] + v[n / 2])
-    }
 }

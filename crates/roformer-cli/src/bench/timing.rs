@@ -57,6 +57,11 @@ impl Stats {
     }
 }
 
+/// The median of `values` (not empty), as [`Stats::from_samples`] computes it.
+pub fn median(values: &[f64]) -> f64 {
+    Stats::from_samples(values.to_vec(), 1).median
+}
+
 /// Times `n` implementations round-robin; `call(i)` runs implementation `i` once.
 ///
 /// # Errors

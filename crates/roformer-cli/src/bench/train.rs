@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 use super::alloc::{self, WARM_ENV};
 use super::memory::{cpu_seconds, proc_status};
 use super::model::{parse_shape, ConfigName};
-use super::timing::Stats;
+use super::timing::{median, Stats};
 
 /// The fraction of positions labelled, as in the peer script.
 const LABELLED: f64 = 0.15;
@@ -225,11 +225,6 @@ fn set_threads(threads: Option<u32>) -> Result<()> {
             .context("sizing the thread pool")?;
     }
     Ok(())
-}
-
-/// The median of `values` (not empty).
-fn median(values: &[f64]) -> f64 {
-    Stats::from_samples(values.to_vec(), 1).median
 }
 
 /// The child's side: measures one shape and prints it as one JSON line.
