@@ -41,7 +41,7 @@ impl LlamaConfig {
     /// [`LlamaError::Unsupported`] for another architecture or a RoPE scaling;
     /// [`LlamaError::MissingKey`] / [`LlamaError::BadValue`] for absent or inconsistent values.
     pub fn from_gguf(file: &GgufFile) -> Result<LlamaConfig> {
-        let arch = string(file, "general.architecture")?;
+        let arch = file.get_str("general.architecture")?;
         if arch != "llama" {
             return Err(LlamaError::Unsupported(format!(
                 "architecture `{arch}`; this model reads `llama`"
@@ -121,18 +121,6 @@ fn bad(key: &str, what: String) -> LlamaError {
         key: key.to_string(),
         what,
     }
-}
-
-fn string<'a>(file: &'a GgufFile, key: &str) -> Result<&'a str> {
-    let value = file
-        .get(key)
-        .ok_or_else(|| LlamaError::MissingKey(key.into()))?;
-    value.as_str().ok_or_else(|| {
-        bad(
-            key,
-            format!("a string was expected, the file has {}", value.type_name()),
-        )
-    })
 }
 
 /// A size in `1..=MAX_SIZE`.

@@ -41,7 +41,7 @@ impl Tokenizer {
     /// or [`LlamaError::BadValue`] for absent or malformed vocabulary data,
     /// [`LlamaError::Tokenizer`] when `tokenizers` refuses the merges.
     pub fn from_gguf(file: &GgufFile) -> Result<Tokenizer> {
-        let model = string(file, "tokenizer.ggml.model")?;
+        let model = file.get_str("tokenizer.ggml.model")?;
         if model != "gpt2" {
             return Err(LlamaError::Unsupported(format!(
                 "tokenizer model `{model}`; byte-level BPE (`gpt2`) is read"
@@ -202,16 +202,6 @@ fn added_tokens(file: &GgufFile, tokens: &[String]) -> Result<(Vec<AddedToken>, 
         }
     }
     Ok((special, plain))
-}
-
-fn string<'a>(file: &'a GgufFile, key: &str) -> Result<&'a str> {
-    file.get(key)
-        .ok_or_else(|| LlamaError::MissingKey(key.into()))?
-        .as_str()
-        .ok_or_else(|| LlamaError::BadValue {
-            key: key.into(),
-            what: "a string was expected".into(),
-        })
 }
 
 fn strings<'a>(file: &'a GgufFile, key: &str) -> Result<&'a [String]> {

@@ -193,6 +193,21 @@ impl GgufFile {
         self.metadata.get(key)
     }
 
+    /// The string value of `key`.
+    ///
+    /// # Errors
+    /// [`LlamaError::MissingKey`] when there is none, [`LlamaError::BadValue`] when it is not a
+    /// string.
+    pub fn get_str(&self, key: &str) -> Result<&str> {
+        let value = self
+            .get(key)
+            .ok_or_else(|| LlamaError::MissingKey(key.into()))?;
+        value.as_str().ok_or_else(|| LlamaError::BadValue {
+            key: key.into(),
+            what: format!("a string was expected, the file has {}", value.type_name()),
+        })
+    }
+
     /// The tensor directory, by name.
     pub fn tensors(&self) -> &BTreeMap<String, TensorInfo> {
         &self.tensors
