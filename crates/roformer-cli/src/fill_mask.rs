@@ -3,7 +3,10 @@
 //! The text is encoded as `[CLS] text [SEP]` by the checkpoint's tokenizer, run through
 //! [`RoFormerForMaskedLM`], and at each mask position the logits `z` over the vocabulary become
 //! probabilities `p_i = exp(z_i - max z) / sum_j exp(z_j - max z)` (in f64, so no exponential
-//! overflows); the `k` highest are printed.
+//! overflows); the `k` highest are printed, each with its `sequence`: the text with that mask
+//! replaced by the candidate token (a `##` continuation without its `##`), every other mask
+//! left as written, as transformers' fill-mask pipeline shows it (there decoded from the ids,
+//! here cut from the text, so spacing and case stay the user's).
 //!
 //! A text longer than `--max-length` is cut (see [`truncation`]); a mask token that the cut
 //! would drop is an error, not a silently missing prediction. Logits that are not finite
@@ -16,6 +19,7 @@ use anyhow::{bail, ensure};
 use candle_core::{DType, Device, Tensor};
 use roformer::{HeadModel, RoFormerForMaskedLM};
 
+use crate::precision::PrecisionArg;
 use crate::truncation::{self, Cut, Limit};
 use crate::{default_model, finite, json};
 use serde::Serialize;
@@ -38,14 +42,19 @@ pub struct Args {
     #[arg(long, value_name = "N", value_parser = truncation::parse)]
     max_length: Option<u32>,
     /// One JSON object on one line: {"text", "masks": [{"position", "predictions": [{"id",
-    /// "token", "probability"}]}], "truncated": null or {"tokens", "kept"}}; position is the
-    /// token index in [CLS] text [SEP].
+    /// "token", "probability", "sequence"}]}], "truncated": null or {"tokens", "kept"}};
+    /// position is the token index in [CLS] text [SEP], sequence the text with that mask
+    /// filled by the token.
     #[arg(long)]
     json: bool,
     /// The text, with one or more mask tokens written as the tokenizer's mask token
     /// (usually [MASK]).
     #[arg(value_name = "TEXT")]
     text: String,
+    /// The precision of the encoder's matrix products: bf16 converts the weights once at load
+    /// (f32 where the CPU has no native bf16 dot product).
+    #[arg(long, value_enum, default_value = "f32")]
+    precision: PrecisionArg,
 }
 
 /// One candidate token for a mask.
@@ -55,6 +64,8 @@ struct Prediction {
     /// `None` for an id that has no token in vocab.txt (a vocabulary smaller than the model's).
     token: Option<String>,
     probability: f64,
+    /// The text with this mask replaced by `token` (other masks kept); `None` with `token`.
+    sequence: Option<String>,
 }
 
 /// The candidates for the mask at token index `position`, most likely first.
@@ -124,14 +135,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
          saved from RoFormerForMaskedLM",
         dir.checkpoint.path().display()
     );
-    let model = dir
+    let mut model = dir
         .load::<RoFormerForMaskedLM>(DType::F32, &Device::Cpu)?
         .model;
+    model.set_precision(args.precision.resolve())?;
     let ids = Tensor::from_slice(&encoding.ids, (1, encoding.len()), &Device::Cpu)?;
     let logits = model.forward(&ids, None, None, None)?.logits.squeeze(0)?; // [seq, vocab]
 
     let mut masks = Vec::with_capacity(positions.len());
     for position in positions {
+        let span = encoding.offsets[position];
         let row: Vec<f32> = logits.get(position)?.to_dtype(DType::F32)?.to_vec1()?;
         if let Some((id, value)) = finite::first_non_finite(&row) {
             bail!(
@@ -141,10 +154,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         let predictions = top_k(&softmax(&row), args.top_k as usize)
             .into_iter()
-            .map(|(id, probability)| Prediction {
-                id,
-                token: tokenizer.id_to_token(id).map(str::to_owned),
-                probability,
+            .map(|(id, probability)| {
+                let token = tokenizer.id_to_token(id);
+                Prediction {
+                    id,
+                    token: token.map(str::to_owned),
+                    probability,
+                    sequence: token.map(|t| fill(&args.text, span, t)),
+                }
             })
             .collect();
         masks.push(Mask {
@@ -192,22 +209,50 @@ fn top_k(probs: &[f64], k: usize) -> Vec<(u32, f64)> {
     ranked
 }
 
-/// One block per mask: rank, probability, id and token.
+/// `text` with its chars `start..end` (a mask's offsets) replaced by `token`, whose `##` (a
+/// WordPiece continuation) is dropped: decoding glues a continuation to what precedes it.
+fn fill(text: &str, (start, end): (usize, usize), token: &str) -> String {
+    let byte = |chars: usize| {
+        text.char_indices()
+            .nth(chars)
+            .map_or(text.len(), |(b, _)| b)
+    };
+    let (start, end) = (byte(start), byte(end));
+    let piece = token.strip_prefix("##").unwrap_or(token);
+    [&text[..start], piece, &text[end..]].concat()
+}
+
+/// Columns `s` takes in a terminal, roughly: 2 for a wide (CJK, full-width) char, else 1.
+fn width(s: &str) -> usize {
+    s.chars()
+        .map(|c| if (c as u32) < 0x1100 { 1 } else { 2 })
+        .sum()
+}
+
+/// One block per mask: rank, probability, token and the filled text.
 fn print_table(out: &mut impl Write, report: &Report<'_>) -> anyhow::Result<()> {
+    const NO_TOKEN: &str = "(no token in vocab.txt)";
     let n = report.masks.len();
     for (i, mask) in report.masks.iter().enumerate() {
         if i > 0 {
             writeln!(out)?;
         }
         writeln!(out, "mask {} of {n} (token {}):", i + 1, mask.position)?;
+        let column = mask
+            .predictions
+            .iter()
+            .map(|p| width(p.token.as_deref().unwrap_or(NO_TOKEN)))
+            .max()
+            .unwrap_or(0);
         for (rank, p) in mask.predictions.iter().enumerate() {
-            let token = p.token.as_deref().unwrap_or("(no token in vocab.txt)");
+            let token = p.token.as_deref().unwrap_or(NO_TOKEN);
+            let pad = " ".repeat(column - width(token));
+            let sequence = p.sequence.as_deref().unwrap_or("-");
             writeln!(
                 out,
-                "{:>4}  {:.6}  {:>7}  {token}",
+                "{:>4}  {:.6}  {token}{pad}  {sequence}",
                 rank + 1,
                 p.probability,
-                p.id
             )?;
         }
     }
@@ -227,6 +272,22 @@ mod tests {
         assert!((p[1] - e / (1.0 + e)).abs() < 1e-15);
         assert!(p[2] >= 0.0 && p[2] < 1e-300);
         assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-15);
+    }
+
+    #[test]
+    fn fill_replaces_the_char_range_of_one_mask() {
+        let text = "今天[MASK]气，在[MASK]京";
+        assert_eq!(fill(text, (2, 8), "天"), "今天天气，在[MASK]京");
+        assert_eq!(fill(text, (11, 17), "北"), "今天[MASK]气，在北京");
+        assert_eq!(fill(text, (11, 17), "##ing"), "今天[MASK]气，在ing京");
+        assert_eq!(fill("[MASK]", (0, 6), "月"), "月");
+    }
+
+    #[test]
+    fn widths_count_wide_chars_twice() {
+        assert_eq!(width("月"), 2);
+        assert_eq!(width("[UNK]"), 5);
+        assert_eq!(width("##月a"), 5);
     }
 
     #[test]

@@ -8,6 +8,7 @@ use anyhow::{bail, Context};
 use candle_core::{DType, Device, Tensor};
 use roformer::{HeadModel, ModelDir, RoFormerForMaskedLM, RoFormerModel};
 
+use crate::precision::PrecisionArg;
 use crate::{finite, output};
 
 /// Arguments of `roformer forward`.
@@ -27,6 +28,10 @@ pub struct Args {
     /// a regular file is replaced atomically. Non-finite values are kept, with a warning.
     #[arg(long, value_name = "OUT.safetensors")]
     output: PathBuf,
+    /// The precision of the encoder's matrix products: bf16 converts the weights once at load
+    /// (f32 where the CPU has no native bf16 dot product).
+    #[arg(long, value_enum, default_value = "f32")]
+    precision: PrecisionArg,
 }
 
 /// The input file.
@@ -81,8 +86,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("loading the model in {}", args.model.display()))?;
     let device = Device::Cpu;
     let mut outputs: HashMap<String, Tensor> = HashMap::new();
+    let precision = args.precision.resolve();
     let unused = if dir.checkpoint.has_mlm_head() {
-        let loaded = dir.load::<RoFormerForMaskedLM>(DType::F32, &device)?;
+        let mut loaded = dir.load::<RoFormerForMaskedLM>(DType::F32, &device)?;
+        loaded.model.set_precision(precision)?;
         let out = loaded
             .model
             .forward(&ids, types.as_ref(), mask.as_ref(), positions.as_ref())?;
@@ -90,7 +97,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         outputs.insert("logits".into(), out.logits);
         loaded.unused
     } else {
-        let loaded = dir.load::<RoFormerModel>(DType::F32, &device)?;
+        let mut loaded = dir.load::<RoFormerModel>(DType::F32, &device)?;
+        loaded.model.encoder_mut().set_precision(precision)?;
         let h = loaded
             .model
             .forward(&ids, types.as_ref(), mask.as_ref(), positions.as_ref())?;

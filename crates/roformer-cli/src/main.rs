@@ -17,6 +17,7 @@ mod json;
 mod llama;
 mod output;
 mod plot;
+mod precision;
 mod rope_cmd;
 mod tokenize;
 mod train;

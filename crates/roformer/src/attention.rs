@@ -66,7 +66,7 @@ pub(crate) fn dense(
     mode: Mode<'_>,
 ) -> candle_core::Result<Tensor> {
     if mode.is_train() {
-        return train::ops::linear::linear(x, layer, activation);
+        return train::ops::linear::linear(x, layer, activation, mode.precision());
     }
     let y = layer.forward(x)?;
     match activation {
@@ -145,6 +145,7 @@ impl SelfAttention {
             rotary_value: self.rotary_value,
             mask: mask.cloned(),
             dropout: mode.keep_mask(b * self.heads * t * t, self.dropout),
+            precision: mode.precision(),
         };
         train::ops::attention::attention(&q, &k, &v, spec).map(Some)
     }

@@ -13,6 +13,8 @@
 //! the fused training ops of `train::ops`: a dense layer with its activation, the attention,
 //! dropout with the residual add are one op each).
 
+use std::sync::Arc;
+
 use candle_core::Tensor;
 use candle_nn::{Linear, VarBuilder};
 use rotary::{Layout, Positions, Rope, DEFAULT_BASE};
@@ -20,8 +22,9 @@ use rotary::{Layout, Positions, Rope, DEFAULT_BASE};
 use crate::activation::Activation;
 use crate::attention::{dense, encoder_linear, Attention};
 use crate::config::{AttentionType, PositionEmbeddingType, RoFormerConfig};
+use crate::cpu::Precision;
 use crate::error::{ModelError, Result};
-use crate::fused::{self, LayerParts};
+use crate::fused::{self, LayerParts, PackedLayer};
 use crate::mode::Mode;
 use crate::norm::Norm;
 
@@ -35,6 +38,8 @@ pub struct Layer {
     norm: Norm,
     layer_norm_eps: f64,
     dropout: f64,
+    /// The dense weights packed for bf16 products (set by [`Encoder::set_precision`]).
+    packed: Option<Arc<PackedLayer>>,
 }
 
 impl Layer {
@@ -53,6 +58,7 @@ impl Layer {
             norm: Norm::load(h, cfg, vb.pp("output").pp("LayerNorm"))?,
             layer_norm_eps: cfg.layer_norm_eps,
             dropout: cfg.hidden_dropout_prob,
+            packed: None,
         })
     }
 
@@ -90,6 +96,7 @@ impl Layer {
             output: &self.output,
             output_norm: &self.norm,
             layer_norm_eps: self.layer_norm_eps,
+            packed: self.packed.as_deref(),
         })
     }
 }
@@ -127,6 +134,23 @@ impl Encoder {
             _ => None,
         };
         Ok(Encoder { layers, rope })
+    }
+
+    /// Sets the precision of the fused inference path's matrix products: [`Precision::Bf16`]
+    /// packs every layer's dense weights once as bf16 (on a CPU with a native bf16 dot
+    /// product; elsewhere it stays f32), [`Precision::F32`] drops them. Training passes are
+    /// unaffected (their precision is [`Mode::Train`]'s).
+    ///
+    /// # Errors
+    /// A weight that cannot be read as f32.
+    pub fn set_precision(&mut self, precision: Precision) -> Result<()> {
+        for layer in &mut self.layers {
+            layer.packed = match (precision.effective(), layer.fusable()) {
+                (Precision::Bf16, Some(parts)) => Some(Arc::new(PackedLayer::new(&parts)?)),
+                _ => None,
+            };
+        }
+        Ok(())
     }
 
     /// The layers.

@@ -4,6 +4,7 @@ pub mod activation;
 pub mod attention;
 pub mod autograd;
 pub mod config;
+mod cpu;
 pub mod data;
 pub mod embeddings;
 pub mod encoder;
@@ -24,6 +25,7 @@ pub mod weights;
 
 pub use activation::Activation;
 pub use config::{NormType, PositionEmbeddingType, RawConfig, RoFormerConfig};
+pub use cpu::Precision;
 pub use error::{ModelError, WeightProblem, WeightProblems};
 pub use mode::{Dropout, KeepMask, Mode};
 pub use model::{load_from_dir, Architecture, ModelDir, RoFormerModel};

@@ -10,6 +10,8 @@
 use std::sync::Mutex;
 
 use candle_core::Tensor;
+
+use crate::cpu::Precision;
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
@@ -21,14 +23,29 @@ pub enum Mode<'a> {
     /// outputs outside candle's gradient graph.
     Inference,
     /// Training: the op-by-op path, whose every op carries gradients (never the fused one),
-    /// with dropout drawn from the generator.
-    Train(&'a Dropout),
+    /// with dropout drawn from the generator and the matrix products in `precision` (f32
+    /// accumulation either way; norms, softmax and losses are f32).
+    Train {
+        /// The dropout generator.
+        dropout: &'a Dropout,
+        /// The precision of the matrix products' operands.
+        precision: Precision,
+    },
 }
 
 impl Mode<'_> {
+    /// The precision of the matrix products: the training precision, f32 at inference (where
+    /// it is a property of the loaded weights).
+    pub fn precision(&self) -> Precision {
+        match self {
+            Mode::Inference => Precision::F32,
+            Mode::Train { precision, .. } => *precision,
+        }
+    }
+
     /// Whether gradients must flow through this pass.
     pub fn is_train(&self) -> bool {
-        matches!(self, Mode::Train(_))
+        matches!(self, Mode::Train { .. })
     }
 
     /// `x` with dropout of probability `p` in training (the identity at inference, or when
@@ -39,7 +56,7 @@ impl Mode<'_> {
     pub fn dropout(&self, x: &Tensor, p: f64) -> candle_core::Result<Tensor> {
         match self {
             Mode::Inference => Ok(x.clone()),
-            Mode::Train(d) => d.apply(x, p),
+            Mode::Train { dropout: d, .. } => d.apply(x, p),
         }
     }
 
@@ -56,7 +73,7 @@ impl Mode<'_> {
     ) -> candle_core::Result<Tensor> {
         match self {
             Mode::Inference => y + residual,
-            Mode::Train(d) => d.apply_add(y, residual, p),
+            Mode::Train { dropout: d, .. } => d.apply_add(y, residual, p),
         }
     }
 
@@ -65,7 +82,7 @@ impl Mode<'_> {
     pub fn keep_mask(&self, n: usize, p: f64) -> Option<KeepMask> {
         match self {
             Mode::Inference => None,
-            Mode::Train(d) => d.keep_mask(n, p),
+            Mode::Train { dropout: d, .. } => d.keep_mask(n, p),
         }
     }
 }
@@ -271,8 +288,18 @@ mod tests {
         let d = Dropout::disabled();
         for y in [
             Mode::Inference.dropout(&x, 0.5).unwrap(),
-            Mode::Train(&d).dropout(&x, 0.5).unwrap(),
-            Mode::Train(&Dropout::seeded(1)).dropout(&x, 0.0).unwrap(),
+            Mode::Train {
+                dropout: &d,
+                precision: Precision::F32,
+            }
+            .dropout(&x, 0.5)
+            .unwrap(),
+            Mode::Train {
+                dropout: &Dropout::seeded(1),
+                precision: Precision::F32,
+            }
+            .dropout(&x, 0.0)
+            .unwrap(),
         ] {
             assert_eq!(y.to_vec1::<f32>().unwrap(), x.to_vec1::<f32>().unwrap());
         }

@@ -80,6 +80,12 @@ impl RoFormerModel {
         &self.embeddings
     }
 
+    /// The layer stack, to change (its inference precision:
+    /// [`Encoder::set_precision`]).
+    pub fn encoder_mut(&mut self) -> &mut Encoder {
+        &mut self.encoder
+    }
+
     /// The layer stack.
     pub fn encoder(&self) -> &Encoder {
         &self.encoder
@@ -141,7 +147,13 @@ impl RoFormerModel {
         dropout: &Dropout,
     ) -> Result<Tensor> {
         let batch = self.validate(input_ids, token_type_ids, attention_mask, position_ids)?;
-        self.forward_batch(&batch, Mode::Train(dropout))
+        self.forward_batch(
+            &batch,
+            Mode::Train {
+                dropout,
+                precision: crate::cpu::Precision::F32,
+            },
+        )
     }
 
     pub(crate) fn forward_batch(&self, batch: &Batch, mode: Mode<'_>) -> Result<Tensor> {

@@ -30,6 +30,19 @@ pub trait HeadModel: Architecture {
     /// The encoder.
     fn roformer(&self) -> &RoFormerModel;
 
+    /// The encoder, to change (see [`HeadModel::set_precision`]).
+    fn roformer_mut(&mut self) -> &mut RoFormerModel;
+
+    /// Sets the precision of the encoder's inference products
+    /// ([`crate::encoder::Encoder::set_precision`]: bf16 packs the weights once); the head
+    /// stays f32.
+    ///
+    /// # Errors
+    /// As [`crate::encoder::Encoder::set_precision`].
+    fn set_precision(&mut self, precision: crate::Precision) -> Result<()> {
+        self.roformer_mut().encoder_mut().set_precision(precision)
+    }
+
     /// The head's logits from the last hidden states `[batch, seq, hidden]`.
     ///
     /// # Errors
@@ -77,7 +90,10 @@ pub trait HeadModel: Architecture {
             token_type_ids,
             attention_mask,
             position_ids,
-            Mode::Train(dropout),
+            Mode::Train {
+                dropout,
+                precision: crate::cpu::Precision::F32,
+            },
         )
     }
 
@@ -157,6 +173,10 @@ impl HeadModel for RoFormerForMaskedLM {
         &self.roformer
     }
 
+    fn roformer_mut(&mut self) -> &mut RoFormerModel {
+        &mut self.roformer
+    }
+
     fn head_forward(&self, hidden: &Tensor, mode: Mode<'_>) -> candle_core::Result<Tensor> {
         self.head.forward(hidden, mode)
     }
@@ -198,6 +218,10 @@ impl RoFormerForSequenceClassification {
 impl HeadModel for RoFormerForSequenceClassification {
     fn roformer(&self) -> &RoFormerModel {
         &self.roformer
+    }
+
+    fn roformer_mut(&mut self) -> &mut RoFormerModel {
+        &mut self.roformer
     }
 
     fn head_forward(&self, hidden: &Tensor, mode: Mode<'_>) -> candle_core::Result<Tensor> {
@@ -243,6 +267,10 @@ impl RoFormerForTokenClassification {
 impl HeadModel for RoFormerForTokenClassification {
     fn roformer(&self) -> &RoFormerModel {
         &self.roformer
+    }
+
+    fn roformer_mut(&mut self) -> &mut RoFormerModel {
+        &mut self.roformer
     }
 
     fn head_forward(&self, hidden: &Tensor, mode: Mode<'_>) -> candle_core::Result<Tensor> {

@@ -4,7 +4,7 @@
 use candle_core::{DType, Device, Tensor};
 use roformer::train::{build_trainable, mlm_loss, BatchInputs, IGNORE};
 use roformer::{
-    Dropout, HeadModel, Mode, PositionEmbeddingType, RawConfig, RoFormerConfig,
+    Dropout, HeadModel, Mode, PositionEmbeddingType, Precision, RawConfig, RoFormerConfig,
     RoFormerForMaskedLM, RoFormerForSequenceClassification,
 };
 
@@ -291,7 +291,10 @@ fn every_parameter_gets_a_gradient_in_every_variant() {
                 attention_mask: None,
             },
             &labels,
-            Mode::Train(&Dropout::seeded(0)),
+            Mode::Train {
+                dropout: &Dropout::seeded(0),
+                precision: Precision::F32,
+            },
         )
         .unwrap();
         assert_eq!(out.count, 3);

@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 use roformer::train::{build_trainable, classification_loss, mlm_loss, BatchInputs};
-use roformer::{Dropout, Mode, ModelDir, RoFormerForMaskedLM, RoFormerForSequenceClassification};
+use roformer::{
+    Dropout, Mode, ModelDir, Precision, RoFormerForMaskedLM, RoFormerForSequenceClassification,
+};
 
 const TOL: f32 = 1e-4;
 
@@ -148,7 +150,10 @@ fn mlm_case(case: &str) {
             attention_mask: Some(&i.mask),
         },
         &labels,
-        Mode::Train(&dropout),
+        Mode::Train {
+            dropout: &dropout,
+            precision: Precision::F32,
+        },
     )
     .unwrap();
     check_gradients(&dir, &out.loss, &t.params);
@@ -207,7 +212,10 @@ fn sequence_classification_gradients_match_transformers() {
             attention_mask: Some(&i.mask),
         },
         &labels,
-        Mode::Train(&dropout),
+        Mode::Train {
+            dropout: &dropout,
+            precision: Precision::F32,
+        },
     )
     .unwrap();
     check_gradients(&dir, &out.loss, &t.params);

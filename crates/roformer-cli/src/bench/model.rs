@@ -35,12 +35,16 @@ use crate::json;
 
 use super::alloc;
 use super::timing::{round_robin, Budget, Stats};
+use crate::precision::PrecisionArg;
 
 /// A model size of the benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(super) enum ConfigName {
     /// Hidden 32, 2 layers, 4 heads, intermediate 64, vocab 97: a smoke test.
     Tiny,
+    /// The built-in poetry model's sizes: hidden 256, 4 layers, 4 heads, intermediate 1024,
+    /// vocab 10000.
+    Poetry,
     /// Hidden 384, 6 layers, 6 heads, intermediate 1536, vocab 50000.
     Small,
     /// Hidden 768, 12 layers, 12 heads, intermediate 3072, vocab 50000.
@@ -52,6 +56,7 @@ impl ConfigName {
     pub(super) fn name(self) -> &'static str {
         match self {
             ConfigName::Tiny => "tiny",
+            ConfigName::Poetry => "poetry",
             ConfigName::Small => "small",
             ConfigName::Base => "base",
         }
@@ -61,6 +66,7 @@ impl ConfigName {
     pub(super) fn config(self) -> Result<RoFormerConfig> {
         let (vocab, hidden, layers, heads, intermediate) = match self {
             ConfigName::Tiny => (97, 32, 2, 4, 64),
+            ConfigName::Poetry => (10000, 256, 4, 4, 1024),
             ConfigName::Small => (50000, 384, 6, 6, 1536),
             ConfigName::Base => (50000, 768, 12, 12, 3072),
         };
@@ -98,6 +104,10 @@ pub struct Args {
     /// Worker threads [default: one per core, or RAYON_NUM_THREADS]
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     threads: Option<u32>,
+    /// The precision of the encoder's matrix products: bf16 converts the weights once at load
+    /// (f32 where the CPU has no native bf16 dot product).
+    #[arg(long, value_enum, default_value = "f32")]
+    precision: PrecisionArg,
 }
 
 /// Parses `BATCHxSEQ` (both at least 1).
@@ -232,11 +242,12 @@ pub fn run(args: Args) -> Result<()> {
         seconds: args.seconds,
         sample: Duration::ZERO,
     };
+    let precision = args.precision.resolve();
     let mut out = std::io::stdout().lock();
     if !args.json {
         writeln!(
             out,
-            "RoFormerModel forward, f32, {threads} thread(s), warm allocator: {}",
+            "RoFormerModel forward, {precision}, {threads} thread(s), warm allocator: {}",
             if malloc_warm { "yes" } else { "no" }
         )?;
         writeln!(
@@ -248,7 +259,8 @@ pub fn run(args: Args) -> Result<()> {
     }
     for &config_name in &args.configs {
         let config = config_name.config()?;
-        let (model, params) = random_model(&config)?;
+        let (mut model, params) = random_model(&config)?;
+        model.encoder_mut().set_precision(precision)?;
         for &(batch, seq) in &args.shapes {
             let stats = time_case(&model, batch, seq, &budget)?;
             let record = Record {
@@ -272,6 +284,7 @@ pub fn run(args: Args) -> Result<()> {
                     "params": record.params,
                     "threads": threads,
                     "malloc_warm": malloc_warm,
+                    "precision": precision.name(),
                 });
                 writeln!(out, "{line}")?;
             } else {

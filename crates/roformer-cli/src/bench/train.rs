@@ -38,6 +38,7 @@ use super::alloc::{self, WARM_ENV};
 use super::memory::{cpu_seconds, proc_status};
 use super::model::{parse_shape, ConfigName};
 use super::timing::{median, Stats};
+use crate::precision::PrecisionArg;
 
 /// The fraction of positions labelled, as in the peer script.
 const LABELLED: f64 = 0.15;
@@ -54,7 +55,7 @@ const MAX_GRAD_NORM: f64 = 1.0;
 pub struct Args {
     /// One JSON object per shape and line: impl, config, batch, seq, labelled, steps, step_s
     /// (median), p10_s, p90_s, forward_s, backward_s, optimizer_s (medians), tokens_per_s,
-    /// cpu_s (CPU seconds per step), peak_rss_bytes, params, threads, malloc_warm, first_loss,
+    /// cpu_s (CPU seconds per step), peak_rss_bytes, params, threads, malloc_warm, precision, first_loss,
     /// last_loss.
     #[arg(long)]
     json: bool,
@@ -76,6 +77,9 @@ pub struct Args {
     /// Worker threads [default: one per core, or RAYON_NUM_THREADS]
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     threads: Option<u32>,
+    /// The precision of the matrix products (bf16: f32 where the CPU has no native bf16).
+    #[arg(long, value_enum, default_value = "f32")]
+    precision: PrecisionArg,
     /// Internal: run one shape (`BATCHxSEQ`) in this process and print its measurement.
     #[arg(long, hide = true)]
     case: Option<String>,
@@ -109,6 +113,8 @@ struct Measurement {
     params: usize,
     threads: usize,
     malloc_warm: bool,
+    /// The precision of the products that ran (`bf16` falls back to `f32` without native bf16).
+    precision: String,
     /// The loss of the first step and of the last (the same batch every step: it falls).
     first_loss: f32,
     last_loss: f32,
@@ -144,6 +150,7 @@ struct Trainer {
     params: roformer::train::Params,
     optimizer: AdamW,
     dropout: Dropout,
+    precision: roformer::Precision,
     ids: Tensor,
     labels: Vec<i64>,
 }
@@ -158,7 +165,12 @@ struct StepTimes {
 }
 
 impl Trainer {
-    fn new(config: ConfigName, batch: usize, seq: usize) -> Result<Trainer> {
+    fn new(
+        config: ConfigName,
+        batch: usize,
+        seq: usize,
+        precision: roformer::Precision,
+    ) -> Result<Trainer> {
         let cfg = config.config()?;
         let built = build_trainable::<RoFormerForMaskedLM>(&cfg, None, 0, &Device::Cpu)?;
         let (ids, labels) = batch_data(batch, seq, cfg.vocab_size)?;
@@ -175,6 +187,7 @@ impl Trainer {
             params: built.params,
             optimizer,
             dropout: Dropout::seeded(0),
+            precision,
             ids,
             labels,
         })
@@ -191,7 +204,10 @@ impl Trainer {
                 attention_mask: None,
             },
             &self.labels,
-            Mode::Train(&self.dropout),
+            Mode::Train {
+                dropout: &self.dropout,
+                precision: self.precision,
+            },
         )?;
         let t1 = Instant::now();
         let grads = out.loss.backward()?;
@@ -231,7 +247,7 @@ fn set_threads(threads: Option<u32>) -> Result<()> {
 fn run_child(spec: &str, args: &Args) -> Result<()> {
     let (batch, seq) = parse_shape(spec).map_err(anyhow::Error::msg)?;
     set_threads(args.threads)?;
-    let mut trainer = Trainer::new(args.config, batch, seq)?;
+    let mut trainer = Trainer::new(args.config, batch, seq, args.precision.resolve())?;
     let mut first_loss = None;
     for _ in 0..args.warmup {
         let s = trainer.step()?;
@@ -270,6 +286,7 @@ fn run_child(spec: &str, args: &Args) -> Result<()> {
         params: trainer.params.element_count(),
         threads: rayon::current_num_threads(),
         malloc_warm: alloc::is_warm(),
+        precision: trainer.precision.name().to_owned(),
         first_loss: first_loss.unwrap_or(f32::NAN),
         last_loss,
     };
@@ -288,6 +305,7 @@ fn measure(batch: usize, seq: usize, args: &Args) -> Result<Measurement> {
         .args(["--seconds", &args.seconds.to_string()])
         .args(["--min-steps", &args.min_steps.to_string()])
         .args(["--warmup", &args.warmup.to_string()])
+        .args(["--precision", args.precision.name()])
         .envs(WARM_ENV);
     if let Some(n) = args.threads {
         command.args(["--threads", &n.to_string()]);

@@ -168,6 +168,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 data: &data,
                 max_eval_batches: batches,
                 tokenizer_files: Vec::new(),
+                precision: roformer::Precision::F32,
             };
             let Some(e) = task.evaluate(0)? else {
                 anyhow::bail!("no validation block of {length} tokens");

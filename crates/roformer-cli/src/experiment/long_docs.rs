@@ -411,6 +411,7 @@ fn classify_args(
         resume: false,
         plot: "loss.png".into(),
         stop_after: None,
+        precision: None,
         json: false,
         quiet: true,
     }

@@ -307,6 +307,7 @@ fn mlm_args(
         resume: false,
         plot: "loss.png".into(),
         stop_after: None,
+        precision: None,
         json: false,
         quiet: true,
     }

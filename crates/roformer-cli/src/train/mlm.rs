@@ -15,6 +15,8 @@ use roformer::train::{build_trainable, Trainable};
 use roformer::{PositionEmbeddingType, RoFormerConfig, RoFormerForMaskedLM, RoFormerTokenizer};
 use serde::{Deserialize, Serialize};
 
+use crate::precision::PrecisionArg;
+
 use super::common::{
     finish_run, load_optimizer_state, prepare_out_dir, read_run_args, tokenizer_files,
     write_run_args, Decay, Display, RunPaths, Stop,
@@ -135,6 +137,11 @@ pub struct Args {
     /// Stop after this step as Ctrl-C would (checkpoint written, --resume continues).
     #[arg(long)]
     pub stop_after: Option<u64>,
+    /// The precision of the matrix products [default: f32; on --resume, the run's]. Master
+    /// weights, optimiser state, norms, softmax and the loss stay f32; checkpoints are f32.
+    #[arg(long, value_enum)]
+    #[serde(default)]
+    pub precision: Option<PrecisionArg>,
     /// JSON lines on stdout instead of the progress bar and table.
     #[arg(long)]
     pub json: bool,
@@ -257,6 +264,9 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
         recorded.resume = true;
         recorded.stop_after = args.stop_after;
         recorded.json = args.json;
+        if args.precision.is_some() {
+            recorded.precision = args.precision;
+        }
         recorded.quiet = args.quiet;
         recorded
     } else {
@@ -334,6 +344,7 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
         data: &data,
         max_eval_batches: args.eval_batches,
         tokenizer_files: tokenizer_files(&tokenizer, &cfg)?,
+        precision: args.precision.unwrap_or_default().resolve(),
     };
     write_run_args(&args.out, &args)?;
     let mut trainer = Trainer {

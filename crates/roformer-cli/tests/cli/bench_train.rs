@@ -12,6 +12,35 @@ const TINY_PARAMS: u64 = {
 };
 
 #[test]
+fn bf16_records_its_precision_and_learns() {
+    let out = roformer_ok(&[
+        "bench",
+        "train",
+        "--json",
+        "--config",
+        "tiny",
+        "--shapes",
+        "2x16",
+        "--seconds",
+        "0",
+        "--min-steps",
+        "3",
+        "--precision",
+        "bf16",
+    ]);
+    let record: serde_json::Value =
+        serde_json::from_str(String::from_utf8(out.stdout).unwrap().trim()).unwrap();
+    // bf16 where the CPU has a native bf16 dot product, else the f32 it fell back to (and said).
+    let said = String::from_utf8_lossy(&out.stderr).contains("running in f32");
+    assert_eq!(
+        record["precision"],
+        if said { "f32" } else { "bf16" },
+        "{record}"
+    );
+    assert!(record["last_loss"].as_f64().unwrap() < record["first_loss"].as_f64().unwrap());
+}
+
+#[test]
 fn json_records_for_each_shape() {
     let out = roformer_ok(&[
         "bench",
@@ -39,6 +68,7 @@ fn json_records_for_each_shape() {
         assert_eq!(r["seq"].as_u64(), Some(seq));
         assert_eq!(r["params"].as_u64(), Some(TINY_PARAMS));
         assert_eq!(r["malloc_warm"], true);
+        assert_eq!(r["precision"], "f32");
         let labelled = r["labelled"].as_u64().unwrap();
         assert!((1..=batch * seq).contains(&labelled), "{r}");
         assert!(r["steps"].as_u64().unwrap() >= 2);

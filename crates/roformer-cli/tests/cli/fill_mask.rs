@@ -179,6 +179,55 @@ fn predictions_are_the_softmax_of_forward_logits() {
     }
 }
 
+/// `text` with its `n`-th `[MASK]` (0-based) replaced by `token` without its `##`.
+fn filled(text: &str, n: usize, token: &str) -> String {
+    let (at, _) = text.match_indices("[MASK]").nth(n).unwrap();
+    let piece = token.strip_prefix("##").unwrap_or(token);
+    format!("{}{piece}{}", &text[..at], &text[at + "[MASK]".len()..])
+}
+
+/// Each candidate's `sequence` fills its own mask with its token and leaves the others as
+/// written, in the JSON and in the table.
+#[test]
+fn sequences_fill_one_mask_each() {
+    let model = model_dir("mlm_gelu", "fill-sequence");
+    let text = "今天[MASK]气非常好，我们在[MASK]京";
+    let report = fill_mask_json(&model, text, "4");
+    let masks = report["masks"].as_array().unwrap();
+    assert_eq!(masks.len(), 2);
+    let mut expected = Vec::new();
+    for (n, mask) in masks.iter().enumerate() {
+        for p in mask["predictions"].as_array().unwrap() {
+            let sequence = filled(text, n, p["token"].as_str().unwrap());
+            assert_eq!(p["sequence"], sequence.as_str(), "mask {n}: {p}");
+            assert_eq!(sequence.matches("[MASK]").count(), 1);
+            expected.push((p["token"].as_str().unwrap().to_owned(), sequence));
+        }
+    }
+    let table = ok(&[
+        "fill-mask",
+        "--model",
+        model.to_str().unwrap(),
+        "--top-k",
+        "4",
+        text,
+    ]);
+    let rows: Vec<&str> = table
+        .lines()
+        .filter(|l| l.trim_start().starts_with(['1', '2', '3', '4']))
+        .collect();
+    assert_eq!(rows.len(), expected.len(), "{table}");
+    for (row, (token, sequence)) in rows.iter().zip(&expected) {
+        let fields: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(fields.len(), 4, "rank, probability, token, sequence: {row}");
+        assert_eq!(
+            (fields[2], fields[3]),
+            (token.as_str(), sequence.as_str()),
+            "{table}"
+        );
+    }
+}
+
 #[test]
 fn top_k_larger_than_the_vocabulary_lists_every_token_once() {
     let model = model_dir("mlm_gelu", "fill-all");
@@ -284,4 +333,34 @@ fn long_texts_are_cut_and_masks_past_the_cut_are_errors() {
         stderr.contains("the text: ") && stderr.contains("cut to 64"),
         "{stderr}"
     );
+}
+
+/// `--precision bf16` (weights packed once at load) ranks as f32 does here, with probabilities
+/// within 2e-2 (each bf16 operand is within 2^-9 relative; the fixture's logits are of size
+/// ~1, so they move by ~1e-2 at most and the probabilities by less).
+#[test]
+fn bf16_predictions_are_within_rounding_of_f32() {
+    let model = model_dir("mlm_gelu", "fill-bf16");
+    let text = "今天[MASK]气非常好，我们在[MASK]京";
+    let f32_report = fill_mask_json(&model, text, "3");
+    let out = ok(&[
+        "fill-mask",
+        "--model",
+        model.to_str().unwrap(),
+        "--json",
+        "--top-k",
+        "3",
+        "--precision",
+        "bf16",
+        text,
+    ]);
+    let bf16_report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let masks = |r: &serde_json::Value| r["masks"].as_array().unwrap().clone();
+    for (a, b) in masks(&f32_report).iter().zip(&masks(&bf16_report)) {
+        let (pa, pb) = (&a["predictions"][0], &b["predictions"][0]);
+        assert_eq!(pa["id"], pb["id"]);
+        let diff =
+            (pa["probability"].as_f64().unwrap() - pb["probability"].as_f64().unwrap()).abs();
+        assert!(diff < 2e-2, "{diff}");
+    }
 }

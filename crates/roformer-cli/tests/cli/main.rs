@@ -10,6 +10,7 @@ mod bench_train;
 mod common;
 mod default_model;
 mod embed;
+mod eval;
 mod experiment;
 mod fill_mask;
 mod forward;

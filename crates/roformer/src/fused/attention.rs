@@ -2,11 +2,10 @@
 
 use rayon::prelude::*;
 
-use super::buffers::SharedOut;
 use super::layer::Step;
 use super::math::{add_mask_max, exp_sum};
-use super::products::{product, Dst, Operand, ProductDims};
 use super::Geometry;
+use crate::cpu::{product, Dst, Mat, SharedOut};
 
 /// Elements of the score tile one attention task holds (1 MiB of f32: in L2 cache).
 const SCORE_TILE_ELEMENTS: usize = 1 << 18;
@@ -20,10 +19,7 @@ impl Step<'_> {
         let tile = (SCORE_TILE_ELEMENTS / t.max(1)).clamp(1, t.max(1));
         let tiles = t.div_ceil(tile);
         let mut context = vec![0f32; n * t * h];
-        let out = SharedOut {
-            ptr: context.as_mut_ptr(),
-            len: context.len(),
-        };
+        let out = SharedOut::new(&mut context);
         let scale = 1.0 / (d as f32).sqrt();
         let task = |index: usize, scores: &mut Vec<f32>| -> candle_core::Result<()> {
             let (s, rest) = (index / (heads * tiles), index % (heads * tiles));
@@ -33,22 +29,25 @@ impl Step<'_> {
             let seq = s * t;
             // scores = scale * q[i0..i0 + r] k^T
             product(
-                ProductDims { m: r, n: t, k: d },
-                Dst::Slice(scores, 0, t),
+                (r, t, d),
+                Dst::Slice(scores),
+                (0, t),
                 false,
-                Operand {
+                Mat {
                     data: qk,
                     offset: (seq + i0) * 2 * h + head * d,
                     rs: 2 * h,
                     cs: 1,
                 },
-                Operand {
+                Mat {
                     data: qk,
                     offset: seq * 2 * h + h + head * d,
                     rs: 1,
                     cs: 2 * h,
                 },
                 scale,
+                false,
+                self.precision,
             )?;
             let mut inv_sums = Vec::with_capacity(r);
             for (i, row) in scores.chunks_exact_mut(t).enumerate() {
@@ -59,28 +58,25 @@ impl Step<'_> {
             // context rows = (p v) / sum p
             let dst_offset = (seq + i0) * h + head * d;
             product(
-                ProductDims { m: r, n: d, k: t },
-                Dst::Shared(out, dst_offset, h),
+                (r, d, t),
+                Dst::Shared(out),
+                (dst_offset, h),
                 false,
-                Operand {
-                    data: scores,
-                    offset: 0,
-                    rs: t,
-                    cs: 1,
-                },
-                Operand {
+                Mat::rows(scores, t),
+                Mat {
                     data: v,
                     offset: seq * h + head * d,
                     rs: h,
                     cs: 1,
                 },
                 1.0,
+                false,
+                self.precision,
             )?;
             for (i, inv) in inv_sums.into_iter().enumerate() {
                 // SAFETY: this task alone writes rows i0..i0 + r, columns head * d..+ d; the
                 // product above checked that they lie inside the buffer.
-                let row =
-                    unsafe { std::slice::from_raw_parts_mut(out.ptr.add(dst_offset + i * h), d) };
+                let row = unsafe { out.slice(dst_offset + i * h, d) };
                 row.iter_mut().for_each(|c| *c *= inv);
             }
             Ok(())

@@ -1,23 +1,9 @@
-//! Output buffers: rows built block by block on the threads, and a buffer shared by tasks
-//! that write disjoint elements.
+//! Output buffers: rows built block by block on the threads.
 
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use rayon::prelude::*;
-
-/// An output buffer written by parallel tasks at disjoint elements: the attention context
-/// (rows, head columns) or a product split by columns.
-#[derive(Clone, Copy)]
-pub(super) struct SharedOut {
-    pub(super) ptr: *mut f32,
-    pub(super) len: usize,
-}
-
-// SAFETY: the tasks that share it write disjoint elements (see `Step::attention` and
-// `product_xwt_split`), and the buffer outlives them.
-unsafe impl Send for SharedOut {}
-unsafe impl Sync for SharedOut {}
 
 /// The rows of one block of an output being built: uninitialised until [`RowsOut::init`].
 pub(super) struct RowsOut<'a> {

@@ -5,6 +5,7 @@ use candle_nn::Linear;
 
 use super::{Geometry, LayerParts};
 use crate::activation::Activation;
+use crate::cpu::bf16::{Packed, PackedB};
 use crate::norm::Norm;
 
 /// A tensor's storage, read-locked for as long as its data is in use.
@@ -43,14 +44,22 @@ impl<'a> HeldLinear<'a> {
         }
     }
 
-    /// `(W [out, in] row-major, b [out])`, if both are contiguous f32 of those sizes.
-    fn get(&self, out: usize, inp: usize) -> Option<Dense<'_>> {
-        let w = self.weight.f32s().filter(|w| w.len() == out * inp)?;
-        let b = match &self.bias {
+    /// `W [out, in]` row-major, `b [out]` and the packed `W^T` (`packed`, which must then be
+    /// `in x out`), if the tensors are contiguous f32 of those sizes.
+    fn get<'p>(&'p self, out: usize, inp: usize, packed: Option<&'p PackedB>) -> Option<Dense<'p>> {
+        let weight = self.weight.f32s().filter(|w| w.len() == out * inp)?;
+        let bias = match &self.bias {
             Some(b) => Some(b.f32s().filter(|b| b.len() == out)?),
             None => None,
         };
-        Some((w, b))
+        let bf16 = match packed {
+            Some(p) => Some(p.view()).filter(|v| v.k() == inp && v.n() == out),
+            None => None,
+        };
+        if packed.is_some() && bf16.is_none() {
+            return None;
+        }
+        Some(Dense { weight, bias, bf16 })
     }
 }
 
@@ -124,23 +133,31 @@ impl<'a> HeldLayer<'a> {
     /// The layer as slices, if every tensor is contiguous f32 of the expected size.
     pub(super) fn plan(&self, g: &Geometry) -> Option<LayerPlan<'_>> {
         let (h, inter, eps) = (g.h, g.inter, self.parts.layer_norm_eps);
+        let packed = self.parts.packed;
         Some(LayerPlan {
-            query: self.query.get(h, h)?,
-            key: self.key.get(h, h)?,
-            value: self.value.get(h, h)?,
-            dense: self.dense.get(h, h)?,
+            query: self.query.get(h, h, packed.map(|p| &p.query))?,
+            key: self.key.get(h, h, packed.map(|p| &p.key))?,
+            value: self.value.get(h, h, packed.map(|p| &p.value))?,
+            dense: self.dense.get(h, h, packed.map(|p| &p.dense))?,
             attention_norm: row_norm(self.parts.attention_norm, &self.attention_norm, h, eps)?,
-            intermediate: self.intermediate.get(inter, h)?,
+            intermediate: self
+                .intermediate
+                .get(inter, h, packed.map(|p| &p.intermediate))?,
             activation: self.parts.activation,
-            output: self.output.get(h, inter)?,
+            output: self.output.get(h, inter, packed.map(|p| &p.output))?,
             output_norm: row_norm(self.parts.output_norm, &self.output_norm, h, eps)?,
             rotary_value: self.parts.rotary_value,
         })
     }
 }
 
-/// A dense layer as slices: `W` `[out, in]` row-major and the bias.
-pub(super) type Dense<'a> = (&'a [f32], Option<&'a [f32]>);
+/// A dense layer as slices: `W` `[out, in]` row-major, the bias, and `W^T` packed for the
+/// bf16 products when the model runs in bf16.
+pub(super) struct Dense<'a> {
+    pub(super) weight: &'a [f32],
+    pub(super) bias: Option<&'a [f32]>,
+    pub(super) bf16: Option<Packed<'a>>,
+}
 
 /// One layer's weights as slices.
 pub(super) struct LayerPlan<'a> {

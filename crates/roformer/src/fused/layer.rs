@@ -14,6 +14,8 @@ use crate::activation::Activation;
 
 /// One layer applied to some sequences.
 pub(super) struct Step<'a> {
+    /// The precision of the attention products (bf16 when the weights were packed for it).
+    pub(super) precision: crate::cpu::Precision,
     pub(super) geometry: &'a Geometry,
     pub(super) sequences: Range<usize>,
     pub(super) rope: CosSinView<'a>,
@@ -48,12 +50,12 @@ impl Step<'_> {
         let rows = self.sequences.len() * self.geometry.t;
         let all = 0..rows;
 
-        let mut qk = filled(rows, 2 * h, None, &[p.query.1, p.key.1])?;
-        product_xwt_split(&mut qk, 2 * h, 0, x, h, p.query.0, threads)?;
-        product_xwt_split(&mut qk, 2 * h, h, x, h, p.key.0, threads)?;
+        let mut qk = filled(rows, 2 * h, None, &[p.query.bias, p.key.bias])?;
+        product_xwt_split(&mut qk, 2 * h, 0, x, h, &p.query, threads)?;
+        product_xwt_split(&mut qk, 2 * h, h, x, h, &p.key, threads)?;
         self.rotate_rows(&mut qk, 2 * heads, &all)?;
-        let mut v = filled(rows, h, None, &[p.value.1])?;
-        product_xwt_split(&mut v, h, 0, x, h, p.value.0, threads)?;
+        let mut v = filled(rows, h, None, &[p.value.bias])?;
+        product_xwt_split(&mut v, h, 0, x, h, &p.value, threads)?;
         if p.rotary_value {
             self.rotate_rows(&mut v, heads, &all)?;
         }
@@ -61,20 +63,20 @@ impl Step<'_> {
         let context = self.attention(&qk, &v)?;
         drop((qk, v));
 
-        let mut a = filled(rows, h, Some(x), &[p.dense.1])?;
-        product_xwt_split(&mut a, h, 0, &context, h, p.dense.0, threads)?;
+        let mut a = filled(rows, h, Some(x), &[p.dense.bias])?;
+        product_xwt_split(&mut a, h, 0, &context, h, &p.dense, threads)?;
         drop(context);
         normalize_rows_par(&mut a, h, &p.attention_norm);
-        let mut inner = filled(rows, inter, None, &[p.intermediate.1])?;
-        product_xwt_split(&mut inner, inter, 0, &a, h, p.intermediate.0, threads)?;
+        let mut inner = filled(rows, inter, None, &[p.intermediate.bias])?;
+        product_xwt_split(&mut inner, inter, 0, &a, h, &p.intermediate, threads)?;
         let inner = if p.activation == Activation::Gelu {
             inner.par_chunks_mut(PASS_CHUNK).for_each(gelu_erf);
             inner
         } else {
             activate(inner, rows, inter, p.activation)?
         };
-        let mut y = filled(rows, h, Some(&a), &[p.output.1])?;
-        product_xwt_split(&mut y, h, 0, &inner, inter, p.output.0, threads)?;
+        let mut y = filled(rows, h, Some(&a), &[p.output.bias])?;
+        product_xwt_split(&mut y, h, 0, &inner, inter, &p.output, threads)?;
         normalize_rows_par(&mut y, h, &p.output_norm);
         Ok(y)
     }
@@ -89,14 +91,14 @@ impl Step<'_> {
 
         // [q | k] rotated; v (rotated if rotary_value).
         let qk = build_rows(rows, 2 * h, &self.blocks, self.parallel, |r, out| {
-            let qk = out.init(None, &[p.query.1, p.key.1]);
-            product_xwt(qk, 2 * h, 0, x_rows(r), h, p.query.0)?;
-            product_xwt(qk, 2 * h, h, x_rows(r), h, p.key.0)?;
+            let qk = out.init(None, &[p.query.bias, p.key.bias]);
+            product_xwt(qk, 2 * h, 0, x_rows(r), h, &p.query)?;
+            product_xwt(qk, 2 * h, h, x_rows(r), h, &p.key)?;
             self.rotate_rows(qk, 2 * heads, r)
         })?;
         let v = build_rows(rows, h, &self.blocks, self.parallel, |r, out| {
-            let v = out.init(None, &[p.value.1]);
-            product_xwt(v, h, 0, x_rows(r), h, p.value.0)?;
+            let v = out.init(None, &[p.value.bias]);
+            product_xwt(v, h, 0, x_rows(r), h, &p.value)?;
             if p.rotary_value {
                 self.rotate_rows(v, heads, r)?;
             }
@@ -108,15 +110,15 @@ impl Step<'_> {
 
         build_rows(rows, h, &self.blocks, self.parallel, |r, out| {
             // a = Norm(x + bo + c Wo^T)
-            let mut a = filled(r.len(), h, Some(x_rows(r)), &[p.dense.1])?;
-            product_xwt(&mut a, h, 0, &context[r.start * h..r.end * h], h, p.dense.0)?;
+            let mut a = filled(r.len(), h, Some(x_rows(r)), &[p.dense.bias])?;
+            product_xwt(&mut a, h, 0, &context[r.start * h..r.end * h], h, &p.dense)?;
             normalize_rows(&mut a, h, &p.attention_norm);
             // y = Norm(a + b2 + act(a W1^T + b1) W2^T)
-            let mut inner = filled(r.len(), inter, None, &[p.intermediate.1])?;
-            product_xwt(&mut inner, inter, 0, &a, h, p.intermediate.0)?;
+            let mut inner = filled(r.len(), inter, None, &[p.intermediate.bias])?;
+            product_xwt(&mut inner, inter, 0, &a, h, &p.intermediate)?;
             let inner = activate(inner, r.len(), inter, p.activation)?;
-            let y = out.init(Some(&a), &[p.output.1]);
-            product_xwt(y, h, 0, &inner, inter, p.output.0)?;
+            let y = out.init(Some(&a), &[p.output.bias]);
+            product_xwt(y, h, 0, &inner, inter, &p.output)?;
             normalize_rows(y, h, &p.output_norm);
             Ok(())
         })

@@ -47,6 +47,8 @@ use rayon::prelude::*;
 use rotary::CosSinView;
 
 use crate::activation::Activation;
+use crate::cpu::bf16::PackedB;
+use crate::cpu::{Mat, Precision};
 use crate::norm::Norm;
 use held::{Held, HeldLayer, LayerPlan, MaskView};
 use layer::Step;
@@ -77,6 +79,42 @@ pub(crate) struct LayerParts<'a> {
     pub output_norm: &'a Norm,
     /// The epsilon of the layer norms (`layer_norm_eps`).
     pub layer_norm_eps: f64,
+    /// The weights packed for bf16 products, when the model runs in bf16.
+    pub packed: Option<&'a PackedLayer>,
+}
+
+/// A layer's dense weights packed once for the bf16 products (`W^T`, `in x out`).
+#[derive(Debug)]
+pub(crate) struct PackedLayer {
+    pub(crate) query: PackedB,
+    pub(crate) key: PackedB,
+    pub(crate) value: PackedB,
+    pub(crate) dense: PackedB,
+    pub(crate) intermediate: PackedB,
+    pub(crate) output: PackedB,
+}
+
+impl PackedLayer {
+    /// Packs the dense weights of `parts` (each must be a contiguous f32 CPU tensor).
+    ///
+    /// # Errors
+    /// A weight that is not f32 on the CPU.
+    pub(crate) fn new(parts: &LayerParts<'_>) -> candle_core::Result<PackedLayer> {
+        let pack = |layer: &Linear| -> candle_core::Result<PackedB> {
+            let (out, inp) = layer.weight().dims2()?;
+            let w = layer.weight().to_dtype(DType::F32)?.contiguous()?;
+            let data = w.flatten_all()?.to_vec1::<f32>()?;
+            Ok(PackedB::new(Mat::rows(&data, inp).t(), inp, out, true))
+        };
+        Ok(PackedLayer {
+            query: pack(parts.query)?,
+            key: pack(parts.key)?,
+            value: pack(parts.value)?,
+            dense: pack(parts.attention_dense)?,
+            intermediate: pack(parts.intermediate)?,
+            output: pack(parts.output)?,
+        })
+    }
 }
 
 /// Runs the layers on `x` (`[b, t, hidden]`) with the tokens' rotary coefficients (`t` rows,
@@ -211,6 +249,11 @@ impl Stack<'_> {
             })?
         };
         let step = Step {
+            precision: if self.plans.iter().all(|p| p.query.bf16.is_some()) {
+                Precision::Bf16
+            } else {
+                Precision::F32
+            },
             geometry: &self.geometry,
             sequences: seqs.clone(),
             rope,

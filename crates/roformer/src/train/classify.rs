@@ -253,6 +253,8 @@ pub struct ClassifyTask<'a> {
     pub pad: u32,
     /// Files saved beside the model.
     pub tokenizer_files: Vec<(String, Vec<u8>)>,
+    /// The precision of the training products (evaluation runs the f32 inference path).
+    pub precision: crate::cpu::Precision,
     /// Where the best model goes (`None`: not kept).
     pub best_dir: Option<PathBuf>,
     /// The best dev macro-F1 so far (then accuracy).
@@ -310,7 +312,10 @@ impl Task for ClassifyTask<'_> {
                 attention_mask: Some(&mask),
             },
             &labels,
-            Mode::Train(dropout),
+            Mode::Train {
+                dropout,
+                precision: self.precision,
+            },
         )?;
         Ok((out.loss, tokens))
     }

@@ -181,6 +181,8 @@ pub struct MlmTask<'a> {
     pub max_eval_batches: usize,
     /// Files saved beside the model (`vocab.txt`, `tokenizer_config.json`).
     pub tokenizer_files: Vec<(String, Vec<u8>)>,
+    /// The precision of the training products (validation runs the f32 inference path).
+    pub precision: crate::cpu::Precision,
 }
 
 impl MlmTask<'_> {
@@ -205,7 +207,10 @@ impl Task for MlmTask<'_> {
                 attention_mask: Some(&mask),
             },
             &b.labels,
-            Mode::Train(dropout),
+            Mode::Train {
+                dropout,
+                precision: self.precision,
+            },
         )?;
         Ok((out.loss, b.batch * b.seq))
     }

@@ -26,6 +26,7 @@ use rayon::prelude::*;
 use rotary::{rotate, rotate_inplace, Coefficients, Direction};
 
 use super::{f32_slice, product, tensor, with_f32, Dst, Mat, SharedOut};
+use crate::cpu::Precision;
 use crate::fused::held::MaskView;
 use crate::fused::math::{add_mask_max, exp_sum};
 use crate::mode::KeepMask;
@@ -45,6 +46,8 @@ pub(crate) struct FusedAttention {
     pub(crate) mask: Option<Tensor>,
     /// The dropout of the probabilities, over `[b, heads, t, t]` in row-major order.
     pub(crate) dropout: Option<KeepMask>,
+    /// The precision of the products (scores, context and their gradients).
+    pub(crate) precision: Precision,
 }
 
 /// Whether [`attention`] can take an additive mask of these dims for `b` sequences of `t`.
@@ -216,6 +219,7 @@ impl AttentionOp {
             dims.head_rows(k, s, head, 0).t(),
             1.0 / (d as f32).sqrt(),
             false,
+            self.spec.precision,
         )
     }
 
@@ -302,6 +306,7 @@ impl CustomOp3 for AttentionOp {
                             dims.head_rows(v, s, head, 0),
                             1.0,
                             false,
+                            self.spec.precision,
                         )?;
                         i0 += r;
                     }
@@ -401,6 +406,7 @@ impl CustomOp3 for AttentionOp {
                             dims.head_rows(g, s, head, i0),
                             1.0,
                             false,
+                            self.spec.precision,
                         )?;
                         // dPf = dO v^T
                         product(
@@ -412,6 +418,7 @@ impl CustomOp3 for AttentionOp {
                             dims.head_rows(v, s, head, 0).t(),
                             1.0,
                             false,
+                            self.spec.precision,
                         )?;
                         for (i, (dp_row, p_row)) in
                             dp.chunks_exact_mut(t).zip(p.chunks_exact(t)).enumerate()
@@ -436,6 +443,7 @@ impl CustomOp3 for AttentionOp {
                             dims.head_rows(k, s, head, 0),
                             scale,
                             false,
+                            self.spec.precision,
                         )?;
                         // dk += c dS^T q rows
                         product(
@@ -447,6 +455,7 @@ impl CustomOp3 for AttentionOp {
                             dims.head_rows(q, s, head, i0),
                             scale,
                             false,
+                            self.spec.precision,
                         )?;
                         i0 += r;
                     }

@@ -17,9 +17,10 @@ use rayon::prelude::*;
 
 use super::{all_cpu_f32, f32_slice, product, tensor, with_f32, Dst, Mat, PASS_CHUNK};
 use crate::activation::Activation;
+use crate::cpu::Precision;
 use crate::fused::math::{exp_approx, gelu_erf, multiversion};
 
-/// `act(layer(x))`: one fused op on the CPU in f32 (the erf GELU fused, other activations
+/// `act(layer(x))`: one fused op on the CPU with f32 tensors (products in `precision`) (the erf GELU fused, other activations
 /// applied after it), candle-nn's `Linear` then [`Activation::forward`] elsewhere.
 ///
 /// # Errors
@@ -28,6 +29,7 @@ pub(crate) fn linear(
     x: &Tensor,
     layer: &Linear,
     activation: Option<Activation>,
+    precision: Precision,
 ) -> candle_core::Result<Tensor> {
     let w = layer.weight();
     let fused = all_cpu_f32(&[x, w]) && layer.bias().is_none_or(|b| all_cpu_f32(&[b]));
@@ -48,6 +50,7 @@ pub(crate) fn linear(
     let gelu = activation == Some(Activation::Gelu);
     let op = LinearOp {
         gelu,
+        precision,
         pre: OnceLock::new(),
     };
     let x = x.contiguous()?;
@@ -62,9 +65,10 @@ pub(crate) fn linear(
     }
 }
 
-/// The op; `pre` holds the pre-activation when the GELU is fused.
+/// The op; `precision` is that of its three products, `pre` holds the pre-activation when the GELU is fused.
 struct LinearOp {
     gelu: bool,
+    precision: Precision,
     pre: OnceLock<Vec<f32>>,
 }
 
@@ -98,6 +102,7 @@ impl LinearOp {
             Mat::rows(w, in_dim).t(),
             1.0,
             true,
+            self.precision,
         )?;
         if self.gelu {
             let pre = y.clone();
@@ -156,6 +161,7 @@ impl LinearOp {
                 Mat::rows(w, in_dim),
                 1.0,
                 true,
+                self.precision,
             )?;
             Ok(dx)
         })?;
@@ -170,6 +176,7 @@ impl LinearOp {
                 Mat::rows(x, in_dim),
                 1.0,
                 true,
+                self.precision,
             )?;
             Ok(dw)
         })?;

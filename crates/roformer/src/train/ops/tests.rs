@@ -1,5 +1,6 @@
 //! The fused training ops against the candle compositions they replace: values and gradients.
 
+use crate::cpu::Precision;
 use candle_core::{DType, Device, Tensor, Var, D};
 use candle_nn::Linear;
 use rand::rngs::StdRng;
@@ -55,7 +56,7 @@ fn linear_matches_matmul_bias_and_gelu_with_gradients() {
         let w = var(&mut rng, &[3, 7]);
         let b = var(&mut rng, &[3]);
         let layer = Linear::new(w.as_tensor().clone(), bias.then(|| b.as_tensor().clone()));
-        let fused = linear(x.as_tensor(), &layer, activation).unwrap();
+        let fused = linear(x.as_tensor(), &layer, activation, Precision::F32).unwrap();
         let mut reference = x
             .as_tensor()
             .broadcast_matmul(&w.as_tensor().t().unwrap())
@@ -109,7 +110,10 @@ fn composite_attention(
         &split(k, true),
         &split(v, rotary_value),
         mask,
-        Mode::Train(dropout.0),
+        Mode::Train {
+            dropout: dropout.0,
+            precision: crate::cpu::Precision::F32,
+        },
         dropout.1,
     )
     .unwrap();
@@ -169,6 +173,7 @@ fn attention_matches_the_op_by_op_path_with_gradients() {
                 rotary_value,
                 mask: mask.clone(),
                 dropout: fused_dropout.keep_mask(b * heads * t * t, p),
+                precision: Precision::F32,
             },
         )
         .unwrap();
@@ -306,4 +311,108 @@ fn embedding_matches_index_select_with_gradients() {
     }
     let bad = super::embedding::embed(word.as_tensor(), types.as_tensor(), vec![11], None, (1, 1));
     assert!(bad.is_err());
+}
+
+/// `t` rounded to bf16 (to nearest even), back in f32.
+fn bf16_rounded(t: &Tensor) -> Tensor {
+    t.to_dtype(DType::BF16)
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap()
+}
+
+#[test]
+fn bf16_linear_is_the_f32_op_on_bf16_rounded_operands() {
+    let native = crate::cpu::bf16::native().is_some();
+    let mut rng = StdRng::seed_from_u64(21);
+    let x = random(&mut rng, &[3, 40, 70]);
+    let w = random(&mut rng, &[50, 70]);
+    let b = random(&mut rng, &[50]);
+    // The loss weights, bf16-exact, so that the incoming gradient is too.
+    let g = bf16_rounded(&random(&mut rng, &[3, 40, 50]));
+    let run = |x: &Tensor, w: &Tensor, precision: Precision| {
+        let (x, w, b) = (
+            Var::from_tensor(x).unwrap(),
+            Var::from_tensor(w).unwrap(),
+            Var::from_tensor(&b).unwrap(),
+        );
+        let layer = Linear::new(w.as_tensor().clone(), Some(b.as_tensor().clone()));
+        let y = linear(x.as_tensor(), &layer, None, precision).unwrap();
+        let grads = (&y * &g).unwrap().sum_all().unwrap().backward().unwrap();
+        let grad = |v: &Var| grads.get(v).unwrap().clone();
+        (y, grad(&x), grad(&w), grad(&b))
+    };
+    let fast = run(&x, &w, Precision::Bf16);
+    let (xr, wr) = if native {
+        (bf16_rounded(&x), bf16_rounded(&w))
+    } else {
+        (x.clone(), w.clone())
+    };
+    let reference = run(&xr, &wr, Precision::F32);
+    // Same products of the same (rounded) operands, summed in another order: within a few
+    // f32 ulps of sums of ~70 terms of size ~1. dx = g W and dW = g^T x read bf16-exact
+    // operands on both sides.
+    for (name, a, r) in [
+        ("y", &fast.0, &reference.0),
+        ("dx", &fast.1, &reference.1),
+        ("dW", &fast.2, &reference.2),
+        ("db", &fast.3, &reference.3),
+    ] {
+        let diff = max_diff(a, r);
+        assert!(diff < 2e-5, "{name}: {diff}");
+    }
+    if native {
+        let unrounded = run(&x, &w, Precision::F32);
+        assert!(
+            max_diff(&fast.0, &unrounded.0) > 1e-4,
+            "the bf16 path did not run"
+        );
+    }
+}
+
+#[test]
+fn bf16_attention_is_within_bf16_rounding_of_f32() {
+    let mut rng = StdRng::seed_from_u64(22);
+    let (b, t, heads, d) = (2, 37, 3, 16);
+    let q = var(&mut rng, &[b, t, heads * d]);
+    let k = var(&mut rng, &[b, t, heads * d]);
+    let v = var(&mut rng, &[b, t, heads * d]);
+    let rope = Rope::new(d, d, rotary::DEFAULT_BASE, Layout::Interleaved).unwrap();
+    let coefficients = rope.coefficients(Positions::START, b, t).unwrap();
+    let run = |precision: Precision| {
+        let out = attention(
+            q.as_tensor(),
+            k.as_tensor(),
+            v.as_tensor(),
+            FusedAttention {
+                heads,
+                rope: Some(coefficients.clone()),
+                rotary_value: false,
+                mask: None,
+                dropout: None,
+                precision,
+            },
+        )
+        .unwrap();
+        let grads = weighted_sum(&out, 4).backward().unwrap();
+        let grad = |x: &Var| grads.get(x).unwrap().clone();
+        (out.clone(), [grad(&q), grad(&k), grad(&v)])
+    };
+    let (fast, fast_grads) = run(Precision::Bf16);
+    let (slow, slow_grads) = run(Precision::F32);
+    // Scores of 16 products of terms in [-1, 1] and contexts averaging values in [-1, 1]:
+    // each bf16 operand is within 2^-9 relative, so values and gradients (of size ~1) move
+    // by a few 1e-3; a wrong head, tile or operand moves them by ~0.5.
+    let diff = max_diff(&fast, &slow);
+    assert!(diff < 2e-2, "values: {diff}");
+    for (name, (f, s)) in ["dq", "dk", "dv"]
+        .iter()
+        .zip(fast_grads.iter().zip(&slow_grads))
+    {
+        let diff = max_diff(f, s);
+        assert!(diff < 5e-2, "{name}: {diff}");
+    }
+    if crate::cpu::bf16::native().is_some() {
+        assert!(diff > 1e-5, "the bf16 path did not run: {diff}");
+    }
 }

@@ -1,0 +1,164 @@
+//! Rounding to bf16 and packing an operand into panels of pair words.
+
+use rayon::prelude::*;
+
+use crate::cpu::Mat;
+use crate::fused::math::multiversion;
+
+/// `x` rounded to bf16, to nearest with ties to even, as the upper 16 bits of an f32; a NaN
+/// stays a (quiet) NaN. Branch-free, so that loops over it vectorise.
+#[inline(always)]
+pub(crate) fn round_bf16(x: f32) -> u16 {
+    let bits = x.to_bits();
+    let rounded = bits.wrapping_add(0x7fff + ((bits >> 16) & 1)) >> 16;
+    let quiet_nan = (bits >> 16) | 0x40;
+    let is_nan = (bits & 0x7fff_ffff) > 0x7f80_0000;
+    (if is_nan { quiet_nan } else { rounded }) as u16
+}
+
+/// The pair word of two f32 values: `lo` in the low half, `hi` in the high half.
+#[inline(always)]
+fn word(lo: f32, hi: f32) -> u32 {
+    u32::from(round_bf16(lo)) | (u32::from(round_bf16(hi)) << 16)
+}
+
+multiversion! {
+    /// `words[p] = word(row[2p], row[2p + 1])`, the last `hi` 0 when `row` is odd.
+    fn row_words(row: &[f32], words: &mut [u32]) {
+        let (full, odd) = row.split_at(row.len() & !1);
+        for (w, v) in words.iter_mut().zip(full.chunks_exact(2)) {
+            *w = word(v[0], v[1]);
+        }
+        if let ([last], Some(w)) = (odd, words.get_mut(full.len() / 2)) {
+            *w = word(*last, 0.0);
+        }
+    }
+}
+
+/// Packs `x` (`count x k`, element `(i, kk)`) into panels of `width` rows: panel `q`, pair `p`,
+/// lane `w` holds the word of `x(q * width + w, 2p)` and `x(q * width + w, 2p + 1)`; zeros past
+/// `count` and past `k`. `ceil(count / width) * ceil(k / 2) * width` words, panels on the
+/// threads when `parallel`, into `out` (every word written). The caller has checked that `x`
+/// fits `count x k`.
+///
+/// With `rows_allowed`, when `x`'s rows are contiguous (`x.cs == 1`), each panel is instead
+/// stored as its `width` rows of `ceil(k / 2)` words (word `(p, w)` at `w * pairs + p`), which
+/// skips the interleaving; the return value says which layout was written (`true`: rows).
+///
+/// # Panics
+/// If `out` does not hold [`packed_len`] words.
+pub(crate) fn pack_panels(
+    x: Mat<'_>,
+    (count, k): (usize, usize),
+    width: usize,
+    (parallel, rows_allowed): (bool, bool),
+    out: &mut [u32],
+) -> bool {
+    let pairs = k.div_ceil(2);
+    let panels = count.div_ceil(width);
+    assert_eq!(
+        out.len(),
+        packed_len(count, k, width),
+        "packed operand size"
+    );
+    let rows_layout = rows_allowed && x.cs == 1;
+    if pairs == 0 {
+        return rows_layout;
+    }
+    // Tasks of whole panels, enough of them to give each about LANES_PER_TASK lanes.
+    let group = (LANES_PER_TASK / width).max(1);
+    let fill = |(g, chunk): (usize, &mut [u32])| {
+        let first = g * group;
+        let lanes = (count - first * width).min(group * width);
+        if x.cs == 1 {
+            fill_from_rows(x, (first * width, lanes), k, (width, rows_layout), chunk);
+        } else {
+            fill_from_columns(x, (first * width, lanes), k, width, chunk);
+        }
+    };
+    let chunk = group * pairs * width;
+    if parallel && panels > group {
+        out.par_chunks_mut(chunk).enumerate().for_each(fill);
+    } else {
+        out.chunks_mut(chunk).enumerate().for_each(fill);
+    }
+    rows_layout
+}
+
+/// Lanes (rows of the packed operand) per packing task.
+const LANES_PER_TASK: usize = 256;
+
+/// Packs lanes `first..first + lanes` of `x` whose `k` values are contiguous (`x.cs == 1`)
+/// into `out`, their panels: each row converted whole, then the rows interleaved (or left as
+/// rows of words when `rows_layout`).
+fn fill_from_rows(
+    x: Mat<'_>,
+    (first, lanes): (usize, usize),
+    k: usize,
+    (width, rows_layout): (usize, bool),
+    out: &mut [u32],
+) {
+    let pairs = k.div_ceil(2);
+    let mut words = vec![0u32; if rows_layout { 0 } else { width * pairs }];
+    for (q, panel) in out.chunks_mut(pairs * width).enumerate() {
+        let rows = (lanes - q * width).min(width);
+        if rows_layout {
+            for (w, row_out) in panel.chunks_exact_mut(pairs).enumerate() {
+                if w < rows {
+                    let start = x.offset + (first + q * width + w) * x.rs;
+                    row_words(&x.data[start..start + k], row_out);
+                } else {
+                    row_out.fill(0);
+                }
+            }
+            continue;
+        }
+        for (w, row_out) in words.chunks_exact_mut(pairs).take(rows).enumerate() {
+            let start = x.offset + (first + q * width + w) * x.rs;
+            row_words(&x.data[start..start + k], row_out);
+        }
+        for (p, panel_lanes) in panel.chunks_exact_mut(width).enumerate() {
+            for (w, lane) in panel_lanes.iter_mut().enumerate() {
+                *lane = if w < rows { words[w * pairs + p] } else { 0 };
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// Packs lanes `first..first + lanes` of `x` into `out`, their panels, one pair of `k` at a
+    /// time: when `x.rs == 1` (the transpose of a row-major matrix) the pair's two runs of
+    /// values are contiguous and converted straight into each panel, otherwise gathered first.
+    fn fill_from_columns(x: Mat<'_>, span: (usize, usize), k: usize, width: usize, out: &mut [u32]) {
+        let (first, lanes) = span;
+        let pairs = k.div_ceil(2);
+        let (mut lo, mut hi) = (vec![0f32; lanes], vec![0f32; lanes]);
+        let mut words = vec![0u32; lanes];
+        for p in 0..pairs {
+            let (lo, hi): (&[f32], &[f32]) = if x.rs == 1 && 2 * p + 1 < k {
+                let start = x.offset + first + 2 * p * x.cs;
+                (&x.data[start..start + lanes], &x.data[start + x.cs..start + x.cs + lanes])
+            } else {
+                for (kk, dst) in [(2 * p, &mut lo), (2 * p + 1, &mut hi)] {
+                    for (i, v) in dst.iter_mut().enumerate() {
+                        *v = if kk < k { x.data[x.offset + (first + i) * x.rs + kk * x.cs] } else { 0.0 };
+                    }
+                }
+                (&lo, &hi)
+            };
+            for ((w, &l), &h) in words.iter_mut().zip(lo).zip(hi) {
+                *w = word(l, h);
+            }
+            for (q, run) in words.chunks(width).enumerate() {
+                let at = (q * pairs + p) * width;
+                out[at..at + run.len()].copy_from_slice(run);
+                out[at + run.len()..at + width].fill(0);
+            }
+        }
+    }
+}
+
+/// The words of `count x k` packed into panels of `width`.
+pub(crate) fn packed_len(count: usize, k: usize, width: usize) -> usize {
+    count.div_ceil(width) * k.div_ceil(2) * width
+}

@@ -1,0 +1,348 @@
+//! The bf16 products against f64 references, the vector kernel against the portable one, and
+//! the packing layout.
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::cpu::{product as cpu_product, Dst, Precision};
+
+/// Deterministic values in about [-2, 2] (a linear congruential generator).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
+        })
+        .collect()
+}
+
+fn bf16_value(x: f32) -> f64 {
+    f64::from(f32::from_bits(u32::from(round_bf16(x)) << 16))
+}
+
+/// `(sum_k a b, sum_k |a b|)` in f64 for element `(i, j)`, of bf16-rounded or exact operands.
+fn reference(
+    a: Mat<'_>,
+    b: Mat<'_>,
+    k: usize,
+    (i, j): (usize, usize),
+    rounded: bool,
+) -> (f64, f64) {
+    let round = |x: f32| if rounded { bf16_value(x) } else { f64::from(x) };
+    (0..k).fold((0.0, 0.0), |(s, abs), kk| {
+        let x = round(a.data[a.offset + i * a.rs + kk * a.cs]);
+        let y = round(b.data[b.offset + kk * b.rs + j * b.cs]);
+        (s + x * y, abs + (x * y).abs())
+    })
+}
+
+/// `alpha * a b` (plus `init` when accumulating) through `kernel`.
+#[allow(clippy::too_many_arguments)]
+fn run(
+    kernel: Kernel,
+    (m, n, k): (usize, usize, usize),
+    a: Mat<'_>,
+    b: Mat<'_>,
+    init: &[f32],
+    rs: usize,
+    alpha: f32,
+    accumulate: bool,
+    parallel: bool,
+) -> Vec<f32> {
+    let mut c = init.to_vec();
+    assert!(a.fits(m, k) && b.fits(k, n) && c.len() >= m.saturating_sub(1) * rs + n);
+    // SAFETY: checked just above; `c` is exclusive.
+    unsafe {
+        product(
+            kernel,
+            (m, n, k),
+            (c.as_mut_ptr(), rs),
+            accumulate,
+            a,
+            b,
+            alpha,
+            parallel,
+        );
+    }
+    c
+}
+
+/// Checks every element of `c` against the f64 references: within `(k + 2) 2^-24 sum|ab|`
+/// of the product of the rounded operands (f32 summation), and within `2^-7 sum|ab|` plus
+/// that of the exact operands (each bf16 rounding is within 2^-9 relative).
+#[allow(clippy::too_many_arguments)]
+fn check(
+    c: &[f32],
+    (m, n, k): (usize, usize, usize),
+    a: Mat<'_>,
+    b: Mat<'_>,
+    init: &[f32],
+    rs: usize,
+    alpha: f32,
+    accumulate: bool,
+) {
+    let sum_bound = (k as f64 + 2.0) * f64::from(f32::EPSILON) / 2.0;
+    for i in 0..m {
+        for j in 0..n {
+            let at = i * rs + j;
+            let base = if accumulate { f64::from(init[at]) } else { 0.0 };
+            let alpha = f64::from(alpha);
+            let (r, abs) = reference(a, b, k, (i, j), true);
+            let got = f64::from(c[at]);
+            let tol = sum_bound * abs * alpha.abs()
+                + 4.0 * f64::from(f32::EPSILON) * (base + alpha * r).abs()
+                + 1e-30;
+            assert!(
+                (got - (base + alpha * r)).abs() <= tol,
+                "({i}, {j}) of {m}x{n}x{k}: {got} against rounded-operand reference {}",
+                base + alpha * r
+            );
+            let (exact, _) = reference(a, b, k, (i, j), false);
+            let tol = tol + 2f64.powi(-7) * abs * alpha.abs();
+            assert!(
+                (got - (base + alpha * exact)).abs() <= tol,
+                "({i}, {j}): against exact"
+            );
+        }
+    }
+}
+
+/// [`pack_panels`] into a new buffer, which starts non-zero so that padding is checked.
+fn packed(x: Mat<'_>, count: usize, k: usize, width: usize, parallel: bool) -> Vec<u32> {
+    let mut out = vec![u32::MAX; packed_len(count, k, width)];
+    pack_panels(x, (count, k), width, (parallel, false), &mut out);
+    out
+}
+
+fn kernels() -> Vec<Kernel> {
+    let mut all = vec![Kernel::Portable];
+    all.extend(native());
+    all
+}
+
+#[test]
+fn rounding_is_to_nearest_even_as_half() {
+    let special = [
+        0.0f32,
+        -0.0,
+        1.0,
+        f32::MAX,
+        f32::MIN_POSITIVE,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::from_bits(0x3f80_8000), // a tie, rounds down to even
+        f32::from_bits(0x3f81_8000), // a tie, rounds up to even
+        f32::from_bits(0x7f7f_ffff), // rounds up to infinity
+        1e-40,
+    ];
+    for x in special
+        .into_iter()
+        .chain(values(10_000, 3).into_iter().map(|v| v * 1e3))
+    {
+        assert_eq!(round_bf16(x), half::bf16::from_f32(x).to_bits(), "{x:e}");
+    }
+    assert!(f32::from_bits(u32::from(round_bf16(f32::NAN)) << 16).is_nan());
+    let signalling = f32::from_bits(0x7f80_0001);
+    assert!(f32::from_bits(u32::from(round_bf16(signalling)) << 16).is_nan());
+}
+
+#[test]
+fn panels_hold_pairs_of_k_padded_with_zeros() {
+    // x = 5 x 3 row-major, panels of 4: two panels, two pairs.
+    let data: Vec<f32> = (0..15).map(|v| v as f32).collect();
+    {
+        let words = packed(Mat::rows(&data, 3), 5, 3, 4, false);
+        assert_eq!(words.len(), 2 * 2 * 4);
+        let word = |lo: f32, hi: f32| u32::from(round_bf16(lo)) | u32::from(round_bf16(hi)) << 16;
+        // panel 0, pair 0, row 1: x(1, 0), x(1, 1) = 3, 4; pair 1, row 1: x(1, 2), pad.
+        assert_eq!(words[1], word(3.0, 4.0));
+        assert_eq!(words[4 + 1], word(5.0, 0.0));
+        // panel 1, row 0 is x(4, .); rows 1..4 of it are padding.
+        assert_eq!(words[8], word(12.0, 13.0));
+        assert_eq!(&words[9..12], &[0, 0, 0]);
+        assert_eq!(words[12], word(14.0, 0.0));
+    }
+    // The same matrix stored transposed packs to the same words.
+    let t: Vec<f32> = (0..3)
+        .flat_map(|kk| (0..5).map(move |i| (i * 3 + kk) as f32))
+        .collect();
+    assert_eq!(
+        packed(Mat::rows(&t, 5).t(), 5, 3, 4, true),
+        packed(Mat::rows(&data, 3), 5, 3, 4, false)
+    );
+}
+
+#[test]
+fn products_match_f64_on_edge_shapes_every_kernel() {
+    for kernel in kernels() {
+        for &(m, n, k) in &[
+            (1, 1, 1),
+            (1, 33, 2),
+            (12, 32, 64),
+            (13, 31, 7),
+            (25, 65, 129),
+            (50, 100, 256),
+            (3, 300, 5),
+        ] {
+            for (transposed_a, transposed_b) in
+                [(false, false), (true, false), (false, true), (true, true)]
+            {
+                let av = values(m * k, (m * 7 + k) as u64);
+                let bv = values(k * n, (n * 11 + k) as u64);
+                let a = if transposed_a {
+                    Mat::rows(&av, m).t()
+                } else {
+                    Mat::rows(&av, k)
+                };
+                let b = if transposed_b {
+                    Mat::rows(&bv, k).t()
+                } else {
+                    Mat::rows(&bv, n)
+                };
+                let rs = n + 3;
+                let init = values(m * rs, 99);
+                for (alpha, accumulate, parallel) in
+                    [(1.0, false, false), (0.5, true, true), (-2.0, true, false)]
+                {
+                    let c = run(
+                        kernel,
+                        (m, n, k),
+                        a,
+                        b,
+                        &init,
+                        rs,
+                        alpha,
+                        accumulate,
+                        parallel,
+                    );
+                    check(&c, (m, n, k), a, b, &init, rs, alpha, accumulate);
+                    // Columns past n in each row are untouched.
+                    for i in 0..m {
+                        assert_eq!(
+                            &c[i * rs + n..(i + 1) * rs.min(c.len() - i * rs).max(n)],
+                            &init[i * rs + n..(i + 1) * rs.min(init.len() - i * rs).max(n)]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn native_kernel_agrees_with_portable() {
+    let Some(kernel) = native() else {
+        eprintln!("no native bf16 kernel on this CPU: only the portable kernel is tested");
+        return;
+    };
+    let (m, n, k) = (37, 70, 300);
+    let av = values(m * k, 1);
+    let bv = values(k * n, 2);
+    let (a, b) = (Mat::rows(&av, k), Mat::rows(&bv, n));
+    let init = vec![0f32; m * n];
+    let fast = run(kernel, (m, n, k), a, b, &init, n, 1.0, false, true);
+    let slow = run(
+        Kernel::Portable,
+        (m, n, k),
+        a,
+        b,
+        &init,
+        n,
+        1.0,
+        false,
+        false,
+    );
+    for (i, (&f, &s)) in fast.iter().zip(&slow).enumerate() {
+        let (_, abs) = reference(a, b, k, (i / n, i % n), true);
+        assert!(
+            f64::from((f - s).abs()) <= 2.0 * k as f64 * f64::from(f32::EPSILON) * abs,
+            "element {i}: {f} against {s}"
+        );
+    }
+}
+
+#[test]
+fn a_nan_operand_gives_nan_in_its_row_only() {
+    for kernel in kernels() {
+        let (m, n, k) = (14, 34, 9);
+        let mut av = values(m * k, 5);
+        av[3 * k + 4] = f32::NAN;
+        let bv = values(k * n, 6);
+        let c = run(
+            kernel,
+            (m, n, k),
+            Mat::rows(&av, k),
+            Mat::rows(&bv, n),
+            &vec![0.0; m * n],
+            n,
+            1.0,
+            false,
+            false,
+        );
+        for (i, row) in c.chunks(n).enumerate() {
+            assert_eq!(row.iter().all(|v| v.is_nan()), i == 3, "row {i}");
+            assert!(i == 3 || row.iter().all(|v| v.is_finite()));
+        }
+    }
+}
+
+#[test]
+fn precision_f32_and_bf16_agree_through_the_dispatch() {
+    let (m, n, k) = (40, 48, 96);
+    let av = values(m * k, 7);
+    let bv = values(k * n, 8);
+    let mut f32_out = vec![0f32; m * n];
+    let mut bf16_out = vec![0f32; m * n];
+    for (out, precision) in [
+        (&mut f32_out, Precision::F32),
+        (&mut bf16_out, Precision::Bf16),
+    ] {
+        cpu_product(
+            (m, n, k),
+            Dst::Slice(out),
+            (0, n),
+            false,
+            Mat::rows(&av, k),
+            Mat::rows(&bv, n),
+            1.0,
+            true,
+            precision,
+        )
+        .unwrap();
+    }
+    let a = Mat::rows(&av, k);
+    let b = Mat::rows(&bv, n);
+    for i in 0..m {
+        for j in 0..n {
+            let (_, abs) = reference(a, b, k, (i, j), false);
+            let diff = f64::from((f32_out[i * n + j] - bf16_out[i * n + j]).abs());
+            assert!(diff <= 2f64.powi(-7) * abs, "({i}, {j}): {diff}");
+        }
+    }
+    assert_eq!(
+        bf16_out != f32_out,
+        native().is_some(),
+        "bf16 runs exactly where a native kernel exists"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn random_shapes_match_f64(m in 1usize..40, n in 1usize..70, k in 1usize..80, seed in 0u64..1000, ta: bool, tb: bool) {
+        for kernel in kernels() {
+            let av = values(m * k, seed);
+            let bv = values(k * n, seed + 1);
+            let a = if ta { Mat::rows(&av, m).t() } else { Mat::rows(&av, k) };
+            let b = if tb { Mat::rows(&bv, k).t() } else { Mat::rows(&bv, n) };
+            let init = values(m * n, seed + 2);
+            let c = run(kernel, (m, n, k), a, b, &init, n, 0.75, true, seed % 2 == 0);
+            check(&c, (m, n, k), a, b, &init, n, 0.75, true);
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! Strided matrix views and product destinations.
+
+/// A strided f32 matrix inside a slice: element `(i, j)` at `offset + i * rs + j * cs`.
+#[derive(Clone, Copy)]
+pub(crate) struct Mat<'a> {
+    pub(crate) data: &'a [f32],
+    pub(crate) offset: usize,
+    pub(crate) rs: usize,
+    pub(crate) cs: usize,
+}
+
+impl<'a> Mat<'a> {
+    /// A row-major matrix of `cols` columns at the start of `data`.
+    pub(crate) fn rows(data: &'a [f32], cols: usize) -> Mat<'a> {
+        Mat {
+            data,
+            offset: 0,
+            rs: cols,
+            cs: 1,
+        }
+    }
+
+    /// The transpose view.
+    pub(crate) fn t(self) -> Mat<'a> {
+        Mat {
+            rs: self.cs,
+            cs: self.rs,
+            ..self
+        }
+    }
+
+    /// Whether a `rows x cols` matrix with these strides lies inside `data`.
+    pub(crate) fn fits(&self, rows: usize, cols: usize) -> bool {
+        rows == 0
+            || cols == 0
+            || (rows - 1)
+                .checked_mul(self.rs)
+                .and_then(|r| (cols - 1).checked_mul(self.cs).map(|c| (r, c)))
+                .and_then(|(r, c)| self.offset.checked_add(r)?.checked_add(c))
+                .is_some_and(|last| last < self.data.len())
+    }
+}
+
+/// An f32 output buffer shared by tasks that write disjoint elements of it.
+#[derive(Clone, Copy)]
+pub(crate) struct SharedOut {
+    ptr: *mut f32,
+    len: usize,
+}
+
+// SAFETY: the tasks that share one write disjoint elements (each caller says which), and the
+// buffer outlives them.
+unsafe impl Send for SharedOut {}
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    /// Shares `buf` (which must outlive every use, and whose writers must not overlap).
+    pub(crate) fn new(buf: &mut [f32]) -> SharedOut {
+        SharedOut {
+            ptr: buf.as_mut_ptr(),
+            len: buf.len(),
+        }
+    }
+
+    /// Elements `start..start + len`.
+    ///
+    /// # Safety
+    /// No other live slice may overlap these elements.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn slice(&self, start: usize, len: usize) -> &mut [f32] {
+        assert!(
+            start.checked_add(len).is_some_and(|end| end <= self.len),
+            "shared output slice out of bounds"
+        );
+        std::slice::from_raw_parts_mut(self.ptr.add(start), len)
+    }
+
+    /// The base pointer and length.
+    pub(crate) fn raw(&self) -> (*mut f32, usize) {
+        (self.ptr, self.len)
+    }
+}
+
+/// Where a product goes: element `(i, j)` at `offset + i * rs + j` of the buffer.
+pub(crate) enum Dst<'a> {
+    /// An exclusive slice.
+    Slice(&'a mut [f32]),
+    /// A shared buffer whose caller writes only this product's elements.
+    Shared(SharedOut),
+}
+
+impl Dst<'_> {
+    /// The base pointer and length.
+    pub(crate) fn raw(&mut self) -> (*mut f32, usize) {
+        match self {
+            Dst::Slice(s) => (s.as_mut_ptr(), s.len()),
+            Dst::Shared(s) => s.raw(),
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! The matrix product of both fast paths, in f32 (gemm) or bf16 (our kernel).
+
+use gemm::{gemm, Parallelism};
+
+use super::bf16;
+use super::{Dst, Mat, Precision};
+
+/// `dst = (accumulate ? dst : 0) + alpha * a b` for an `m x k` `a` and a `k x n` `b`, with
+/// `dst`'s element `(i, j)` at `offset + i * rs + j`; on the threads when `parallel`, else on
+/// the calling thread. With [`Precision::Bf16`] (where [`bf16::native`] has a kernel) the
+/// operands are rounded to bf16 and the products summed in f32. Every operand is checked to lie
+/// inside its buffer.
+///
+/// # Errors
+/// An operand or the destination that does not fit its buffer.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn product(
+    (m, n, k): (usize, usize, usize),
+    mut dst: Dst<'_>,
+    (offset, rs): (usize, usize),
+    accumulate: bool,
+    a: Mat<'_>,
+    b: Mat<'_>,
+    alpha: f32,
+    parallel: bool,
+    precision: Precision,
+) -> candle_core::Result<()> {
+    let (ptr, len) = dst.raw();
+    let dst_fits = m == 0
+        || n == 0
+        || (m - 1)
+            .checked_mul(rs)
+            .and_then(|r| offset.checked_add(r)?.checked_add(n - 1))
+            .is_some_and(|last| last < len);
+    if !(dst_fits && a.fits(m, k) && b.fits(k, n)) {
+        return Err(candle_core::Error::Msg(format!(
+            "matrix product: a {m}x{k} by {k}x{n} product does not fit its buffers"
+        )));
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        if !accumulate {
+            for i in 0..m {
+                // SAFETY: inside the destination, checked above.
+                unsafe { std::slice::from_raw_parts_mut(ptr.add(offset + i * rs), n) }.fill(0.0);
+            }
+        }
+        return Ok(());
+    }
+    if precision == Precision::Bf16 {
+        if let Some(kernel) = bf16::native() {
+            // SAFETY: the destination was checked above, is exclusive to this call and does
+            // not overlap `a` or `b`.
+            unsafe {
+                bf16::product(
+                    kernel,
+                    (m, n, k),
+                    (ptr.add(offset), rs),
+                    accumulate,
+                    a,
+                    b,
+                    alpha,
+                    parallel,
+                );
+            }
+            return Ok(());
+        }
+    }
+    let parallelism = if parallel {
+        Parallelism::Rayon(rayon::current_num_threads())
+    } else {
+        Parallelism::None
+    };
+    // SAFETY: the checks above keep every element gemm reads or writes inside the buffers;
+    // the destination is exclusive to this call (a `&mut` slice, or a shared buffer whose
+    // writers use disjoint elements) and does not overlap `a` or `b`, which are shared slices.
+    unsafe {
+        gemm(
+            m,
+            n,
+            k,
+            ptr.add(offset),
+            1,
+            rs as isize,
+            accumulate,
+            a.data.as_ptr().add(a.offset),
+            a.cs as isize,
+            a.rs as isize,
+            b.data.as_ptr().add(b.offset),
+            b.cs as isize,
+            b.rs as isize,
+            if accumulate { 1.0 } else { 0.0 },
+            alpha,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,480 @@
+#!/usr/bin/env python3
+"""Continue masked-LM pre-training of a `roformer train mlm` checkpoint in PyTorch, on as many
+processes (GPUs, or CPUs with the gloo backend) as you give it, and write a checkpoint that
+`roformer` loads again.
+
+The checkpoint is a Hugging Face directory (config.json, model.safetensors, vocab.txt,
+tokenizer_config.json) that transformers' `RoFormerForMaskedLM.from_pretrained` reads. The data
+are prepared as `roformer train mlm` prepares them: the chinese-poetry JSON files under
+--corpus (each a JSON array of poems; a document is one poem's `paragraphs` joined without
+separator), the same hash split that holds out --validation of the documents (FNV-1a 64 +
+MurmurHash3 fmix64 of the text, so the documents `roformer eval mlm` validates on stay
+unseen), optional simplified copies after the originals (--also-simplified), tokenised with
+transformers' RoFormerTokenizer over the checkpoint's vocab.txt (one id per character, the ids
+`roformer tokenize` gives), packed into blocks `[CLS] d0 [SEP] d1 [SEP] ... [SEP]` of
+--seq-len tokens, and masked like ours: round(15 %) of the non-special tokens of each block, of
+which 80 % become [MASK], 10 % a random non-special token, 10 % stay. Not reproduced: `train
+mlm --also-lines` (extra punctuation-free line documents). The blocks are built once, by the
+main process, and cached in OUT.cache (--cache-dir).
+
+Training: AdamW (weight decay 0.01 except biases and LayerNorm weights; a fresh optimiser, the
+moments in optimizer.safetensors are not read), linear warm-up over --warmup steps then linear
+decay to 0 at --steps, gradient norm clipped to 1.0, --grad-accum micro-batches of --batch
+blocks per process per step, DDP through accelerate. The main process prints JSON lines:
+{"event": "start", ...} (the data and the weights' missing/unexpected keys), then
+{"event": "step", "step", "loss", "lr", "grad_norm", "tokens", "seconds", "tokens_per_s"}
+every --log-every steps (loss: mean over processes and over the steps since the last line;
+tokens and tokens/s: all processes together, all block tokens counted as `roformer train mlm`
+counts them), and {"event": "saved", ...} for each checkpoint written to --out (every
+--save-every steps and at the end): model.safetensors and config.json by `save_pretrained`,
+plus vocab.txt and tokenizer_config.json copied from --init.
+
+Run it, on one machine with N GPUs:
+
+    accelerate launch --num_processes N scripts/continue_in_pytorch.py \\
+        --init RUN/checkpoint --corpus data/chinese-poetry/poems --out RUN-pt \\
+        --steps 10000 --batch 64 --lr 3e-4 --warmup 500 --also-simplified
+
+or `torchrun --nproc_per_node N scripts/continue_in_pytorch.py ...` (several machines: the
+usual accelerate/torchrun rendezvous options). On CPUs, two processes with gloo:
+
+    OMP_NUM_THREADS=1 accelerate launch --cpu --num_processes 2 --num_machines 1 \\
+        --mixed_precision no --dynamo_backend no scripts/continue_in_pytorch.py ...
+
+Then `roformer fill-mask --model RUN-pt "床前明月[MASK]，疑是地上霜。"` or
+`roformer eval mlm --model RUN-pt ...`.
+
+Needs: torch, transformers, accelerate, safetensors, rjieba (RoFormerTokenizer's word cutter;
+without it the script falls back to a BERT tokenizer, see make_tokenizer); for
+--also-simplified, `opencc`
+(preferred: OpenCC's t2s table, which `roformer`'s fast2s also comes from) or `zhconv`.
+"""
+
+import argparse
+import hashlib
+import inspect
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from transformers import RoFormerForMaskedLM
+
+try:  # transformers 4.x; in 5.x BertTokenizerFast is BertTokenizer, backed by tokenizers
+    from transformers import BertTokenizerFast
+except ImportError:  # pragma: no cover
+    from transformers import BertTokenizer as BertTokenizerFast
+
+CORPUS_EXTENSIONS = (".json",)
+MASK_PROBABILITY, MASK_SHARE, RANDOM_SHARE = 0.15, 0.8, 0.1
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--init", required=True, type=Path,
+                   help="checkpoint directory written by `roformer train mlm`")
+    p.add_argument("--corpus", required=True, type=Path, nargs="+",
+                   help="chinese-poetry JSON files or directories (searched recursively)")
+    p.add_argument("--out", required=True, type=Path, help="output checkpoint directory")
+    p.add_argument("--steps", type=int, default=1000, help="optimisation steps")
+    p.add_argument("--batch", type=int, default=16, help="blocks per micro-batch per process")
+    p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per step")
+    p.add_argument("--lr", type=float, default=3e-4, help="peak learning rate")
+    p.add_argument("--warmup", type=int, default=100, help="linear warm-up steps")
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--max-grad-norm", type=float, default=1.0)
+    p.add_argument("--seq-len", type=int, default=128, help="tokens per block, [CLS]/[SEP] included")
+    p.add_argument("--validation", type=float, default=0.05,
+                   help="share of documents held out by text hash, as `roformer train mlm` "
+                        "(default 0.05, its default); 0 trains on everything")
+    p.add_argument("--also-simplified", action="store_true",
+                   help="also train on simplified copies of documents with traditional "
+                        "characters (needs opencc or zhconv)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--save-every", type=int, default=0, help="also save every N steps (0: at the end only)")
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--cache-dir", type=Path, default=None,
+                   help="where the tokenised blocks are cached (default: OUT.cache, beside OUT)")
+    args = p.parse_args(argv)
+    if args.steps < 1 or args.batch < 1 or args.grad_accum < 1 or args.log_every < 1:
+        p.error("--steps, --batch, --grad-accum and --log-every must be at least 1")
+    if not 0 <= args.warmup <= args.steps:
+        p.error("--warmup must be in [0, --steps]")
+    if args.seq_len < 3:
+        p.error("--seq-len must be at least 3")
+    return args
+
+
+# ---------------------------------------------------------------- data
+
+
+def corpus_files(paths):
+    files = []
+    for path in paths:
+        if path.is_dir():
+            found = [f for f in path.rglob("*")
+                     if f.is_file() and f.suffix in CORPUS_EXTENSIONS
+                     and not any(part.startswith(".") for part in f.relative_to(path).parts)]
+            files.extend(sorted(found, key=lambda f: str(f)))
+        else:
+            files.append(path)
+    return files
+
+
+def read_poems(files):
+    """One document per poem: its `paragraphs` joined without separator, trimmed."""
+    docs = []
+    for file in files:
+        with open(file, encoding="utf-8") as f:
+            items = json.load(f)
+        if not isinstance(items, list):
+            raise SystemExit(f"{file}: not a JSON array of poems")
+        for index, item in enumerate(items):
+            lines = item.get("paragraphs") if isinstance(item, dict) else None
+            if not isinstance(lines, list) or not all(isinstance(s, str) for s in lines):
+                raise SystemExit(f"{file}: element {index} has no `paragraphs` array of strings")
+            text = "".join(lines).strip()
+            if text:
+                docs.append(text)
+    return docs
+
+
+def text_position(text):
+    """The document's place in [0, 1), as `roformer`'s split computes it: the top 53 bits of
+    fmix64(fnv1a64(utf-8 bytes))."""
+    mask = (1 << 64) - 1
+    h = 0xCBF29CE484222325
+    for byte in text.encode("utf-8"):
+        h = ((h ^ byte) * 0x100000001B3) & mask
+    h ^= h >> 33
+    h = (h * 0xFF51AFD7ED558CCD) & mask
+    h ^= h >> 33
+    h = (h * 0xC4CEB9FE1A85EC53) & mask
+    h ^= h >> 33
+    return (h >> 11) / float(1 << 53)
+
+
+def simplifier():
+    """A traditional-to-simplified function and its name, or (None, reason)."""
+    try:
+        import opencc
+        converter = opencc.OpenCC("t2s")  # the C++ binding names its configs without .json
+        return converter.convert, f"opencc t2s ({getattr(opencc, '__version__', '?')})"
+    except Exception as err:  # not installed, or another package under that name
+        opencc_error = f"opencc: {type(err).__name__}: {err}"
+    try:
+        import zhconv
+        return (lambda text: zhconv.convert(text, "zh-hans")), "zhconv zh-hans"
+    except ImportError as err:
+        return None, f"{opencc_error}; zhconv: {err}"
+
+
+def make_tokenizer(init):
+    """The checkpoint's tokenizer, and how it was made.
+
+    `roformer`'s tokenizer is transformers' RoFormerTokenizer: BERT normalisation as
+    tokenizer_config.json says (do_lower_case true by default, which also strips accents: NFD,
+    so a CJK compatibility ideograph becomes its unified one), jieba words, then WordPiece; with
+    a per-character vocabulary every ideograph and every char of a run such as "□□□" is a
+    token of its own, an unknown char [UNK]. transformers' RoFormerTokenizer (it needs
+    `rjieba`) gives the same ids (checked on 13,204 poems, the 10,204 with any char other than
+    a CJK ideograph or common punctuation among them). Without rjieba this falls back to
+    BertTokenizerFast(tokenize_chinese_chars=True), which agrees on ideographs and punctuation
+    but makes one [UNK] of a run of other symbols ("□□□")."""
+    try:
+        import rjieba  # noqa: F401  (RoFormerTokenizer's pre-tokenizer)
+        from transformers import AutoTokenizer
+        tokenizer = AutoTokenizer.from_pretrained(init)
+        name = type(tokenizer).__name__
+        if "RoFormer" not in name:
+            raise ImportError(f"AutoTokenizer gave {name}")
+    except ImportError as err:
+        print(f"warning: RoFormerTokenizer unavailable ({err}); BertTokenizerFast per char "
+              "instead: runs of non-CJK symbols become one [UNK]", file=sys.stderr)
+        tokenizer, name = bert_tokenizer(init), "BertTokenizerFast (fallback)"
+    tokenizer.model_max_length = 1 << 62  # documents are packed, never truncated
+    probe = tokenizer("床前明月光", add_special_tokens=False)["input_ids"]
+    if len(probe) != 5 or tokenizer.unk_token_id in probe:
+        raise SystemExit(f"the tokenizer did not load {init / 'vocab.txt'}: 床前明月光 -> {probe}")
+    return tokenizer, name
+
+
+def bert_tokenizer(init):
+    config = {}
+    if (init / "tokenizer_config.json").exists():
+        config = json.loads((init / "tokenizer_config.json").read_text(encoding="utf-8"))
+    options = dict(do_lower_case=config.get("do_lower_case", True),
+                   strip_accents=config.get("strip_accents", None), tokenize_chinese_chars=True)
+    if "vocab" in inspect.signature(BertTokenizerFast.__init__).parameters:
+        # transformers 5 takes the vocabulary itself and silently ignores `vocab_file=`
+        # (every token then becomes [UNK]); a later duplicate line wins, as in load_vocab.
+        vocab = {}
+        with open(init / "vocab.txt", encoding="utf-8") as f:
+            for index, line in enumerate(f):
+                vocab[line.rstrip("\n")] = index
+        return BertTokenizerFast(vocab=vocab, **options)
+    return BertTokenizerFast(vocab_file=str(init / "vocab.txt"), **options)
+
+
+def special_ids(tokenizer):
+    ids = {tokenizer.convert_tokens_to_ids(t) for t in
+           (tokenizer.pad_token, tokenizer.unk_token, tokenizer.cls_token,
+            tokenizer.sep_token, tokenizer.mask_token)}
+    return sorted(i for i in ids if i is not None)
+
+
+def tokenize(tokenizer, docs, chunk=4096):
+    out = []
+    for start in range(0, len(docs), chunk):
+        enc = tokenizer(docs[start:start + chunk], add_special_tokens=False,
+                        return_attention_mask=False, return_token_type_ids=False)
+        out.extend(enc["input_ids"])
+    return out
+
+
+def pack(token_lists, seq_len, cls_id, sep_id):
+    """`roformer`'s packing: the stream d0 [SEP] d1 [SEP] ... cut into bodies of seq_len - 2
+    tokens, each block [CLS] body [SEP]; the last partial body is dropped."""
+    lengths = np.fromiter((len(t) for t in token_lists if t), dtype=np.int64)
+    stream = np.empty(int(lengths.sum()) + len(lengths), dtype=np.int32)
+    at = 0
+    for ids in token_lists:
+        if ids:
+            stream[at:at + len(ids)] = ids
+            at += len(ids)
+            stream[at] = sep_id
+            at += 1
+    body = seq_len - 2
+    count = len(stream) // body
+    blocks = np.empty((count, seq_len), dtype=np.int32)
+    blocks[:, 0] = cls_id
+    blocks[:, 1:-1] = stream[:count * body].reshape(count, body)
+    blocks[:, -1] = sep_id
+    return blocks
+
+
+def prepare_blocks(args, tokenizer):
+    """Reads, splits, converts, tokenises and packs the training documents."""
+    files = corpus_files(args.corpus)
+    if not files:
+        raise SystemExit(f"no .json corpus files under {[str(p) for p in args.corpus]}")
+    docs = read_poems(files)
+    train = [d for d in docs if not text_position(d) < args.validation]
+    info = {"files": len(files), "documents": len(docs), "train_documents": len(train),
+            "held_out_documents": len(docs) - len(train)}
+    if args.also_simplified:
+        convert, name = simplifier()
+        if convert is None:
+            info["simplified"] = f"not added: neither opencc nor zhconv is importable ({name})"
+            print(f"warning: --also-simplified ignored: {name}", file=sys.stderr)
+        else:
+            copies = []
+            for d in train:
+                s = convert(d)
+                if s != d:
+                    copies.append(s)
+            train = train + copies
+            info["simplified"] = f"{len(copies)} copies by {name}"
+    token_lists = tokenize(tokenizer, train)
+    blocks = pack(token_lists, args.seq_len, tokenizer.cls_token_id, tokenizer.sep_token_id)
+    unk = tokenizer.unk_token_id
+    tokens = sum(len(t) for t in token_lists)
+    info.update(tokens=tokens, unk_share=sum(t.count(unk) for t in token_lists) / max(tokens, 1),
+                blocks=len(blocks))
+    return blocks, info
+
+
+def _file_hash(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+
+
+def load_blocks(args, tokenizer, accelerator):
+    """The training blocks, built once by the main process and cached under --cache-dir."""
+    key = json.dumps({"corpus": [str(p.resolve()) for p in args.corpus], "seq_len": args.seq_len,
+                      "validation": args.validation, "simplified": args.also_simplified,
+                      "vocab": _file_hash(args.init / "vocab.txt"),
+                      "tokenizer_config": _file_hash(args.init / "tokenizer_config.json"),
+                      "tokenizer": type(tokenizer).__name__},
+                     sort_keys=True)
+    cache = args.cache_dir or args.out.with_name(args.out.name + ".cache")
+    name = hashlib.sha256(key.encode()).hexdigest()[:16]
+    blocks_path, info_path = cache / f"blocks-{name}.npy", cache / f"blocks-{name}.json"
+    with accelerator.main_process_first():
+        if accelerator.is_main_process and not blocks_path.exists():
+            t0 = time.time()
+            blocks, info = prepare_blocks(args, tokenizer)
+            info["prepare_seconds"] = round(time.time() - t0, 1)
+            cache.mkdir(parents=True, exist_ok=True)
+            tmp = cache / f"blocks-{name}.tmp.npy"
+            np.save(tmp, blocks)
+            os.replace(tmp, blocks_path)
+            info_path.write_text(json.dumps(info, ensure_ascii=False))
+        blocks = np.load(blocks_path, mmap_mode="r")
+        info = json.loads(info_path.read_text())
+    info["cache"] = str(blocks_path)
+    return blocks, info
+
+
+def micro_batch(blocks, index, batch, rank, world, seed):
+    """Global micro-batch `index`: a per-epoch permutation of the blocks (the same on every
+    process) cut into global batches of batch * world blocks; this process takes its slice."""
+    per_epoch = len(blocks) // (batch * world)
+    if per_epoch == 0:
+        raise SystemExit(f"{len(blocks)} blocks are fewer than one global batch ({batch * world})")
+    epoch, within = divmod(index, per_epoch)
+    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    order = torch.randperm(len(blocks), generator=g)
+    start = within * batch * world + rank * batch
+    rows = order[start:start + batch].numpy()
+    rows.sort()  # faster reads from the memory map; the rows' order does not matter
+    return torch.from_numpy(np.asarray(blocks[rows], dtype=np.int64))
+
+
+def mask_tokens(ids, specials, mask_id, random_ids, generator):
+    """`roformer`'s masking, vectorised: in each row, k = clamp(round(0.15 n), 1, n) of its n
+    non-special tokens are chosen uniformly; 80 % of them become [MASK], 10 % a random
+    non-special token, 10 % stay. Labels: the original id there, -100 elsewhere."""
+    candidate = ~torch.isin(ids, specials)
+    n = candidate.sum(dim=1, keepdim=True)
+    k = torch.clamp(torch.round(MASK_PROBABILITY * n.double()).long(), min=1)
+    k = torch.minimum(k, n)
+    scores = torch.rand(ids.shape, generator=generator)
+    scores[~candidate] = 2.0  # after every candidate
+    rank = scores.argsort(dim=1).argsort(dim=1)
+    chosen = candidate & (rank < k)
+    labels = torch.where(chosen, ids, torch.full_like(ids, -100))
+    u = torch.rand(ids.shape, generator=generator)
+    inputs = ids.clone()
+    inputs[chosen & (u < MASK_SHARE)] = mask_id
+    swap = chosen & (u >= MASK_SHARE) & (u < MASK_SHARE + RANDOM_SHARE)
+    draws = random_ids[torch.randint(len(random_ids), ids.shape, generator=generator)]
+    inputs[swap] = draws[swap]
+    return inputs, labels
+
+
+# ---------------------------------------------------------------- training
+
+
+def lr_at(step, peak, warmup, total):
+    """Learning rate of update `step` (0-based), as `roformer`'s linear schedule."""
+    if step < warmup:
+        return peak * step / max(warmup, 1)
+    if step >= total:
+        return 0.0
+    return peak * (total - step) / max(total - warmup, 1)
+
+
+def param_groups(model, weight_decay):
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue  # the fixed sinusoidal table (frozen in main)
+        (no_decay if name.endswith("bias") or "LayerNorm" in name else decay).append(param)
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0}]
+
+
+def save(accelerator, model, args, step):
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        args.out.mkdir(parents=True, exist_ok=True)
+        accelerator.unwrap_model(model).save_pretrained(args.out, safe_serialization=True)
+        for name in ("vocab.txt", "tokenizer_config.json"):
+            if (args.init / name).exists():
+                shutil.copyfile(args.init / name, args.out / name)
+        (args.out / "trainer_state.json").write_text(json.dumps(
+            {"step": step, "continued_from": str(args.init), "options": {
+                k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}},
+            indent=2))
+        print(json.dumps({"event": "saved", "step": step, "path": str(args.out)}), flush=True)
+    accelerator.wait_for_everyone()
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    accelerator = Accelerator()
+    rank, world = accelerator.process_index, accelerator.num_processes
+    log = (lambda record: print(json.dumps(record, ensure_ascii=False), flush=True)) \
+        if accelerator.is_main_process else (lambda record: None)
+    set_seed(args.seed)
+
+    tokenizer, tokenizer_name = make_tokenizer(args.init)
+    model, loading = RoFormerForMaskedLM.from_pretrained(args.init, output_loading_info=True)
+    loading = {k: sorted(v) if isinstance(v, (set, list)) else str(v) for k, v in loading.items()}
+    if accelerator.is_main_process and any(loading.get(k) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")):
+        print(f"warning: weights not loaded as saved: {loading}", file=sys.stderr)
+    # The sinusoidal table of the rotary angles is a fixed function of the position (transformers
+    # 4 freezes it; 5.23 loads it as a trainable parameter, and `roformer` recomputes it on
+    # load, so training it would change nothing but this script's own model).
+    for name, param in model.named_parameters():
+        if name.endswith("embed_positions.weight"):
+            param.requires_grad_(False)
+    if len(tokenizer) != model.config.vocab_size:
+        raise SystemExit(f"vocab.txt has {len(tokenizer)} tokens, config.json's vocab_size is "
+                         f"{model.config.vocab_size}")
+    blocks, data_info = load_blocks(args, tokenizer, accelerator)
+    specials = torch.tensor(special_ids(tokenizer))
+    random_ids = torch.tensor([i for i in range(len(tokenizer)) if i not in set(specials.tolist())])
+    mask_gen = torch.Generator().manual_seed(args.seed * 1_000_003 + 7919 * (rank + 1))
+
+    model.train()
+    optimizer = torch.optim.AdamW(param_groups(model, args.weight_decay), lr=args.lr,
+                                  betas=(0.9, 0.999), eps=1e-8)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    device = accelerator.device
+    log({"event": "start", "init": str(args.init), "processes": world,
+         "backend": str(accelerator.state.backend), "device": str(device),
+         "tokenizer": tokenizer_name,
+         "torch": torch.__version__,
+         "missing_keys": loading.get("missing_keys"), "unexpected_keys": loading.get("unexpected_keys"),
+         "mismatched_keys": loading.get("mismatched_keys"),
+         "parameters": sum(p.numel() for p in accelerator.unwrap_model(model).parameters() if p.requires_grad),
+         "global_batch": args.batch * world * args.grad_accum, "seq_len": args.seq_len,
+         "data": data_info})
+
+    tokens_per_step = args.batch * world * args.grad_accum * args.seq_len
+    window_loss, window_steps, window_start = torch.zeros((), device=device), 0, time.perf_counter()
+    for step in range(args.steps):
+        lr = lr_at(step, args.lr, args.warmup, args.steps)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        for micro in range(args.grad_accum):
+            ids = micro_batch(blocks, step * args.grad_accum + micro, args.batch, rank, world, args.seed)
+            inputs, labels = mask_tokens(ids, specials, tokenizer.mask_token_id, random_ids, mask_gen)
+            inputs, labels = inputs.to(device), labels.to(device)
+            last = micro == args.grad_accum - 1
+            with nullcontext() if last else accelerator.no_sync(model):
+                out = model(input_ids=inputs, attention_mask=torch.ones_like(inputs),
+                            token_type_ids=torch.zeros_like(inputs), labels=labels)
+                accelerator.backward(out.loss / args.grad_accum)
+            window_loss += out.loss.detach() / args.grad_accum
+        grad_norm = accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        window_steps += 1
+        done = step + 1
+        if done % args.log_every == 0 or done == args.steps:
+            loss = accelerator.reduce(window_loss, reduction="mean").item() / window_steps
+            seconds = time.perf_counter() - window_start
+            log({"event": "step", "step": done, "loss": loss, "lr": lr,
+                 "grad_norm": float(grad_norm), "tokens": tokens_per_step * window_steps,
+                 "seconds": seconds, "tokens_per_s": tokens_per_step * window_steps / seconds})
+            window_loss.zero_()
+            window_steps, window_start = 0, time.perf_counter()
+        if args.save_every and done % args.save_every == 0 and done != args.steps:
+            save(accelerator, model, args, done)
+    save(accelerator, model, args, args.steps)
+    accelerator.end_training()
+
+
+if __name__ == "__main__":
+    main()
