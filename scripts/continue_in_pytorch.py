@@ -13,9 +13,10 @@ unseen), optional simplified copies after the originals (--also-simplified), tok
 transformers' RoFormerTokenizer over the checkpoint's vocab.txt (one id per character, the ids
 `roformer tokenize` gives), packed into blocks `[CLS] d0 [SEP] d1 [SEP] ... [SEP]` of
 --seq-len tokens, and masked like ours: round(15 %) of the non-special tokens of each block, of
-which 80 % become [MASK], 10 % a random non-special token, 10 % stay. Not reproduced: `train
-mlm --also-lines` (extra punctuation-free line documents). The blocks are built once, by the
-main process, and cached in OUT.cache (--cache-dir).
+which 80 % become [MASK], 10 % a random non-special token, 10 % stay. --also-lines SHARE adds,
+as `train mlm --also-lines` does, the lines (split at ，。？！；：、,.?!;: which are dropped) of the
+SHARE of the documents whose hash (salt "lines\\0") falls below it, after the simplified copies.
+The blocks are built once, by the main process, and cached in OUT.cache (--cache-dir).
 
 Training: AdamW (weight decay 0.01 except biases and LayerNorm weights; a fresh optimiser, the
 moments in optimizer.safetensors are not read), linear warm-up over --warmup steps then linear
@@ -36,36 +37,40 @@ Run it, on one machine with N GPUs:
         --steps 10000 --batch 64 --lr 3e-4 --warmup 500 --also-simplified
 
 or `torchrun --nproc_per_node N scripts/continue_in_pytorch.py ...` (several machines: the
-usual accelerate/torchrun rendezvous options). On CPUs, two processes with gloo:
+usual accelerate/torchrun rendezvous options). On CPUs, two processes with gloo (the script
+passes cpu=True to accelerate when no GPU is visible; `accelerate launch --multi_gpu
+--num_processes 2` works too, but `accelerate launch --cpu --num_processes 2` starts a single
+process unless given an MPI hostfile):
 
-    OMP_NUM_THREADS=1 accelerate launch --cpu --num_processes 2 --num_machines 1 \\
-        --mixed_precision no --dynamo_backend no scripts/continue_in_pytorch.py ...
+    OMP_NUM_THREADS=1 torchrun --standalone --nproc_per_node 2 \\
+        scripts/continue_in_pytorch.py --init RUN/checkpoint ... --batch 8
 
 Then `roformer fill-mask --model RUN-pt "床前明月[MASK]，疑是地上霜。"` or
 `roformer eval mlm --model RUN-pt ...`.
 
 Needs: torch, transformers, accelerate, safetensors, rjieba (RoFormerTokenizer's word cutter;
 without it the script falls back to a BERT tokenizer, see make_tokenizer); for
---also-simplified, `opencc`
-(preferred: OpenCC's t2s table, which `roformer`'s fast2s also comes from) or `zhconv`.
+--also-simplified, `opencc` (preferred: OpenCC's t2s table, which `roformer`'s fast2s also
+comes from) or `zhconv` (its own table: the copies differ from ours in a few characters).
 """
 
 import argparse
 import hashlib
 import inspect
 import json
-import math
 import os
+import re
 import shutil
 import sys
 import time
 from contextlib import nullcontext
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
 import torch
 from accelerate import Accelerator
-from accelerate.utils import set_seed
+from accelerate.utils import InitProcessGroupKwargs, set_seed
 from transformers import RoFormerForMaskedLM
 
 try:  # transformers 4.x; in 5.x BertTokenizerFast is BertTokenizer, backed by tokenizers
@@ -92,16 +97,24 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=100, help="linear warm-up steps")
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--max-grad-norm", type=float, default=1.0)
-    p.add_argument("--seq-len", type=int, default=128, help="tokens per block, [CLS]/[SEP] included")
+    p.add_argument("--seq-len", type=int, default=128,
+                   help="tokens per block, [CLS] and [SEP] included")
     p.add_argument("--validation", type=float, default=0.05,
                    help="share of documents held out by text hash, as `roformer train mlm` "
                         "(default 0.05, its default); 0 trains on everything")
     p.add_argument("--also-simplified", action="store_true",
                    help="also train on simplified copies of documents with traditional "
                         "characters (needs opencc or zhconv)")
+    p.add_argument("--also-lines", type=float, default=0.0, metavar="SHARE",
+                   help="also train on the punctuation-free lines of this share of the "
+                        "documents, as `roformer train mlm --also-lines` (default 0)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--save-every", type=int, default=0, help="also save every N steps (0: at the end only)")
+    p.add_argument("--save-every", type=int, default=0,
+                   help="also save every N steps (0: at the end only)")
     p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--cpu", action="store_true",
+                   help="run on CPUs (gloo) even where a GPU is visible; the default on a "
+                        "machine without GPUs")
     p.add_argument("--cache-dir", type=Path, default=None,
                    help="where the tokenised blocks are cached (default: OUT.cache, beside OUT)")
     args = p.parse_args(argv)
@@ -109,6 +122,8 @@ def parse_args(argv=None):
         p.error("--steps, --batch, --grad-accum and --log-every must be at least 1")
     if not 0 <= args.warmup <= args.steps:
         p.error("--warmup must be in [0, --steps]")
+    if not 0.0 <= args.also_lines <= 1.0:
+        p.error("--also-lines must be in [0, 1]")
     if args.seq_len < 3:
         p.error("--seq-len must be at least 3")
     return args
@@ -149,8 +164,8 @@ def read_poems(files):
 
 
 def text_position(text):
-    """The document's place in [0, 1), as `roformer`'s split computes it: the top 53 bits of
-    fmix64(fnv1a64(utf-8 bytes))."""
+    """The document's place in [0, 1), as `roformer` computes it for its validation split: the
+    top 53 bits of fmix64(fnv1a64(utf-8 bytes))."""
     mask = (1 << 64) - 1
     h = 0xCBF29CE484222325
     for byte in text.encode("utf-8"):
@@ -161,6 +176,19 @@ def text_position(text):
     h = (h * 0xC4CEB9FE1A85EC53) & mask
     h ^= h >> 33
     return (h >> 11) / float(1 << 53)
+
+
+LINE_ENDS = re.compile("[，。？！；：、,.?!;:]")
+
+
+def with_lines(docs, share):
+    """The documents, then the lines of those chosen by the hash of "lines\\0" + text: runs
+    between line-ending marks, trimmed, empty ones left out (`roformer`'s with_lines)."""
+    lines = []
+    for d in docs:
+        if text_position("lines\0" + d) < share:
+            lines.extend(part.strip() for part in LINE_ENDS.split(d) if part.strip())
+    return docs + lines
 
 
 def simplifier():
@@ -204,7 +232,8 @@ def make_tokenizer(init):
     tokenizer.model_max_length = 1 << 62  # documents are packed, never truncated
     probe = tokenizer("床前明月光", add_special_tokens=False)["input_ids"]
     if len(probe) != 5 or tokenizer.unk_token_id in probe:
-        raise SystemExit(f"the tokenizer did not load {init / 'vocab.txt'}: 床前明月光 -> {probe}")
+        raise SystemExit(f"the tokenizer did not load {init / 'vocab.txt'}: "
+                         f"床前明月光 -> {probe}")
     return tokenizer, name
 
 
@@ -284,6 +313,10 @@ def prepare_blocks(args, tokenizer):
                     copies.append(s)
             train = train + copies
             info["simplified"] = f"{len(copies)} copies by {name}"
+    if args.also_lines > 0:
+        before = len(train)
+        train = with_lines(train, args.also_lines)
+        info["line_documents"] = len(train) - before
     token_lists = tokenize(tokenizer, train)
     blocks = pack(token_lists, args.seq_len, tokenizer.cls_token_id, tokenizer.sep_token_id)
     unk = tokenizer.unk_token_id
@@ -301,6 +334,7 @@ def load_blocks(args, tokenizer, accelerator):
     """The training blocks, built once by the main process and cached under --cache-dir."""
     key = json.dumps({"corpus": [str(p.resolve()) for p in args.corpus], "seq_len": args.seq_len,
                       "validation": args.validation, "simplified": args.also_simplified,
+                      "lines": args.also_lines,
                       "vocab": _file_hash(args.init / "vocab.txt"),
                       "tokenizer_config": _file_hash(args.init / "tokenizer_config.json"),
                       "tokenizer": type(tokenizer).__name__},
@@ -314,7 +348,7 @@ def load_blocks(args, tokenizer, accelerator):
             blocks, info = prepare_blocks(args, tokenizer)
             info["prepare_seconds"] = round(time.time() - t0, 1)
             cache.mkdir(parents=True, exist_ok=True)
-            tmp = cache / f"blocks-{name}.tmp.npy"
+            tmp = cache / f"blocks-{name}.{os.getpid()}.tmp.npy"
             np.save(tmp, blocks)
             os.replace(tmp, blocks_path)
             info_path.write_text(json.dumps(info, ensure_ascii=False))
@@ -324,6 +358,19 @@ def load_blocks(args, tokenizer, accelerator):
     return blocks, info
 
 
+_ORDER = {}
+
+
+def epoch_order(count, seed, epoch):
+    """The block order of one epoch (kept until the next epoch asks for its own)."""
+    key = (count, seed, epoch)
+    if key not in _ORDER:
+        _ORDER.clear()
+        _ORDER[key] = torch.randperm(count, generator=torch.Generator().manual_seed(
+            seed * 1_000_003 + epoch))
+    return _ORDER[key]
+
+
 def micro_batch(blocks, index, batch, rank, world, seed):
     """Global micro-batch `index`: a per-epoch permutation of the blocks (the same on every
     process) cut into global batches of batch * world blocks; this process takes its slice."""
@@ -331,8 +378,7 @@ def micro_batch(blocks, index, batch, rank, world, seed):
     if per_epoch == 0:
         raise SystemExit(f"{len(blocks)} blocks are fewer than one global batch ({batch * world})")
     epoch, within = divmod(index, per_epoch)
-    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-    order = torch.randperm(len(blocks), generator=g)
+    order = epoch_order(len(blocks), seed, epoch)
     start = within * batch * world + rank * batch
     rows = order[start:start + batch].numpy()
     rows.sort()  # faster reads from the memory map; the rows' order does not matter
@@ -394,15 +440,26 @@ def save(accelerator, model, args, step):
         (args.out / "trainer_state.json").write_text(json.dumps(
             {"step": step, "continued_from": str(args.init), "options": {
                 k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}},
-            indent=2))
+            indent=2, default=str))
         print(json.dumps({"event": "saved", "step": step, "path": str(args.out)}), flush=True)
     accelerator.wait_for_everyone()
 
 
 def main(argv=None):
     args = parse_args(argv)
-    accelerator = Accelerator()
+    # accelerate picks gloo for several CPU processes only when told it runs on CPU; without
+    # that, each process of a torchrun/`accelerate launch --multi_gpu` on a machine without
+    # GPUs would train alone, as if it were the only one.
+    on_cpu = args.cpu or not any(available() for available in (
+        torch.cuda.is_available, lambda: hasattr(torch, "xpu") and torch.xpu.is_available()))
+    # The other processes wait while the main one builds the block cache (minutes).
+    patience = InitProcessGroupKwargs(timeout=timedelta(hours=2))
+    accelerator = Accelerator(cpu=on_cpu, kwargs_handlers=[patience])
     rank, world = accelerator.process_index, accelerator.num_processes
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if world != launched:
+        raise SystemExit(f"launched as {launched} processes but accelerate sees {world} "
+                         f"({accelerator.distributed_type}); pass --cpu on a machine without GPUs")
     log = (lambda record: print(json.dumps(record, ensure_ascii=False), flush=True)) \
         if accelerator.is_main_process else (lambda record: None)
     set_seed(args.seed)
@@ -410,7 +467,8 @@ def main(argv=None):
     tokenizer, tokenizer_name = make_tokenizer(args.init)
     model, loading = RoFormerForMaskedLM.from_pretrained(args.init, output_loading_info=True)
     loading = {k: sorted(v) if isinstance(v, (set, list)) else str(v) for k, v in loading.items()}
-    if accelerator.is_main_process and any(loading.get(k) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")):
+    problems = ("missing_keys", "unexpected_keys", "mismatched_keys")
+    if accelerator.is_main_process and any(loading.get(k) for k in problems):
         print(f"warning: weights not loaded as saved: {loading}", file=sys.stderr)
     # The sinusoidal table of the rotary angles is a fixed function of the position (transformers
     # 4 freezes it; 5.23 loads it as a trainable parameter, and `roformer` recomputes it on
@@ -435,9 +493,9 @@ def main(argv=None):
          "backend": str(accelerator.state.backend), "device": str(device),
          "tokenizer": tokenizer_name,
          "torch": torch.__version__,
-         "missing_keys": loading.get("missing_keys"), "unexpected_keys": loading.get("unexpected_keys"),
-         "mismatched_keys": loading.get("mismatched_keys"),
-         "parameters": sum(p.numel() for p in accelerator.unwrap_model(model).parameters() if p.requires_grad),
+         **{k: loading.get(k) for k in problems},
+         "parameters": sum(p.numel() for p in accelerator.unwrap_model(model).parameters()
+                           if p.requires_grad),
          "global_batch": args.batch * world * args.grad_accum, "seq_len": args.seq_len,
          "data": data_info})
 
@@ -448,8 +506,10 @@ def main(argv=None):
         for group in optimizer.param_groups:
             group["lr"] = lr
         for micro in range(args.grad_accum):
-            ids = micro_batch(blocks, step * args.grad_accum + micro, args.batch, rank, world, args.seed)
-            inputs, labels = mask_tokens(ids, specials, tokenizer.mask_token_id, random_ids, mask_gen)
+            index = step * args.grad_accum + micro
+            ids = micro_batch(blocks, index, args.batch, rank, world, args.seed)
+            inputs, labels = mask_tokens(ids, specials, tokenizer.mask_token_id, random_ids,
+                                         mask_gen)
             inputs, labels = inputs.to(device), labels.to(device)
             last = micro == args.grad_accum - 1
             with nullcontext() if last else accelerator.no_sync(model):

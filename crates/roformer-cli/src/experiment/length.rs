@@ -147,6 +147,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             max_eval_batches: batches,
             also_simplified: false,
             line_share: 0.0,
+            alone_share: 0.0,
         };
         let data = prepare_mlm_data(&models[0].tokenizer, &data_options)?;
         for m in &models {

@@ -289,6 +289,7 @@ fn mlm_args(
         whole_word: false,
         also_simplified: false,
         also_lines: 0.0,
+        alone_share: 0.0,
         validation: 0.05,
         batch: args.batch,
         grad_accum: 1,

@@ -82,6 +82,11 @@ pub struct Args {
     #[arg(long, default_value_t = 0.0)]
     #[serde(default)]
     pub also_lines: f64,
+    /// With packed blocks, train this share of the documents (lines included; chosen by hash)
+    /// one per block, padded, as a short text alone (as `fill-mask` sees it).
+    #[arg(long, default_value_t = 0.0)]
+    #[serde(default)]
+    pub alone_share: f64,
     /// Share of documents held out for validation, by hash of the text.
     #[arg(long, default_value_t = 0.05)]
     pub validation: f64,
@@ -204,6 +209,12 @@ impl Args {
         if !(0.0..=1.0).contains(&self.also_lines) {
             bail!("--also-lines must be a share in [0, 1]");
         }
+        if !(0.0..=1.0).contains(&self.alone_share) {
+            bail!("--alone-share must be a share in [0, 1]");
+        }
+        if self.alone_share > 0.0 && self.line_by_line {
+            bail!("--alone-share mixes one-document blocks into packed ones: drop --line-by-line");
+        }
         if !(0.0..1.0).contains(&self.validation) {
             bail!("--validation must be in [0, 1)");
         }
@@ -310,6 +321,7 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
         max_eval_batches: args.eval_batches,
         also_simplified: args.also_simplified,
         line_share: args.also_lines,
+        alone_share: args.alone_share,
     };
     let data = prepare_mlm_data(&tokenizer, &data_options)?;
     let entropy = data.unigram_entropy;

@@ -669,3 +669,51 @@ fn bf16_training_tracks_f32_saves_f32_and_resume_may_switch_precision() {
     let recorded = std::fs::read_to_string(switched.join("run.json")).unwrap();
     assert!(recorded.contains("\"precision\": \"f32\""), "{recorded}");
 }
+
+#[test]
+fn alone_share_adds_one_document_blocks_beside_the_packed_ones() {
+    let dir = scratch("alone");
+    let vocab = vocab(&dir);
+    let config = tiny_config(&dir, "rotary");
+    let corpus = poetry();
+    let blocks = |share: &str, out: &str| -> usize {
+        let out = dir.join(out);
+        let mut args = with_corpus(
+            train_args(
+                config.to_str().unwrap(),
+                vocab.to_str().unwrap(),
+                out.to_str().unwrap(),
+                "2",
+            ),
+            corpus.to_str().unwrap(),
+        );
+        set(&mut args, "--warmup", "1");
+        args.retain(|a| *a != "--json");
+        args.extend_from_slice(&["--alone-share", share]);
+        let out = roformer_ok(&args);
+        let text = String::from_utf8_lossy(&out.stderr).to_string();
+        let at = text.find(" training blocks").expect("the data line");
+        text[..at].rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let (packed, mixed, all_alone) = (blocks("0", "a"), blocks("0.5", "b"), blocks("1", "c"));
+    // Documents taken out of the packing each get a block of their own: more blocks, and
+    // with every document alone, one block per training document.
+    assert!(
+        packed < mixed && mixed < all_alone,
+        "{packed} {mixed} {all_alone}"
+    );
+    let refused = dir.join("d");
+    let mut args = with_corpus(
+        train_args(
+            config.to_str().unwrap(),
+            vocab.to_str().unwrap(),
+            refused.to_str().unwrap(),
+            "2",
+        ),
+        corpus.to_str().unwrap(),
+    );
+    args.extend_from_slice(&["--alone-share", "0.5", "--line-by-line"]);
+    let out = roformer(&args);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--alone-share"));
+}

@@ -50,9 +50,42 @@ pub fn with_lines(documents: Vec<Document>, share: f64) -> Vec<Document> {
     all
 }
 
+/// Splits `documents` into `(alone, packed)`: a `share` of them (chosen by a hash of the text,
+/// with another salt than [`with_lines`] and the validation split) to be trained one per
+/// block, as `fill-mask` sees a short text, the rest to be packed. Order is kept on each side.
+pub fn split_alone(documents: Vec<Document>, share: f64) -> (Vec<Document>, Vec<Document>) {
+    documents.into_iter().partition(|d| {
+        let h = text_hash(&format!("alone\u{0}{}", d.text));
+        ((h >> 11) as f64 / (1u64 << 53) as f64) < share
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_alone_share_is_stable_and_close_to_the_request() {
+        let docs: Vec<Document> = (0..4000)
+            .map(|i| Document {
+                text: format!("第{i}首"),
+                title: None,
+                author: None,
+            })
+            .collect();
+        let (alone, packed) = split_alone(docs.clone(), 0.25);
+        assert_eq!(alone.len() + packed.len(), 4000);
+        let share = alone.len() as f64 / 4000.0;
+        assert!((share - 0.25).abs() < 0.03, "{share}");
+        let (again, _) = split_alone(docs.iter().rev().cloned().collect(), 0.25);
+        let mut a: Vec<_> = alone.iter().map(|d| d.text.clone()).collect();
+        let mut b: Vec<_> = again.iter().map(|d| d.text.clone()).collect();
+        a.sort();
+        b.sort();
+        assert_eq!(a, b, "membership does not depend on order");
+        assert!(split_alone(docs.clone(), 0.0).0.is_empty());
+        assert!(split_alone(docs, 1.0).1.is_empty());
+    }
 
     #[test]
     fn lines_drop_their_punctuation() {

@@ -32,7 +32,7 @@ pub use batches::{EvalBatches, MlmBatch, MlmBatches};
 pub use blocks::{line_blocks, make_blocks, pack_blocks, Block, BlockMode};
 pub use corpus::{read_corpus, CorpusFormat, Document};
 pub use error::{DataError, Record};
-pub use lines::{lines_of, with_lines};
+pub use lines::{lines_of, split_alone, with_lines};
 pub use masking::{Masked, Masker, MaskingOptions, IGNORE_LABEL};
 pub use script::{to_simplified, with_simplified};
 pub use split::{is_validation, split_documents, text_hash};

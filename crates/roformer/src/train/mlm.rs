@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::RoFormerConfig;
 use crate::data::{
-    make_blocks, read_corpus, split_documents, tokenize_documents, with_lines, with_simplified,
-    BlockMode, CorpusFormat, Masker, MaskingOptions, MlmBatch, MlmBatches,
+    make_blocks, read_corpus, split_alone, split_documents, tokenize_documents, with_lines,
+    with_simplified, Block, BlockMode, CorpusFormat, Masker, MaskingOptions, MlmBatch, MlmBatches,
 };
 use crate::mode::{Dropout, Mode};
 use crate::tasks::{HeadModel, RoFormerForMaskedLM};
@@ -51,6 +51,10 @@ pub struct MlmDataOptions {
     /// punctuation ([`crate::data::with_lines`]), after the simplified copies.
     #[serde(default)]
     pub line_share: f64,
+    /// With packed blocks, the share of the documents (chosen by hash) trained one per block,
+    /// padded, as a short text alone (see [`crate::data::split_alone`]).
+    #[serde(default)]
+    pub alone_share: f64,
 }
 
 /// The batches of a corpus and what they hold.
@@ -126,12 +130,25 @@ pub fn prepare_mlm_data(
         BlockMode::LineByLine
     };
     let specials = tokenizer.special_tokens();
-    let blocks_of = |docs: &[crate::data::Document]| {
-        let tokenized = tokenize_documents(tokenizer, docs);
-        make_blocks(&tokenized, mode, options.seq_len, specials)
+    let blocks_of = |docs: Vec<crate::data::Document>| -> Result<Vec<Block>, TrainError> {
+        let (alone, rest) = if mode == BlockMode::Packed && options.alone_share > 0.0 {
+            split_alone(docs, options.alone_share)
+        } else {
+            (Vec::new(), docs)
+        };
+        let tokenized = tokenize_documents(tokenizer, &rest);
+        let mut blocks = make_blocks(&tokenized, mode, options.seq_len, specials)?;
+        let alone = tokenize_documents(tokenizer, &alone);
+        blocks.extend(make_blocks(
+            &alone,
+            BlockMode::LineByLine,
+            options.seq_len,
+            specials,
+        )?);
+        Ok(blocks)
     };
-    let train_blocks = blocks_of(&train_docs)?;
-    let validation_blocks = blocks_of(&validation_docs)?;
+    let train_blocks = blocks_of(train_docs)?;
+    let validation_blocks = blocks_of(validation_docs)?;
     let blocks = (train_blocks.len(), validation_blocks.len());
     let masker = Masker::new(masking, tokenizer)?;
     let entropy = unigram_entropy(&train_blocks, &masker);
@@ -292,6 +309,7 @@ mod tests {
                     max_eval_batches: 0,
                     also_simplified,
                     line_share,
+                    alone_share: 0.0,
                 },
             )
             .unwrap()
