@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Reruns issue 11's list of hostile inputs against a `roformer` binary and prints a table.
 
+Rows `19.N` are issue 19's training-run findings (data loss and clobbering): a resumed copy, what
+`--overwrite` may delete, a kill at each step of a checkpoint save, two writers, SIGTERM.
+
 Usage: scripts/rerun_robustness_findings.py [BIN]   (default: target/release/roformer)
 
 Each case runs under `timeout 20` and a 4 GB address-space cap (`ulimit -v`), as the original
@@ -27,6 +30,7 @@ import zipfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "crates/roformer/tests/fixtures/model")
 POETRY = os.path.join(ROOT, "crates/roformer-cli/assets/poetry-model")
+CORPUS = os.path.join(ROOT, "crates/roformer/tests/fixtures/poetry")
 LIMIT_KB = 4_000_000
 TIMEOUT_S = 20
 
@@ -256,6 +260,150 @@ def cases(tmp):
     yield ("7", "RUST_BACKTRACE=1 user error has no backtrace",
            ["forward", "--model", d, "--input", os.path.join(d, "input.json"), "--output", out],
            "backtrace-env")
+    yield ("19.1", "train mlm --resume of a copied run writes the copy only", "copied-run",
+           "copied-run")
+    yield ("19.2", "--overwrite of a directory holding thesis.tex and data/", "overwrite-foreign",
+           "overwrite-foreign")
+    yield ("19.2", "--overwrite with --config inside --out", "overwrite-input",
+           "overwrite-input")
+    for point in ["first-file", "written", "moved-aside", "renamed"]:
+        yield ("19.3", f"killed after {point} of a checkpoint save, then --resume",
+               f"save-kill:{point}", "save-kill")
+    yield ("19.4", "a second run and a --resume while a run trains", "two-writers",
+           "two-writers")
+    yield ("19.5", "SIGTERM during training, then --resume", "sigterm", "sigterm")
+
+
+# ---------------------------------------------------------------- training runs (issue 19)
+
+def train_args(tmp, out, steps, *extra):
+    """`train mlm` of a tiny RoFormer on the poetry fixtures, saving after every step."""
+    config = os.path.join(tmp, "tiny-config.json")
+    if not os.path.exists(config):
+        with open(config, "w") as f:
+            json.dump({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                       "intermediate_size": 128, "max_position_embeddings": 64,
+                       "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}, f)
+    return ["train", "mlm", "--config", config, "--vocab", os.path.join(POETRY, "vocab.txt"),
+            "--corpus", CORPUS, "--seq-len", "64", "--batch", "8", "--steps", str(steps),
+            "--save-every", "1", "--out", out, "--json", *extra]
+
+
+def tree(d):
+    """Every file under `d`: relative path -> bytes."""
+    files = {}
+    for root, _, names in os.walk(d):
+        for name in names:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                files[os.path.relpath(path, d)] = f.read()
+    return files
+
+
+def checkpoint_step(out):
+    try:
+        with open(os.path.join(out, "checkpoint/trainer_state.json")) as f:
+            return json.load(f)["step"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def wait_for(predicate, seconds=60):
+    end = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def training(binary, kind, tmp):
+    """The training-run cases of issue 19; returns (ok, note)."""
+    if kind == "copied-run":
+        run_dir, copy = os.path.join(tmp, "t-run"), os.path.join(tmp, "t-copy")
+        rc1, _, _, _ = run(binary, train_args(tmp, run_dir, 2), tmp)
+        shutil.copytree(run_dir, copy)
+        before = tree(run_dir)
+        rc2, _, _, err = run(binary, ["train", "mlm", "--resume", "--steps", "4", "--out", copy,
+                                      "--json"], tmp)
+        same = tree(run_dir) == before
+        ok = rc1 == 0 and rc2 == 0 and same and checkpoint_step(copy) == 4
+        return ok, (f"exit {rc2}, original unchanged: {same}, copy at step "
+                    f"{checkpoint_step(copy)}")
+    if kind == "overwrite-foreign":
+        d = os.path.join(tmp, "t-thesis")
+        os.makedirs(os.path.join(d, "data"))
+        with open(os.path.join(d, "thesis.tex"), "w") as f:
+            f.write("\\documentclass{article}\n")
+        rc, _, _, err = run(binary, train_args(tmp, d, 1, "--overwrite"), tmp)
+        ok, note = verdict_error(rc, err)
+        kept = os.path.isdir(os.path.join(d, "data")) and os.path.isfile(
+            os.path.join(d, "thesis.tex"))
+        return ok and kept, (err.strip().splitlines() or ["-"])[0] + f" (kept: {kept})"
+    if kind == "overwrite-input":
+        d = os.path.join(tmp, "t-input")
+        rc1, _, _, _ = run(binary, train_args(tmp, d, 1), tmp)
+        config = os.path.join(d, "checkpoint/config.json")
+        args = train_args(tmp, d, 1, "--overwrite")
+        args[args.index("--config") + 1] = config
+        rc, _, _, err = run(binary, args, tmp)
+        ok, note = verdict_error(rc, err)
+        kept = os.path.isfile(config)
+        return rc1 == 0 and ok and kept, (err.strip().splitlines() or ["-"])[0] + f" (kept: {kept})"
+    if kind.startswith("save-kill:"):
+        point = kind.split(":", 1)[1]
+        d = os.path.join(tmp, f"t-kill-{point}")
+        rc1, _, _, _ = run(binary, train_args(tmp, d, 4), tmp,
+                           env={"ROFORMER_TEST_ABORT_IN_SAVE": f"2:{point}"})
+        had = os.path.isdir(os.path.join(d, "checkpoint"))
+        rc2, _, _, err = run(binary, ["train", "mlm", "--resume", "--out", d, "--json"], tmp)
+        leftovers = [n for n in os.listdir(d) if n.startswith(".checkpoint.")]
+        # SIGABRT: 134 from a shell, -6 when `timeout` passes the signal on.
+        ok = rc1 in (134, -6) and rc2 == 0 and checkpoint_step(d) == 4 and not leftovers
+        return ok, (f"killed: exit {rc1}, checkpoint/ left: {had}; resume: exit {rc2}, step "
+                    f"{checkpoint_step(d)}, leftovers {leftovers}")
+    if kind == "two-writers":
+        d = os.path.join(tmp, "t-lock")
+        first = subprocess.Popen([binary] + train_args(tmp, d, 100000), cwd=tmp,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            started = wait_for(lambda: checkpoint_step(d) is not None)
+            results = [run(binary, args, tmp) for args in (
+                train_args(tmp, d, 2), train_args(tmp, d, 2, "--overwrite"),
+                ["train", "mlm", "--resume", "--out", d])]
+        finally:
+            first.kill()
+            first.wait()
+        want = f"is in use by process {first.pid}"
+        refused = [rc == 1 and want in err for rc, _, _, err in results]
+        try:
+            with open(os.path.join(d, "metrics.jsonl")) as f:
+                logged = max(json.loads(line).get("step", 0) for line in f
+                             if line.endswith("}\n"))
+        except (OSError, ValueError):
+            logged = 0  # the second writer deleted the run (what the issue saw)
+        rc, _, _, err = run(binary, ["train", "mlm", "--resume", "--steps", str(logged + 2),
+                                     "--out", d, "--json"], tmp)
+        ok = started and all(refused) and rc == 0 and checkpoint_step(d) == logged + 2
+        note = (results[0][3].strip().splitlines() or ["-"])[0]
+        return ok, f"{note}; refused {sum(refused)}/3, resume after the kill: exit {rc}"
+    if kind == "sigterm":
+        d = os.path.join(tmp, "t-term")
+        child = subprocess.Popen([binary] + train_args(tmp, d, 100000), cwd=tmp,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        metrics = os.path.join(d, "metrics.jsonl")
+        started = wait_for(lambda: os.path.exists(metrics) and os.path.getsize(metrics) > 0)
+        child.terminate()
+        _, err = child.communicate(timeout=TIMEOUT_S)
+        err = err.decode(errors="replace")
+        done = checkpoint_step(d) or 0
+        rc, _, _, _ = run(binary, ["train", "mlm", "--resume", "--steps", str(done + 2),
+                                   "--out", d, "--json"], tmp)
+        ok = (started and child.returncode == 1 and "stopped by SIGTERM" in err and done > 0
+              and rc == 0 and checkpoint_step(d) == done + 2)
+        last = (err.strip().splitlines() or ["-"])[-1]
+        return ok, f"exit {child.returncode}: {last}; resume: exit {rc}"
+    raise ValueError(kind)
 
 
 def special(binary, kind, tmp):
@@ -287,7 +435,7 @@ def special(binary, kind, tmp):
                                     "--output", b], tmp, umask=0o022)
         modes = [oct(os.stat(p).st_mode & 0o777) for p in (a, b) if os.path.exists(p)]
         return rc1 == 0 and rc2 == 0 and modes == ["0o644", "0o644"], f"modes {modes}"
-    raise ValueError(kind)
+    return training(binary, kind, tmp)
 
 
 def main():

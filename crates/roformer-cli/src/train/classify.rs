@@ -7,6 +7,7 @@ use std::sync::atomic::AtomicBool;
 use anyhow::bail;
 use candle_core::Device;
 use roformer::optim::{AdamW, AdamWConfig, LrSchedule};
+use roformer::train::checkpoint::SaveStep;
 use roformer::train::classify::{
     best_score, labels_of, read_examples, ClassifyOptions, ClassifyTask,
 };
@@ -18,8 +19,8 @@ use serde::{Deserialize, Serialize};
 use crate::precision::PrecisionArg;
 
 use super::common::{
-    finish_run, load_optimizer_state, prepare_out_dir, read_run_args, tokenizer_files,
-    write_run_args, Decay, Display, Stop,
+    check_not_in_use, finish_run, load_optimizer_state, prepare_out_dir, read_run_args,
+    tokenizer_files, write_run_args, AbortInSave, Decay, Display, OutRequest, Stop,
 };
 
 /// Arguments of `roformer train classify`.
@@ -108,7 +109,11 @@ pub struct Args {
 /// Bad arguments or examples, a checkpoint that does not load, a non-finite loss, file errors.
 pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
     let args = if args.resume {
+        check_not_in_use(&args.out)?;
         let mut recorded: Args = read_run_args(&args.out)?;
+        // The directory given is the one written (a copied run records its original).
+        recorded.out = args.out.clone();
+        recorded.overwrite = false;
         if let Some(steps) = args.steps {
             recorded.steps = Some(steps);
         }
@@ -129,7 +134,17 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
     let (Some(init), Some(train_path)) = (&args.init, &args.train) else {
         bail!("give --init DIR and --train FILE");
     };
-    let paths = prepare_out_dir(&args.out, args.resume, args.overwrite, Some(init))?;
+    let mut inputs: Vec<(&str, &std::path::Path)> = vec![("--init", init), ("--train", train_path)];
+    inputs.extend(args.eval.as_deref().map(|p| ("--eval", p)));
+    let paths = prepare_out_dir(&OutRequest {
+        out: &args.out,
+        resume: args.resume,
+        overwrite: args.overwrite,
+        init: Some(init),
+        inputs,
+        plot: &args.plot,
+    })?;
+    let save_hook = AbortInSave::from_env()?.map(AbortInSave::hook);
     let weights = paths.weights.clone().unwrap_or_else(|| init.clone());
     let md = ModelDir::open(&weights)?;
     let tokenizer = RoFormerTokenizer::from_dir(&weights)?;
@@ -231,6 +246,7 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
         step: done,
         task_record: crate::json::to_value(&options)?,
         last_eval: None,
+        save_hook: save_hook.as_ref().map(|h| h as &dyn Fn(u64, SaveStep)),
     };
     finish_run(
         &mut trainer,
@@ -250,5 +266,7 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
     if !args.json && trainer.task.best.is_some() {
         println!("best dev model: {}", args.out.join("best").display());
     }
+    // The lock on --out is held until here, after the run's last write.
+    drop(paths.lock);
     Ok(())
 }

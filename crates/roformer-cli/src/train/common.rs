@@ -1,13 +1,18 @@
-//! What `train mlm` and `train classify` share: the output directory's rules, the recorded
+//! What `train mlm` and `train classify` share: the output directory's rules (its lock, what
+//! `--overwrite` may replace, the repair of a killed save on `--resume`), the recorded
 //! arguments of `--resume`, the tokenizer files of a checkpoint, and running the loop with its
 //! report, plot and summary.
 
-use std::path::{Path, PathBuf};
+use std::ffi::OsString;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::Write;
+use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use anyhow::{bail, Context};
 use clap::ValueEnum;
 use roformer::optim::AdamW;
+use roformer::train::checkpoint::{recover_dir, SaveStep};
 use roformer::train::run::{checkpoint_dir, read_trainer_state, Event, Outcome, Task, Trainer};
 use roformer::{RoFormerConfig, RoFormerTokenizer};
 use serde::de::DeserializeOwned;
@@ -39,33 +44,153 @@ impl From<Decay> for roformer::optim::Decay {
     }
 }
 
-/// Where a run's weights come from.
-#[derive(Debug, Default)]
+/// Where a run's weights come from, and the lock that makes it the only writer of `--out`.
+#[derive(Debug)]
 pub struct RunPaths {
     /// The checkpoint the model starts from (`--init`, or the run's own on `--resume`).
     pub weights: Option<PathBuf>,
     /// The checkpoint whose optimiser and trainer state continue (`--resume`).
     pub resume_state: Option<PathBuf>,
+    /// The lock on `--out`, held until the run ends.
+    pub lock: OutLock,
 }
 
-/// Whether `out` holds a run (or anything else that `--overwrite` would destroy).
-fn holds_something(out: &Path) -> bool {
-    std::fs::read_dir(out).is_ok_and(|mut entries| entries.next().is_some())
+/// The name of the lock file in a run's directory.
+const LOCK_FILE: &str = ".lock";
+
+/// An exclusive lock on a run's output directory: `OUT/.lock`, locked with the operating
+/// system's file lock and holding the holder's process id, for as long as the value lives.
+/// The kernel releases it when the process ends, however it ends (even by SIGKILL); the file
+/// stays (deleting a lock file would let two processes lock two different files).
+#[derive(Debug)]
+pub struct OutLock {
+    _file: File,
 }
 
-/// Checks and prepares the output directory: a new or empty one, or one replaced with
-/// `--overwrite`; with `--resume`, one that holds a checkpoint to continue.
+impl OutLock {
+    /// Takes the lock of the directory `out`, creating its `.lock`.
+    ///
+    /// # Errors
+    /// "DIR is in use by process N" while another process holds it; a `.lock` that is not a
+    /// regular file; file errors (a file system without locks among them).
+    pub fn acquire(out: &Path) -> anyhow::Result<Self> {
+        let path = out.join(LOCK_FILE);
+        // Opening follows a symbolic link, and the file is then truncated: only a regular file.
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| !m.is_file()) {
+            bail!(
+                "{}: not a regular file; it cannot be the run's lock (remove it)",
+                path.display()
+            );
+        }
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .with_context(|| format!("cannot open the lock file {}", path.display()))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => return Err(in_use(out, &path)),
+            Err(TryLockError::Error(e)) => {
+                return Err(anyhow::Error::new(e).context(format!(
+                    "cannot lock {} (does the file system support file locks?)",
+                    path.display()
+                )))
+            }
+        }
+        file.set_len(0)
+            .and_then(|()| file.write_all(format!("{}\n", std::process::id()).as_bytes()))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        Ok(Self { _file: file })
+    }
+}
+
+/// The error for a directory whose lock another process holds, naming it by the id in the
+/// lock file.
+fn in_use(out: &Path, lock: &Path) -> anyhow::Error {
+    let pid = std::fs::read_to_string(lock)
+        .ok()
+        .and_then(|text| text.trim().parse::<u32>().ok());
+    let holder = match pid {
+        Some(pid) => format!("process {pid}"),
+        None => "another process".into(),
+    };
+    anyhow::anyhow!(
+        "{} is in use by {holder} (it holds the lock {}); wait for that run to end or stop it \
+         first",
+        out.display(),
+        lock.display()
+    )
+}
+
+/// Fails when another process holds the lock of `out`; takes nothing (and creates nothing).
 ///
 /// # Errors
-/// A directory that holds another run without `--overwrite`, a resume without checkpoint, or
-/// file errors.
-pub fn prepare_out_dir(
-    out: &Path,
-    resume: bool,
-    overwrite: bool,
-    init: Option<&Path>,
-) -> anyhow::Result<RunPaths> {
-    if resume {
+/// "DIR is in use by process N".
+pub fn check_not_in_use(out: &Path) -> anyhow::Result<()> {
+    let path = out.join(LOCK_FILE);
+    let Ok(file) = File::open(&path) else {
+        return Ok(());
+    };
+    match file.try_lock_shared() {
+        Err(TryLockError::WouldBlock) => Err(in_use(out, &path)),
+        _ => Ok(()),
+    }
+}
+
+/// Whether `out` holds anything besides a lock file (anything `--overwrite` would destroy).
+fn holds_something(out: &Path) -> bool {
+    std::fs::read_dir(out).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| e.file_name() != std::ffi::OsStr::new(LOCK_FILE))
+    })
+}
+
+/// What a run asks of its output directory.
+#[derive(Debug)]
+pub struct OutRequest<'a> {
+    /// `--out`.
+    pub out: &'a Path,
+    /// `--resume`: continue the run in `out`.
+    pub resume: bool,
+    /// `--overwrite`: replace the run in `out`.
+    pub overwrite: bool,
+    /// `--init`: the checkpoint a fresh run starts from.
+    pub init: Option<&'a Path>,
+    /// Every input of the command with its flag (`--init` included): none may lie inside a
+    /// directory that `--overwrite` replaces.
+    pub inputs: Vec<(&'static str, &'a Path)>,
+    /// `--plot`: the loss plot's file name, one of the files of a run.
+    pub plot: &'a Path,
+}
+
+/// Checks, locks and prepares the output directory: a new or empty one, or a run's directory
+/// replaced with `--overwrite`; with `--resume`, one that holds a checkpoint to continue (a
+/// checkpoint that a kill left set aside is put back first). The directory stays locked while
+/// the returned value lives.
+///
+/// # Errors
+/// A directory in use by another process, one that holds another run without `--overwrite`,
+/// `--overwrite` of a directory that is not a run's or that holds an input, a resume without
+/// checkpoint, or file errors.
+pub fn prepare_out_dir(request: &OutRequest<'_>) -> anyhow::Result<RunPaths> {
+    let out = request.out;
+    if request.resume {
+        let lock = OutLock::acquire(out)?;
+        for dir in [checkpoint_dir(out), out.join("best")] {
+            let recovery =
+                recover_dir(&dir).with_context(|| format!("repairing {}", dir.display()))?;
+            if let Some(aside) = recovery.restored {
+                eprintln!(
+                    "note: {} was missing (a save was killed between its renames); restored \
+                     the previous one from {}",
+                    dir.display(),
+                    aside.display()
+                );
+            }
+        }
         let checkpoint = checkpoint_dir(out);
         if !checkpoint.join("trainer_state.json").is_file() {
             bail!(
@@ -77,29 +202,246 @@ pub fn prepare_out_dir(
         return Ok(RunPaths {
             weights: Some(checkpoint.clone()),
             resume_state: Some(checkpoint),
+            lock,
         });
     }
     if out.exists() && !out.is_dir() {
         bail!("{}: exists and is not a directory", out.display());
     }
-    if holds_something(out) {
-        if !overwrite {
+    let lock = if holds_something(out) {
+        check_not_in_use(out)?;
+        if !request.overwrite {
             bail!(
                 "{}: the directory is not empty (it may hold another run); pass --overwrite to \
                  replace it, or --resume to continue it",
                 out.display()
             );
         }
-        if init.is_some_and(|i| i.starts_with(out)) {
-            bail!("--init points inside --out, which --overwrite would delete");
-        }
-        std::fs::remove_dir_all(out).with_context(|| format!("removing {}", out.display()))?;
-    }
-    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+        check_inputs_outside(out, &request.inputs)?;
+        check_is_a_run(out, request.plot)?;
+        let lock = OutLock::acquire(out)?;
+        // Again under the lock: nothing may have come in between.
+        check_is_a_run(out, request.plot)?;
+        clear_run(out)?;
+        lock
+    } else {
+        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+        OutLock::acquire(out)?
+    };
     Ok(RunPaths {
-        weights: init.map(Path::to_path_buf),
+        weights: request.init.map(Path::to_path_buf),
         resume_state: None,
+        lock,
     })
+}
+
+/// Whether `path` (or, for a symbolic link, the link itself) lies in the directory whose
+/// canonical path is `dir`.
+fn lies_inside(path: &Path, dir: &Path) -> bool {
+    let real = std::fs::canonicalize(path).ok();
+    let link = match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => {
+            let parent = if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            };
+            std::fs::canonicalize(parent).ok().map(|p| p.join(name))
+        }
+        _ => None,
+    };
+    real.iter().chain(link.iter()).any(|p| p.starts_with(dir))
+}
+
+/// Refuses to replace `out` when one of the command's inputs lies inside it.
+fn check_inputs_outside(out: &Path, inputs: &[(&str, &Path)]) -> anyhow::Result<()> {
+    let dir = std::fs::canonicalize(out).with_context(|| format!("resolving {}", out.display()))?;
+    for (flag, path) in inputs {
+        if lies_inside(path, &dir) {
+            bail!(
+                "{flag} {} lies inside --out {}, which --overwrite would delete; move it out or \
+                 choose another --out",
+                path.display(),
+                out.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The names of the loss plots a run in `out` may have written: this command's `--plot` and
+/// the one `run.json` recorded (plain file names only).
+fn plot_names(out: &Path, plot: &Path) -> Vec<OsString> {
+    let recorded = std::fs::read_to_string(out.join("run.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        .and_then(|v| v["plot"].as_str().map(PathBuf::from));
+    [Some(plot.to_path_buf()), recorded]
+        .into_iter()
+        .flatten()
+        .filter_map(|p| match p.components().collect::<Vec<_>>()[..] {
+            [Component::Normal(name)] => Some(name.to_os_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether `name` (a directory when `is_dir`) is something a run writes into its directory:
+/// `checkpoint/`, `best/`, `metrics.jsonl`, `run.json`, a loss plot, `.lock`, `done.json`
+/// (written by `experiment`), and what a killed run leaves (`.checkpoint.partial-PID/` and `.old-PID/`, likewise for `best`, and
+/// `.FILE.PID-N.tmp` of a file being replaced).
+fn written_by_a_run(name: &str, is_dir: bool, plots: &[OsString]) -> bool {
+    let pid_suffix = |rest: &str| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit());
+    if is_dir {
+        return matches!(name, "checkpoint" | "best")
+            || ["checkpoint", "best"].iter().any(|d| {
+                ["partial", "old"].iter().any(|tag| {
+                    name.strip_prefix(&format!(".{d}.{tag}-"))
+                        .is_some_and(pid_suffix)
+                })
+            });
+    }
+    // `done.json`: the experiment commands' record of a finished run in its directory.
+    let files: Vec<&str> = ["metrics.jsonl", "run.json", "done.json"]
+        .into_iter()
+        .chain(plots.iter().filter_map(|p| p.to_str()))
+        .collect();
+    if name == LOCK_FILE || files.contains(&name) {
+        return true;
+    }
+    // `.FILE.PID-N.tmp` (crate::output's temporary files).
+    files.iter().any(|file| {
+        name.strip_prefix(&format!(".{file}."))
+            .and_then(|rest| rest.strip_suffix(".tmp"))
+            .and_then(|rest| rest.split_once('-'))
+            .is_some_and(|(pid, n)| pid_suffix(pid) && pid_suffix(n))
+    })
+}
+
+/// Refuses to replace `out` unless it is recognisably a run's directory: it holds `run.json`
+/// or `checkpoint/trainer_state.json`, and nothing a run does not write.
+fn check_is_a_run(out: &Path, plot: &Path) -> anyhow::Result<()> {
+    let plots = plot_names(out, plot);
+    let mut entries = Vec::new();
+    for entry in std::fs::read_dir(out).with_context(|| format!("reading {}", out.display()))? {
+        let entry = entry.with_context(|| format!("reading {}", out.display()))?;
+        // The entry itself, not what a symbolic link points to.
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        entries.push((entry.file_name(), is_dir));
+    }
+    entries.sort();
+    for (name, is_dir) in &entries {
+        let text = name.to_string_lossy();
+        if !name
+            .to_str()
+            .is_some_and(|n| written_by_a_run(n, *is_dir, &plots))
+        {
+            bail!(
+                "{}: not replaced: it holds {}{}, which is not part of a training run \
+                 (--overwrite only replaces a run's directory: checkpoint/, best/, \
+                 metrics.jsonl, run.json, the loss plot); remove it yourself or choose another \
+                 --out",
+                out.display(),
+                text,
+                if *is_dir { "/" } else { "" }
+            );
+        }
+    }
+    if !out.join("run.json").is_file() && !out.join("checkpoint/trainer_state.json").is_file() {
+        bail!(
+            "{}: not replaced: it holds no training run (neither run.json nor \
+             checkpoint/trainer_state.json); remove it yourself or choose another --out",
+            out.display()
+        );
+    }
+    Ok(())
+}
+
+/// Removes everything in `out` but its lock file.
+fn clear_run(out: &Path) -> anyhow::Result<()> {
+    for entry in std::fs::read_dir(out).with_context(|| format!("reading {}", out.display()))? {
+        let entry = entry.with_context(|| format!("reading {}", out.display()))?;
+        if entry.file_name() == std::ffi::OsStr::new(LOCK_FILE) {
+            continue;
+        }
+        let path = entry.path();
+        let removed = if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        removed.with_context(|| format!("removing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// The environment variable of the save's fault-injection test hook, [`AbortInSave`].
+pub const ABORT_IN_SAVE_VAR: &str = "ROFORMER_TEST_ABORT_IN_SAVE";
+
+/// A test hook: with `ROFORMER_TEST_ABORT_IN_SAVE=STEP:POINT` in the environment (any build),
+/// `train mlm` and `train classify` abort the process, as a kill would end it, right after
+/// POINT (`first-file`, `written`, `moved-aside` or `renamed`; see [`SaveStep`]) of the
+/// checkpoint save after step STEP. The tests use it to kill a run at every point of a save.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbortInSave {
+    /// The steps done when the save runs.
+    pub step: u64,
+    /// The point of the save.
+    pub point: SaveStep,
+}
+
+impl std::str::FromStr for AbortInSave {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let names = || {
+            SaveStep::ALL
+                .iter()
+                .map(|p| p.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let (step, point) = s
+            .split_once(':')
+            .ok_or_else(|| format!("expected STEP:POINT, got {s:?}"))?;
+        let step = step
+            .parse()
+            .map_err(|_| format!("STEP must be a number of steps, got {step:?}"))?;
+        let point = SaveStep::ALL
+            .into_iter()
+            .find(|p| p.name() == point)
+            .ok_or_else(|| format!("POINT must be one of {}, got {point:?}", names()))?;
+        Ok(Self { step, point })
+    }
+}
+
+impl AbortInSave {
+    /// The hook that `ROFORMER_TEST_ABORT_IN_SAVE` asks for, if it is set.
+    ///
+    /// # Errors
+    /// A value that is not `STEP:POINT`.
+    pub fn from_env() -> anyhow::Result<Option<Self>> {
+        match std::env::var(ABORT_IN_SAVE_VAR) {
+            Ok(value) => value
+                .parse()
+                .map(Some)
+                .map_err(|e| anyhow::anyhow!("{ABORT_IN_SAVE_VAR}={value}: {e}")),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// The trainer's save hook that aborts the process at this point.
+    pub fn hook(self) -> impl Fn(u64, SaveStep) {
+        move |step, point| {
+            if step == self.step && point == self.point {
+                eprintln!(
+                    "test hook: aborting after {} of the save at step {step}",
+                    point.name()
+                );
+                std::process::abort();
+            }
+        }
+    }
 }
 
 /// Writes the run's arguments to `out/run.json`, what `--resume` reads back.
@@ -235,6 +577,7 @@ pub fn finish_run<T: Task>(
     if !reporter.history.steps.is_empty() {
         plot::save(&figure, &plot_path, (900, 560))?;
     }
+    let signal = super::termination_signal();
     let outcome = match outcome {
         Ok(o) => o,
         Err(e) => {
@@ -261,7 +604,7 @@ pub fn finish_run<T: Task>(
     if json {
         println!("{summary}");
     } else {
-        if let Outcome::Stopped(step) = outcome {
+        if let (Outcome::Stopped(step), None) = (&outcome, signal) {
             eprintln!("stopped after step {step}; continue with --resume");
         }
         if let Some(s) = last {
@@ -289,6 +632,15 @@ pub fn finish_run<T: Task>(
             println!("checkpoint: {}", c.display());
         }
         println!("loss plot: {}", plot_path.display());
+    }
+    if let (Outcome::Stopped(step), Some(signal)) = (outcome, signal) {
+        let saved = reporter
+            .history
+            .last_checkpoint
+            .as_ref()
+            .map(|p| format!("the checkpoint {} is saved", p.display()))
+            .unwrap_or_else(|| "a checkpoint is saved".into());
+        bail!("stopped by {signal} after step {step}; {saved}: continue with --resume");
     }
     Ok(())
 }

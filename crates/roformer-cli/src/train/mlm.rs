@@ -9,6 +9,7 @@ use candle_core::Device;
 use clap::ValueEnum;
 use roformer::data::CorpusFormat;
 use roformer::optim::{AdamW, AdamWConfig, LrSchedule};
+use roformer::train::checkpoint::SaveStep;
 use roformer::train::mlm::{prepare_mlm_data, MlmDataOptions, MlmTask};
 use roformer::train::run::{LoopOptions, Trainer};
 use roformer::train::{build_trainable, Trainable};
@@ -18,8 +19,8 @@ use serde::{Deserialize, Serialize};
 use crate::precision::PrecisionArg;
 
 use super::common::{
-    finish_run, load_optimizer_state, prepare_out_dir, read_run_args, tokenizer_files,
-    write_run_args, Decay, Display, RunPaths, Stop,
+    check_not_in_use, finish_run, load_optimizer_state, prepare_out_dir, read_run_args,
+    tokenizer_files, write_run_args, AbortInSave, Decay, Display, OutRequest, RunPaths, Stop,
 };
 
 /// The corpus format, or detection by file name.
@@ -268,7 +269,11 @@ fn model_and_tokenizer(
 /// file errors.
 pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
     let args = if args.resume {
+        check_not_in_use(&args.out)?;
         let mut recorded: Args = read_run_args(&args.out)?;
+        // The directory given is the one written (a copied run records its original).
+        recorded.out = args.out.clone();
+        recorded.overwrite = false;
         if let Some(steps) = args.steps {
             recorded.steps = Some(steps);
         }
@@ -284,7 +289,20 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
         args
     };
     args.validate()?;
-    let paths = prepare_out_dir(&args.out, args.resume, args.overwrite, args.init.as_deref())?;
+    let mut inputs: Vec<(&str, &std::path::Path)> = Vec::new();
+    inputs.extend(args.config.as_deref().map(|p| ("--config", p)));
+    inputs.extend(args.vocab.as_deref().map(|p| ("--vocab", p)));
+    inputs.extend(args.init.as_deref().map(|p| ("--init", p)));
+    inputs.extend(args.corpus.iter().map(|p| ("--corpus", p.as_path())));
+    let paths = prepare_out_dir(&OutRequest {
+        out: &args.out,
+        resume: args.resume,
+        overwrite: args.overwrite,
+        init: args.init.as_deref(),
+        inputs,
+        plot: &args.plot,
+    })?;
+    let save_hook = AbortInSave::from_env()?.map(AbortInSave::hook);
     let (cfg, tokenizer, checkpoint) = model_and_tokenizer(&args, &paths)?;
     if cfg.position_embedding_type == PositionEmbeddingType::Absolute
         && args.seq_len > cfg.max_position_embeddings
@@ -376,8 +394,9 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
         step: done,
         task_record: crate::json::to_value(&data_options)?,
         last_eval: None,
+        save_hook: save_hook.as_ref().map(|h| h as &dyn Fn(u64, SaveStep)),
     };
-    finish_run(
+    let result = finish_run(
         &mut trainer,
         &args.out,
         &args.plot,
@@ -391,5 +410,8 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
             after: args.stop_after,
         },
         "MLM",
-    )
+    );
+    // The lock on --out is held until here, the run's last write.
+    drop(paths.lock);
+    result
 }

@@ -717,3 +717,497 @@ fn alone_share_adds_one_document_blocks_beside_the_packed_ones() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--alone-share"));
 }
+
+/// Every file under `dir` (relative path, bytes), for byte-for-byte comparisons.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    fn walk(root: &Path, dir: &Path, into: &mut Vec<(PathBuf, Vec<u8>)>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(root, &path, into);
+            } else {
+                let rel = path.strip_prefix(root).unwrap().to_path_buf();
+                into.push((rel, std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(dir, dir, &mut files);
+    files.sort();
+    files
+}
+
+/// `cp -r from to`.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        let target = to.join(path.file_name().unwrap());
+        if path.is_dir() {
+            copy_dir(&path, &target);
+        } else {
+            std::fs::copy(&path, &target).unwrap();
+        }
+    }
+}
+
+/// The steps done that `out`'s checkpoint records.
+fn checkpoint_step(out: &Path) -> u64 {
+    let text = std::fs::read_to_string(out.join("checkpoint/trainer_state.json")).unwrap();
+    serde_json::from_str::<Value>(&text).unwrap()["step"]
+        .as_u64()
+        .unwrap()
+}
+
+/// A few labelled examples for `train classify` (two labels told apart by their characters).
+fn classify_examples(dir: &Path) -> PathBuf {
+    let path = dir.join("examples.jsonl");
+    let mut text = String::new();
+    for i in 0..12 {
+        let (t, label) = if i % 2 == 0 {
+            ("床前明月光，疑是地上霜。", "moon")
+        } else {
+            ("白日依山尽，黄河入海流。", "river")
+        };
+        text.push_str(&serde_json::json!({"text": t, "label": label}).to_string());
+        text.push('\n');
+    }
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Issue 19, item 1: `--resume` of a copied run trains and saves into the copy, never into the
+/// directory its `run.json` recorded (`train mlm`, and `train classify` with its `best/`).
+#[test]
+fn resuming_a_copied_run_writes_the_copy_and_leaves_the_original_alone() {
+    let dir = scratch("copied");
+    let vocab = vocab(&dir);
+    let config = tiny_config(&dir, "rotary");
+    let corpus = poetry();
+    let (run, copy) = (dir.join("run"), dir.join("copy"));
+    let mut args = with_corpus(
+        train_args(
+            config.to_str().unwrap(),
+            vocab.to_str().unwrap(),
+            run.to_str().unwrap(),
+            "2",
+        ),
+        corpus.to_str().unwrap(),
+    );
+    set(&mut args, "--warmup", "1");
+    roformer_ok(&args);
+    copy_dir(&run, &copy);
+    let original = snapshot(&run);
+    roformer_ok(&[
+        "train",
+        "mlm",
+        "--resume",
+        "--steps",
+        "4",
+        "--out",
+        copy.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(snapshot(&run) == original, "the original run changed");
+    assert_eq!(checkpoint_step(&run), 2);
+    assert_eq!(checkpoint_step(&copy), 4, "the copy advanced");
+    let recorded = std::fs::read_to_string(copy.join("run.json")).unwrap();
+    assert!(recorded.contains(copy.to_str().unwrap()), "{recorded}");
+
+    // `train classify`: the copy's best/ is written, the original's stays.
+    let examples = classify_examples(&dir);
+    let (cls, cls_copy) = (dir.join("cls"), dir.join("cls-copy"));
+    roformer_ok(&[
+        "train",
+        "classify",
+        "--init",
+        run.join("checkpoint").to_str().unwrap(),
+        "--train",
+        examples.to_str().unwrap(),
+        "--eval",
+        examples.to_str().unwrap(),
+        "--max-length",
+        "16",
+        "--batch",
+        "4",
+        "--steps",
+        "2",
+        "--eval-every",
+        "1",
+        "--out",
+        cls.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(cls.join("best/model.safetensors").is_file());
+    copy_dir(&cls, &cls_copy);
+    let original = snapshot(&cls);
+    roformer_ok(&[
+        "train",
+        "classify",
+        "--resume",
+        "--steps",
+        "4",
+        "--out",
+        cls_copy.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(
+        snapshot(&cls) == original,
+        "the original classifier run changed"
+    );
+    assert_eq!(checkpoint_step(&cls), 2);
+    assert_eq!(checkpoint_step(&cls_copy), 4, "the copy advanced");
+}
+
+/// The arguments of a one-step run without warm-up.
+fn one_step<'a>(config: &'a str, vocab: &'a str, out: &'a str, corpus: &'a str) -> Vec<&'a str> {
+    let mut args = with_corpus(train_args(config, vocab, out, "1"), corpus);
+    set(&mut args, "--warmup", "0");
+    args
+}
+
+/// Issue 19, item 2: `--overwrite` replaces only a directory that is recognisably a run, and
+/// never one that holds an input of the same command.
+#[test]
+fn overwrite_replaces_only_a_run_and_never_an_input() {
+    let dir = scratch("overwrite");
+    let vocab = vocab(&dir);
+    let config = tiny_config(&dir, "rotary");
+    let corpus = poetry();
+    let (c, v, p) = (
+        config.to_str().unwrap(),
+        vocab.to_str().unwrap(),
+        corpus.to_str().unwrap(),
+    );
+    let fresh = |out: &Path| {
+        let _ = std::fs::remove_dir_all(out);
+        roformer_ok(&one_step(c, v, out.to_str().unwrap(), p));
+    };
+    let refused = |args: &[&str], names: &str, kept: &[&Path]| {
+        let out = roformer(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(err.contains(names), "{args:?}: {err}");
+        for path in kept {
+            assert!(path.exists(), "{args:?} deleted {}", path.display());
+        }
+    };
+
+    // A directory that holds no run: its first entry is named, nothing is deleted.
+    let thesis = dir.join("thesis");
+    std::fs::create_dir_all(thesis.join("data")).unwrap();
+    std::fs::write(thesis.join("data/points.csv"), "1,2\n").unwrap();
+    std::fs::write(thesis.join("thesis.tex"), "\\documentclass{article}\n").unwrap();
+    let mut args = one_step(c, v, thesis.to_str().unwrap(), p);
+    args.push("--overwrite");
+    refused(
+        &args,
+        "data/",
+        &[&thesis.join("data/points.csv"), &thesis.join("thesis.tex")],
+    );
+    std::fs::remove_dir_all(thesis.join("data")).unwrap();
+    refused(&args, "thesis.tex", &[&thesis.join("thesis.tex")]);
+
+    // A run with a foreign file beside it.
+    let run = dir.join("run");
+    fresh(&run);
+    std::fs::write(run.join("notes.txt"), "mine\n").unwrap();
+    let mut args = one_step(c, v, run.to_str().unwrap(), p);
+    args.push("--overwrite");
+    refused(
+        &args,
+        "notes.txt",
+        &[&run.join("notes.txt"), &run.join("run.json")],
+    );
+    std::fs::remove_file(run.join("notes.txt")).unwrap();
+
+    // Inputs inside the run's directory.
+    let ckpt = run.join("checkpoint");
+    let (in_config, in_vocab) = (ckpt.join("config.json"), ckpt.join("vocab.txt"));
+    let o = run.to_str().unwrap();
+    let mut args = one_step(in_config.to_str().unwrap(), v, o, p);
+    args.push("--overwrite");
+    refused(&args, "--config", &[&in_config]);
+    let mut args = one_step(c, in_vocab.to_str().unwrap(), o, p);
+    args.push("--overwrite");
+    refused(&args, "--vocab", &[&in_vocab]);
+    let in_corpus = run.join("corpus.txt");
+    std::fs::write(&in_corpus, "床前明月光，疑是地上霜。\n").unwrap();
+    let mut args = one_step(c, v, o, in_corpus.to_str().unwrap());
+    args.push("--overwrite");
+    refused(&args, "--corpus", &[&in_corpus]);
+    std::fs::remove_file(&in_corpus).unwrap();
+    let init = [
+        "train",
+        "mlm",
+        "--init",
+        ckpt.to_str().unwrap(),
+        "--corpus",
+        p,
+        "--steps",
+        "1",
+        "--out",
+        o,
+        "--overwrite",
+    ];
+    refused(&init, "--init", &[&ckpt.join("model.safetensors")]);
+    let examples = classify_examples(&dir);
+    let in_train = run.join("train.jsonl");
+    std::fs::copy(&examples, &in_train).unwrap();
+    let pre = dir.join("pre");
+    fresh(&pre);
+    let pre_ckpt = pre.join("checkpoint");
+    let classify = |train: &Path, eval: &Path| {
+        roformer(&[
+            "train",
+            "classify",
+            "--init",
+            pre_ckpt.to_str().unwrap(),
+            "--train",
+            train.to_str().unwrap(),
+            "--eval",
+            eval.to_str().unwrap(),
+            "--steps",
+            "1",
+            "--out",
+            o,
+            "--overwrite",
+        ])
+    };
+    for (train, eval, flag) in [
+        (&in_train, &examples, "--train"),
+        (&examples, &in_train, "--eval"),
+    ] {
+        let out = classify(train, eval);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(flag), "{err}");
+        assert!(in_train.is_file() && ckpt.is_dir(), "{flag}: deleted");
+    }
+    std::fs::remove_file(&in_train).unwrap();
+
+    // A run, with what killed runs leave, is replaced.
+    std::fs::create_dir(run.join(".checkpoint.partial-1")).unwrap();
+    std::fs::write(run.join(".run.json.1-0.tmp"), "{").unwrap();
+    let mut args = one_step(c, v, o, p);
+    args.push("--overwrite");
+    roformer_ok(&args);
+    assert!(!run.join(".checkpoint.partial-1").exists());
+    assert!(!run.join(".run.json.1-0.tmp").exists());
+    assert_eq!(checkpoint_step(&run), 1);
+}
+
+/// Issue 19, item 3: a run killed right after any step of a checkpoint save (the test hook
+/// `ROFORMER_TEST_ABORT_IN_SAVE` aborts the process there) leaves a checkpoint that `--resume`
+/// finds; the resumed run ends with the weights of an uninterrupted one, and no leftovers.
+#[test]
+fn a_kill_at_any_point_of_a_save_leaves_a_checkpoint_that_resume_continues() {
+    let dir = scratch("savekill");
+    let vocab = vocab(&dir);
+    let config = tiny_config(&dir, "rotary");
+    let corpus = poetry();
+    let args_for = |out: &Path| -> Vec<String> {
+        let mut args = with_corpus(
+            train_args(
+                config.to_str().unwrap(),
+                vocab.to_str().unwrap(),
+                out.to_str().unwrap(),
+                "4",
+            ),
+            corpus.to_str().unwrap(),
+        );
+        set(&mut args, "--warmup", "1");
+        set(&mut args, "--save-every", "1");
+        args.into_iter().map(String::from).collect()
+    };
+    let straight = dir.join("straight");
+    let args: Vec<String> = args_for(&straight);
+    roformer_ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let weights = |out: &Path| std::fs::read(out.join("checkpoint/model.safetensors")).unwrap();
+    for point in ["first-file", "written", "moved-aside", "renamed"] {
+        let out = dir.join(point);
+        let killed = Command::new(env!("CARGO_BIN_EXE_roformer"))
+            .args(args_for(&out))
+            .env("ROFORMER_TEST_ABORT_IN_SAVE", format!("2:{point}"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&killed.stderr);
+        assert!(!killed.status.success(), "{point}: {err}");
+        assert!(err.contains("test hook: aborting"), "{point}: {err}");
+        // Between the renames there is no checkpoint/: the window the resume must repair.
+        assert_eq!(
+            out.join("checkpoint").exists(),
+            point != "moved-aside",
+            "{point}"
+        );
+        roformer_ok(&[
+            "train",
+            "mlm",
+            "--resume",
+            "--out",
+            out.to_str().unwrap(),
+            "--json",
+        ]);
+        assert_eq!(checkpoint_step(&out), 4, "{point}");
+        assert!(
+            weights(&out) == weights(&straight),
+            "{point}: weights differ"
+        );
+        let leftovers: Vec<_> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".checkpoint."))
+            .collect();
+        assert!(leftovers.is_empty(), "{point}: {leftovers:?}");
+    }
+}
+
+/// A `roformer` running in the background, killed if the test fails before it ends.
+struct Background(Option<std::process::Child>);
+
+impl Background {
+    /// Spawns `roformer args` (stdout discarded, stderr kept).
+    fn spawn(args: &[&str]) -> Self {
+        let child = Command::new(env!("CARGO_BIN_EXE_roformer"))
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        Self(Some(child))
+    }
+
+    fn id(&self) -> u32 {
+        self.0.as_ref().map_or(0, |c| c.id())
+    }
+
+    /// The process, no longer killed on drop.
+    fn take(mut self) -> std::process::Child {
+        self.0.take().unwrap()
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Waits (up to 120 s) until `ready` holds.
+fn wait_for(what: &str, ready: impl Fn() -> bool) {
+    let started = std::time::Instant::now();
+    while !ready() {
+        assert!(
+            started.elapsed().as_secs() < 120,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// The highest step logged in `out/metrics.jsonl`.
+fn last_logged_step(out: &Path) -> u64 {
+    std::fs::read_to_string(out.join("metrics.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v["step"].as_u64())
+        .max()
+        .unwrap_or(0)
+}
+
+/// Issue 19, item 4: while a run trains, a second run into its directory (fresh, with
+/// `--overwrite`, or `--resume`) is refused with "DIR is in use by process N"; once the first
+/// is killed, the kernel has released its lock and `--resume` continues.
+#[test]
+fn a_second_writer_is_refused_while_a_run_holds_its_directory() {
+    let dir = scratch("lock");
+    let vocab = vocab(&dir);
+    let config = tiny_config(&dir, "rotary");
+    let corpus = poetry();
+    let out = dir.join("run");
+    let mut args = with_corpus(
+        train_args(
+            config.to_str().unwrap(),
+            vocab.to_str().unwrap(),
+            out.to_str().unwrap(),
+            "100000",
+        ),
+        corpus.to_str().unwrap(),
+    );
+    set(&mut args, "--save-every", "1");
+    set(&mut args, "--warmup", "0");
+    let child = Background::spawn(&args);
+    wait_for("the lock", || out.join(".lock").is_file());
+    wait_for("a checkpoint", || {
+        out.join("checkpoint/trainer_state.json").is_file()
+    });
+    let in_use = format!("{} is in use by process {}", out.display(), child.id());
+    let mut overwrite = args.clone();
+    overwrite.push("--overwrite");
+    let o = out.to_str().unwrap();
+    for second in [
+        &args[..],
+        &overwrite[..],
+        &["train", "mlm", "--resume", "--out", o],
+    ] {
+        let refused = roformer(second);
+        let err = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success(), "{second:?}");
+        assert!(err.contains(&in_use), "{second:?}: {err}");
+        assert!(out.join("run.json").is_file(), "{second:?} deleted the run");
+    }
+    let mut child = child.take();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let steps = (last_logged_step(&out) + 2).to_string();
+    roformer_ok(&[
+        "train", "mlm", "--resume", "--steps", &steps, "--out", o, "--json",
+    ]);
+    assert_eq!(checkpoint_step(&out).to_string(), steps);
+}
+
+/// Issue 19, item 5: SIGTERM (what schedulers and `timeout` send) is handled like Ctrl-C,
+/// finishing the step and saving, but exits non-zero with a message; `--resume` continues.
+#[test]
+fn sigterm_saves_a_checkpoint_and_exits_with_an_error() {
+    let dir = scratch("sigterm");
+    let vocab = vocab(&dir);
+    let config = tiny_config(&dir, "rotary");
+    let out = dir.join("run");
+    let corpus = poetry();
+    let mut args = with_corpus(
+        train_args(
+            config.to_str().unwrap(),
+            vocab.to_str().unwrap(),
+            out.to_str().unwrap(),
+            "100000",
+        ),
+        corpus.to_str().unwrap(),
+    );
+    set(&mut args, "--warmup", "0");
+    let child = Background::spawn(&args);
+    wait_for("the first step", || last_logged_step(&out) >= 1);
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let output = child.take().wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("stopped by SIGTERM") && err.contains("--resume"),
+        "{err}"
+    );
+    let done = checkpoint_step(&out);
+    assert!(done >= 1);
+    let steps = (done + 2).to_string();
+    let o = out.to_str().unwrap();
+    roformer_ok(&[
+        "train", "mlm", "--resume", "--steps", &steps, "--out", o, "--json",
+    ]);
+    assert_eq!(checkpoint_step(&out), done + 2);
+}

@@ -4,7 +4,9 @@
 //!
 //! A directory is written whole or not at all: the files go to a fresh sibling directory,
 //! are flushed to disk, and only then replace the old directory by renames. A failure (a full
-//! disk) leaves the previous checkpoint where it was.
+//! disk) leaves the previous checkpoint where it was; a process killed between the renames
+//! leaves the previous one set aside whole, and [`recover_dir`] (run before every save and by
+//! `--resume`) puts it back and removes what killed saves left.
 
 use std::collections::HashMap;
 use std::fs;
@@ -110,33 +112,197 @@ fn io_error(path: &Path, source: std::io::Error) -> TrainError {
 
 /// A sibling of `dir` named `.{name}.{tag}-{pid}`.
 fn sibling(dir: &Path, tag: &str) -> PathBuf {
-    let name = dir
-        .file_name()
+    dir.with_file_name(format!(".{}.{tag}-{}", dir_name(dir), std::process::id()))
+}
+
+/// The last component of `dir` (`checkpoint` when it has none).
+fn dir_name(dir: &Path) -> String {
+    dir.file_name()
         .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "checkpoint".into());
-    dir.with_file_name(format!(".{name}.{tag}-{}", std::process::id()))
+        .unwrap_or_else(|| "checkpoint".into())
+}
+
+/// A step of [`write_dir_atomically_with`], reported to its observer right after it is done.
+///
+/// A process killed after any of them leaves `dir` recoverable: whole (the old or the new
+/// version), or set aside whole, which [`recover_dir`] puts back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SaveStep {
+    /// The first file of the new version is written to `.NAME.partial-PID` (the new version is
+    /// incomplete; `dir` is untouched).
+    FirstFileWritten,
+    /// Every file of the new version is written and synced to `.NAME.partial-PID`.
+    Written,
+    /// The previous version was renamed to `.NAME.old-PID`: `dir` does not exist until the
+    /// next step (only when there was a previous version).
+    MovedAside,
+    /// The new version was renamed to `dir`; the previous one still lies aside.
+    Renamed,
+}
+
+impl SaveStep {
+    /// Every step, in the order they happen.
+    pub const ALL: [SaveStep; 4] = [
+        SaveStep::FirstFileWritten,
+        SaveStep::Written,
+        SaveStep::MovedAside,
+        SaveStep::Renamed,
+    ];
+
+    /// The step's name: `first-file`, `written`, `moved-aside` or `renamed`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SaveStep::FirstFileWritten => "first-file",
+            SaveStep::Written => "written",
+            SaveStep::MovedAside => "moved-aside",
+            SaveStep::Renamed => "renamed",
+        }
+    }
+}
+
+/// What [`recover_dir`] found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// The set-aside previous version renamed back to the directory (it was missing: a
+    /// process was killed between the two renames of a save).
+    pub restored: Option<PathBuf>,
+    /// Leftovers of killed saves that were removed (`.NAME.partial-PID`, `.NAME.old-PID`).
+    pub removed: Vec<PathBuf>,
+}
+
+/// The `.NAME.partial-PID` and `.NAME.old-PID` siblings of `dir` (any PID), sorted.
+fn leftovers(dir: &Path) -> Result<(Vec<PathBuf>, Vec<PathBuf>), TrainError> {
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = dir_name(dir);
+    let (partial, old) = (format!(".{name}.partial-"), format!(".{name}.old-"));
+    let entries = match fs::read_dir(parent) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
+        Err(e) => return Err(io_error(parent, e)),
+    };
+    let (mut partials, mut olds) = (Vec::new(), Vec::new());
+    for entry in entries {
+        let entry = entry.map_err(|e| io_error(parent, e))?;
+        let file_name = entry.file_name();
+        let file_name = file_name.to_string_lossy();
+        let pid = |prefix: &str| {
+            file_name
+                .strip_prefix(prefix)
+                .is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()))
+        };
+        if pid(&partial) {
+            partials.push(entry.path());
+        } else if pid(&old) {
+            olds.push(entry.path());
+        }
+    }
+    partials.sort();
+    olds.sort();
+    Ok((partials, olds))
+}
+
+/// Removes a file or directory tree (not following a symbolic link).
+fn remove_any(path: &Path) -> Result<(), TrainError> {
+    let is_dir = fs::symlink_metadata(path)
+        .map(|m| m.is_dir())
+        .map_err(|e| io_error(path, e))?;
+    let removed = if is_dir {
+        fs::remove_dir_all(path)
+    } else {
+        fs::remove_file(path)
+    };
+    removed.map_err(|e| io_error(path, e))
+}
+
+/// Syncs the directory that holds `dir`, so that renames in it survive a power loss
+/// (best effort: not every platform can open a directory).
+fn sync_parent(dir: &Path) {
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        if let Ok(f) = fs::File::open(parent) {
+            let _ = f.sync_all();
+        }
+    }
+}
+
+/// Repairs what a process killed during [`write_dir_atomically`] of `dir` left behind. When
+/// `dir` is missing (killed between the two renames), the previous version set aside as
+/// `.NAME.old-PID` (by any process; the most recently modified one if there are several) is
+/// renamed back to `dir`. Then every other `.NAME.partial-PID` and `.NAME.old-PID` sibling is
+/// removed. A new version that was written but not yet renamed is discarded: `dir` then holds
+/// the last version whose save was complete.
+///
+/// The caller must be the only writer of `dir` (the `roformer` command holds a lock on the
+/// run's directory): a sibling of another live process would be taken for a leftover.
+///
+/// # Errors
+/// [`TrainError::Io`] naming the path that could not be read, renamed or removed.
+pub fn recover_dir(dir: &Path) -> Result<Recovery, TrainError> {
+    let (partials, mut olds) = leftovers(dir)?;
+    let mut recovery = Recovery::default();
+    let missing = match fs::symlink_metadata(dir) {
+        Ok(_) => false,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+        Err(e) => return Err(io_error(dir, e)),
+    };
+    if missing && !olds.is_empty() {
+        let modified = |p: &PathBuf| fs::metadata(p).and_then(|m| m.modified()).ok();
+        olds.sort_by_key(modified);
+        if let Some(newest) = olds.pop() {
+            fs::rename(&newest, dir).map_err(|e| io_error(&newest, e))?;
+            sync_parent(dir);
+            recovery.restored = Some(newest);
+        }
+    }
+    for stale in partials.into_iter().chain(olds) {
+        remove_any(&stale)?;
+        recovery.removed.push(stale);
+    }
+    Ok(recovery)
 }
 
 /// Writes `files` (name, bytes) as the directory `dir`, replacing what was there only once
-/// every file is written and synced.
+/// every file is written and synced. Leftovers of an earlier save that was killed are
+/// repaired first ([`recover_dir`]).
 ///
 /// # Errors
 /// [`TrainError::Io`] naming the path that failed; `dir` is then as it was.
 pub fn write_dir_atomically(dir: &Path, files: &[(String, Vec<u8>)]) -> Result<(), TrainError> {
+    write_dir_atomically_with(dir, files, &mut |_| {})
+}
+
+/// [`write_dir_atomically`], calling `after` right after each [`SaveStep`] (a test hook: a
+/// process that dies in `after` shows what a kill at that point leaves).
+///
+/// The new version goes to `.NAME.partial-PID`; the old one, if any, is renamed to
+/// `.NAME.old-PID`, the new one to `dir`, and the old one is removed. A process killed at any
+/// point leaves either `dir` whole or, between the two renames, the old version whole beside
+/// it, which [`recover_dir`] (called here and by `--resume`) renames back.
+///
+/// # Errors
+/// As [`write_dir_atomically`].
+pub fn write_dir_atomically_with(
+    dir: &Path,
+    files: &[(String, Vec<u8>)],
+    after: &mut dyn FnMut(SaveStep),
+) -> Result<(), TrainError> {
     if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
         fs::create_dir_all(parent).map_err(|e| io_error(parent, e))?;
     }
+    recover_dir(dir)?;
     let partial = sibling(dir, "partial");
-    if partial.exists() {
-        fs::remove_dir_all(&partial).map_err(|e| io_error(&partial, e))?;
-    }
     let written = (|| {
         fs::create_dir(&partial).map_err(|e| io_error(&partial, e))?;
-        for (name, bytes) in files {
+        for (i, (name, bytes)) in files.iter().enumerate() {
             let path = partial.join(name);
             let mut f = fs::File::create(&path).map_err(|e| io_error(&path, e))?;
             f.write_all(bytes).map_err(|e| io_error(&path, e))?;
             f.sync_all().map_err(|e| io_error(&path, e))?;
+            if i == 0 {
+                after(SaveStep::FirstFileWritten);
+            }
         }
         Ok(())
     })();
@@ -144,10 +310,12 @@ pub fn write_dir_atomically(dir: &Path, files: &[(String, Vec<u8>)]) -> Result<(
         let _ = fs::remove_dir_all(&partial);
         return Err(e);
     }
+    after(SaveStep::Written);
     let old = sibling(dir, "old");
     let had_old = dir.exists();
     if had_old {
         fs::rename(dir, &old).map_err(|e| io_error(dir, e))?;
+        after(SaveStep::MovedAside);
     }
     if let Err(e) = fs::rename(&partial, dir) {
         if had_old {
@@ -155,6 +323,8 @@ pub fn write_dir_atomically(dir: &Path, files: &[(String, Vec<u8>)]) -> Result<(
         }
         return Err(io_error(dir, e));
     }
+    sync_parent(dir);
+    after(SaveStep::Renamed);
     if had_old {
         fs::remove_dir_all(&old).map_err(|e| io_error(&old, e))?;
     }
@@ -209,6 +379,58 @@ mod tests {
         write_dir_atomically(&dir, &newer).unwrap();
         assert_eq!(read_dir_files(&dir), newer);
         fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// A save that dies right after any of its steps (here a panic in the observer) leaves a
+    /// directory that `recover_dir` makes whole again: the old version, or the new one once it
+    /// is renamed, and no leftovers.
+    #[test]
+    fn a_save_killed_after_any_step_is_recovered() {
+        for step in SaveStep::ALL {
+            let root = std::env::temp_dir().join(format!(
+                "roformer-recover-{}-{}",
+                step.name(),
+                std::process::id()
+            ));
+            let _ = fs::remove_dir_all(&root);
+            let dir = root.join("checkpoint");
+            let first = vec![("a.json".to_string(), b"first".to_vec())];
+            let second = vec![
+                ("a.json".to_string(), b"second".to_vec()),
+                ("b.bin".to_string(), vec![7u8; 100]),
+            ];
+            write_dir_atomically(&dir, &first).unwrap();
+            let died = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                write_dir_atomically_with(&dir, &second, &mut |s| {
+                    if s == step {
+                        panic!("killed after {}", s.name());
+                    }
+                })
+            }));
+            assert!(died.is_err(), "{step:?}");
+            assert_eq!(dir.exists(), step != SaveStep::MovedAside, "{step:?}");
+            let recovery = recover_dir(&dir).unwrap();
+            assert_eq!(
+                recovery.restored.is_some(),
+                step == SaveStep::MovedAside,
+                "{step:?}"
+            );
+            let expected = if step == SaveStep::Renamed {
+                &second
+            } else {
+                &first
+            };
+            assert_eq!(&read_dir_files(&dir), expected, "{step:?}");
+            let names: Vec<_> = fs::read_dir(&root)
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(names, ["checkpoint"], "{step:?}: no leftovers");
+            // The next save goes through.
+            write_dir_atomically(&dir, &second).unwrap();
+            assert_eq!(read_dir_files(&dir), second);
+            fs::remove_dir_all(&root).unwrap();
+        }
     }
 
     #[test]

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::mode::Dropout;
 use crate::optim::{AdamW, Gradients, LrSchedule};
-use crate::train::checkpoint::{safetensors_bytes, write_dir_atomically};
+use crate::train::checkpoint::{safetensors_bytes, write_dir_atomically_with, SaveStep};
 use crate::train::params::Params;
 use crate::train::TrainError;
 
@@ -179,6 +179,9 @@ pub struct Trainer<'a, T: Task> {
     pub task_record: serde_json::Value,
     /// The last evaluation.
     pub last_eval: Option<EvalMetrics>,
+    /// Called with the steps done and each [`SaveStep`] of every checkpoint save, right after
+    /// the step (a fault-injection hook for tests; `None` normally).
+    pub save_hook: Option<&'a dyn Fn(u64, SaveStep)>,
 }
 
 impl<T: Task> Trainer<'_, T> {
@@ -233,7 +236,9 @@ impl<T: Task> Trainer<'_, T> {
     }
 
     /// Writes `checkpoint/`: the task's model files, the optimiser state and the trainer
-    /// state, replacing the previous checkpoint only once all are written.
+    /// state, replacing the previous checkpoint only once all are written (a kill at any point
+    /// leaves a whole checkpoint, or one that
+    /// [`recover_dir`](crate::train::checkpoint::recover_dir) restores).
     ///
     /// # Errors
     /// Serialisation and file errors.
@@ -259,7 +264,12 @@ impl<T: Task> Trainer<'_, T> {
             serde_json::to_vec_pretty(&state).map_err(|e| TrainError::Save(e.to_string()))?;
         files.push(("trainer_state.json".into(), json));
         let dir = checkpoint_dir(&self.out);
-        write_dir_atomically(&dir, &files)?;
+        let step = self.step;
+        write_dir_atomically_with(&dir, &files, &mut |s| {
+            if let Some(hook) = self.save_hook {
+                hook(step, s);
+            }
+        })?;
         Ok(dir)
     }
 
