@@ -17,21 +17,23 @@ pub enum PrecisionArg {
 }
 
 impl PrecisionArg {
+    /// The precision asked for.
+    fn asked(self) -> Precision {
+        match self {
+            PrecisionArg::F32 => Precision::F32,
+            PrecisionArg::Bf16 => Precision::Bf16,
+        }
+    }
+
     /// The flag's value: `f32` or `bf16`.
     pub fn name(self) -> &'static str {
-        match self {
-            PrecisionArg::F32 => "f32",
-            PrecisionArg::Bf16 => "bf16",
-        }
+        self.asked().name()
     }
 
     /// The precision that runs on this CPU: bf16 falls back to f32 where the CPU has no
     /// native bf16 dot product, and says so on stderr (once per process).
     pub fn resolve(self) -> Precision {
-        let asked = match self {
-            PrecisionArg::F32 => Precision::F32,
-            PrecisionArg::Bf16 => Precision::Bf16,
-        };
+        let asked = self.asked();
         let runs = asked.effective();
         if runs != asked {
             static SAID: std::sync::Once = std::sync::Once::new();

@@ -108,16 +108,22 @@ pub(crate) fn forward(model: &Path, ids: &[i64], scratch_dir: &Path) -> HashMap<
 }
 
 fn fill_mask_json(model: &Path, text: &str, top_k: &str) -> serde_json::Value {
-    let out = ok(&[
+    fill_mask_json_with(model, text, top_k, &[])
+}
+
+/// [`fill_mask_json`] with `extra` flags.
+fn fill_mask_json_with(model: &Path, text: &str, top_k: &str, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec![
         "fill-mask",
         "--model",
         model.to_str().unwrap(),
         "--json",
         "--top-k",
         top_k,
-        text,
-    ]);
-    serde_json::from_str(out.trim()).unwrap()
+    ];
+    args.extend_from_slice(extra);
+    args.push(text);
+    serde_json::from_str(ok(&args).trim()).unwrap()
 }
 
 /// Each mask's predictions are the largest entries of softmax(forward's logits) at its
@@ -343,18 +349,7 @@ fn bf16_predictions_are_within_rounding_of_f32() {
     let model = model_dir("mlm_gelu", "fill-bf16");
     let text = "今天[MASK]气非常好，我们在[MASK]京";
     let f32_report = fill_mask_json(&model, text, "3");
-    let out = ok(&[
-        "fill-mask",
-        "--model",
-        model.to_str().unwrap(),
-        "--json",
-        "--top-k",
-        "3",
-        "--precision",
-        "bf16",
-        text,
-    ]);
-    let bf16_report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let bf16_report = fill_mask_json_with(&model, text, "3", &["--precision", "bf16"]);
     let masks = |r: &serde_json::Value| r["masks"].as_array().unwrap().clone();
     for (a, b) in masks(&f32_report).iter().zip(&masks(&bf16_report)) {
         let (pa, pb) = (&a["predictions"][0], &b["predictions"][0]);

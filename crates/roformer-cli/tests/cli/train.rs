@@ -68,6 +68,15 @@ fn json_lines(stdout: &[u8]) -> Vec<Value> {
         .collect()
 }
 
+/// The loss of every step a run logged in `out/metrics.jsonl`, in order.
+fn step_losses(out: &Path) -> Vec<f64> {
+    json_lines(&std::fs::read(out.join("metrics.jsonl")).unwrap())
+        .iter()
+        .filter(|v| v["event"] == "step")
+        .map(|v| v["loss"].as_f64().unwrap())
+        .collect()
+}
+
 fn summary(stdout: &[u8]) -> Value {
     json_lines(stdout)
         .into_iter()
@@ -270,17 +279,7 @@ fn resume_reproduces_the_uninterrupted_run() {
         split.to_str().unwrap(),
         "--json",
     ]);
-    let losses = |out: &Path| -> Vec<f64> {
-        json_lines(
-            std::fs::read_to_string(out.join("metrics.jsonl"))
-                .unwrap()
-                .as_bytes(),
-        )
-        .iter()
-        .filter(|v| v["event"] == "step")
-        .map(|v| v["loss"].as_f64().unwrap())
-        .collect()
-    };
+    let losses = step_losses;
     assert_eq!(losses(&straight).len(), 8);
     assert_eq!(losses(&straight), losses(&split));
     let weights = |out: &Path| std::fs::read(out.join("checkpoint/model.safetensors")).unwrap();
@@ -617,13 +616,7 @@ fn bf16_training_tracks_f32_saves_f32_and_resume_may_switch_precision() {
         args.extend_from_slice(extra);
         roformer_ok(&args)
     };
-    let losses = |out: &Path| -> Vec<f64> {
-        json_lines(&std::fs::read(out.join("metrics.jsonl")).unwrap())
-            .iter()
-            .filter(|v| v["event"] == "step")
-            .map(|v| v["loss"].as_f64().unwrap())
-            .collect()
-    };
+    let losses = step_losses;
     let (f32_run, bf16_run, switched) = (dir.join("f32"), dir.join("bf16"), dir.join("switch"));
     run(&f32_run, &[]);
     let out = run(&bf16_run, &["--precision", "bf16"]);

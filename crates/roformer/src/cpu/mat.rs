@@ -31,14 +31,30 @@ impl<'a> Mat<'a> {
 
     /// Whether a `rows x cols` matrix with these strides lies inside `data`.
     pub(crate) fn fits(&self, rows: usize, cols: usize) -> bool {
-        rows == 0
-            || cols == 0
-            || (rows - 1)
-                .checked_mul(self.rs)
-                .and_then(|r| (cols - 1).checked_mul(self.cs).map(|c| (r, c)))
-                .and_then(|(r, c)| self.offset.checked_add(r)?.checked_add(c))
-                .is_some_and(|last| last < self.data.len())
+        span_fits(
+            self.data.len(),
+            self.offset,
+            (self.rs, self.cs),
+            (rows, cols),
+        )
     }
+}
+
+/// Whether the elements `offset + i * rs + j * cs` (`i < rows`, `j < cols`) all lie below
+/// `len`, without overflow; an empty matrix always fits.
+pub(crate) fn span_fits(
+    len: usize,
+    offset: usize,
+    (rs, cs): (usize, usize),
+    (rows, cols): (usize, usize),
+) -> bool {
+    rows == 0
+        || cols == 0
+        || (rows - 1)
+            .checked_mul(rs)
+            .and_then(|r| (cols - 1).checked_mul(cs).map(|c| (r, c)))
+            .and_then(|(r, c)| offset.checked_add(r)?.checked_add(c))
+            .is_some_and(|last| last < len)
 }
 
 /// An f32 output buffer shared by tasks that write disjoint elements of it.

@@ -3,6 +3,7 @@
 use gemm::{gemm, Parallelism};
 
 use super::bf16;
+use super::mat::span_fits;
 use super::{Dst, Mat, Precision};
 
 /// `dst = (accumulate ? dst : 0) + alpha * a b` for an `m x k` `a` and a `k x n` `b`, with
@@ -26,13 +27,7 @@ pub(crate) fn product(
     precision: Precision,
 ) -> candle_core::Result<()> {
     let (ptr, len) = dst.raw();
-    let dst_fits = m == 0
-        || n == 0
-        || (m - 1)
-            .checked_mul(rs)
-            .and_then(|r| offset.checked_add(r)?.checked_add(n - 1))
-            .is_some_and(|last| last < len);
-    if !(dst_fits && a.fits(m, k) && b.fits(k, n)) {
+    if !(span_fits(len, offset, (rs, 1), (m, n)) && a.fits(m, k) && b.fits(k, n)) {
         return Err(candle_core::Error::Msg(format!(
             "matrix product: a {m}x{k} by {k}x{n} product does not fit its buffers"
         )));
