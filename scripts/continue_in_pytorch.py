@@ -71,7 +71,7 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.utils import InitProcessGroupKwargs, set_seed
-from transformers import RoFormerForMaskedLM
+from transformers import RoFormerConfig, RoFormerForMaskedLM
 
 try:  # transformers 4.x; in 5.x BertTokenizerFast is BertTokenizer, backed by tokenizers
     from transformers import BertTokenizerFast
@@ -87,8 +87,21 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--init", required=True, type=Path,
                    help="checkpoint directory written by `roformer train mlm`")
-    p.add_argument("--corpus", required=True, type=Path, nargs="+",
+    p.add_argument("--corpus", type=Path, nargs="+",
                    help="chinese-poetry JSON files or directories (searched recursively)")
+    p.add_argument("--blocks", type=Path, default=None,
+                   help="train on these packed blocks instead of --corpus: an .npy of shape "
+                        "[blocks, seq_len] of token ids, as scripts/pack_poetry_blocks.py writes")
+    p.add_argument("--from-scratch", action="store_true",
+                   help="start from random weights of --init's config.json (seeded by --seed) "
+                        "instead of its model.safetensors")
+    p.add_argument("--eval-blocks", type=Path, default=None,
+                   help="held-out blocks (.npy, as --blocks) to report the masked-LM loss and "
+                        "top-1 accuracy on, with masks fixed by --seed")
+    p.add_argument("--eval-every", type=int, default=0,
+                   help="evaluate on --eval-blocks every N steps and at the end (0: at the end)")
+    p.add_argument("--eval-max", type=int, default=2048,
+                   help="evaluate on at most this many of --eval-blocks (the first ones)")
     p.add_argument("--out", required=True, type=Path, help="output checkpoint directory")
     p.add_argument("--steps", type=int, default=1000, help="optimisation steps")
     p.add_argument("--batch", type=int, default=16, help="blocks per micro-batch per process")
@@ -118,6 +131,8 @@ def parse_args(argv=None):
     p.add_argument("--cache-dir", type=Path, default=None,
                    help="where the tokenised blocks are cached (default: OUT.cache, beside OUT)")
     args = p.parse_args(argv)
+    if (args.corpus is None) == (args.blocks is None):
+        p.error("give exactly one of --corpus and --blocks")
     if args.steps < 1 or args.batch < 1 or args.grad_accum < 1 or args.log_every < 1:
         p.error("--steps, --batch, --grad-accum and --log-every must be at least 1")
     if not 0 <= args.warmup <= args.steps:
@@ -331,7 +346,14 @@ def _file_hash(path):
 
 
 def load_blocks(args, tokenizer, accelerator):
-    """The training blocks, built once by the main process and cached under --cache-dir."""
+    """The training blocks: --blocks as given, or built once from --corpus by the main process
+    and cached under --cache-dir."""
+    if args.blocks is not None:
+        blocks = np.load(args.blocks, mmap_mode="r")
+        if blocks.ndim != 2 or blocks.shape[1] != args.seq_len:
+            raise SystemExit(f"{args.blocks}: shape {blocks.shape}, expected [blocks, {args.seq_len}]")
+        return blocks, {"blocks_file": str(args.blocks), "blocks": int(blocks.shape[0]),
+                        "tokens": int(blocks.shape[0]) * args.seq_len}
     key = json.dumps({"corpus": [str(p.resolve()) for p in args.corpus], "seq_len": args.seq_len,
                       "validation": args.validation, "simplified": args.also_simplified,
                       "lines": args.also_lines,
@@ -410,6 +432,30 @@ def mask_tokens(ids, specials, mask_id, random_ids, generator):
 # ---------------------------------------------------------------- training
 
 
+@torch.no_grad()
+def evaluate(model, blocks, args, specials, mask_id, random_ids, device):
+    """Masked-LM loss (mean over masked tokens) and top-1 accuracy on the first --eval-max
+    held-out blocks, masked as in training with a generator fixed by --seed, so every
+    evaluation of a run, and of runs with the same seed, sees the same masks."""
+    model.eval()
+    generator = torch.Generator().manual_seed(args.seed * 1_000_003 + 104729)
+    rows = blocks[:min(len(blocks), args.eval_max)]
+    loss_sum, right, count = 0.0, 0, 0
+    for start in range(0, len(rows), 256):
+        ids = torch.from_numpy(np.asarray(rows[start:start + 256], dtype=np.int64))
+        inputs, labels = mask_tokens(ids, specials, mask_id, random_ids, generator)
+        inputs, labels = inputs.to(device), labels.to(device)
+        logits = model(input_ids=inputs, attention_mask=torch.ones_like(inputs),
+                       token_type_ids=torch.zeros_like(inputs)).logits.float()
+        chosen = labels != -100
+        loss_sum += torch.nn.functional.cross_entropy(
+            logits[chosen], labels[chosen], reduction="sum").item()
+        right += (logits[chosen].argmax(-1) == labels[chosen]).sum().item()
+        count += int(chosen.sum().item())
+    model.train()
+    return {"loss": loss_sum / max(count, 1), "top1": right / max(count, 1), "masked": count}
+
+
 def lr_at(step, peak, warmup, total):
     """Learning rate of update `step` (0-based), as `roformer`'s linear schedule."""
     if step < warmup:
@@ -465,7 +511,11 @@ def main(argv=None):
     set_seed(args.seed)
 
     tokenizer, tokenizer_name = make_tokenizer(args.init)
-    model, loading = RoFormerForMaskedLM.from_pretrained(args.init, output_loading_info=True)
+    if args.from_scratch:
+        model = RoFormerForMaskedLM(RoFormerConfig.from_pretrained(args.init))
+        loading = {}
+    else:
+        model, loading = RoFormerForMaskedLM.from_pretrained(args.init, output_loading_info=True)
     loading = {k: sorted(v) if isinstance(v, (set, list)) else str(v) for k, v in loading.items()}
     problems = ("missing_keys", "unexpected_keys", "mismatched_keys")
     if accelerator.is_main_process and any(loading.get(k) for k in problems):
@@ -480,6 +530,7 @@ def main(argv=None):
         raise SystemExit(f"vocab.txt has {len(tokenizer)} tokens, config.json's vocab_size is "
                          f"{model.config.vocab_size}")
     blocks, data_info = load_blocks(args, tokenizer, accelerator)
+    eval_blocks = np.load(args.eval_blocks, mmap_mode="r") if args.eval_blocks else None
     specials = torch.tensor(special_ids(tokenizer))
     random_ids = torch.tensor([i for i in range(len(tokenizer)) if i not in set(specials.tolist())])
     mask_gen = torch.Generator().manual_seed(args.seed * 1_000_003 + 7919 * (rank + 1))
@@ -530,6 +581,11 @@ def main(argv=None):
                  "seconds": seconds, "tokens_per_s": tokens_per_step * window_steps / seconds})
             window_loss.zero_()
             window_steps, window_start = 0, time.perf_counter()
+        if eval_blocks is not None and (done == args.steps or (
+                args.eval_every and done % args.eval_every == 0)):
+            result = evaluate(accelerator.unwrap_model(model), eval_blocks, args, specials,
+                              tokenizer.mask_token_id, random_ids, device)
+            log({"event": "eval", "step": done, "tokens": tokens_per_step * done, **result})
         if args.save_every and done % args.save_every == 0 and done != args.steps:
             save(accelerator, model, args, done)
     save(accelerator, model, args, args.steps)
