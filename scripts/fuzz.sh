@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzz one target for a while: scripts/fuzz.sh TARGET MINUTES [SEED]
 #
-# TARGET: config, vocab, safetensors, pickle, input or gguf.
+# TARGET: config, vocab, safetensors, pickle, input, gguf or request.
 #
 # Where `cargo +nightly fuzz` works (cargo-fuzz installed), runs the libFuzzer target of the
 # same name in fuzz/ (coverage-guided, with the in-tree structure-aware mutators; stops at

@@ -2,7 +2,11 @@
 """Reruns issue 11's list of hostile inputs against a `roformer` binary and prints a table.
 
 Rows `19.N` are issue 19's training-run findings (data loss and clobbering): a resumed copy, what
-`--overwrite` may delete, a kill at each step of a checkpoint save, two writers, SIGTERM.
+`--overwrite` may delete, a kill at each step of a checkpoint save, two writers, SIGTERM; outputs
+that are inputs (19.6), duplicate arms (19.8), what --resume checks (19.9), unchecked options
+(19.10) and messages (19.msg); and its GGUF findings: NaN and huge weights (19.7), metadata
+checks (19.11), `bench llama --repeats` (19.12), a FIFO (19.13) and a file truncated during the
+load (19.14).
 
 Usage: scripts/rerun_robustness_findings.py [BIN]   (default: target/release/roformer)
 
@@ -272,6 +276,9 @@ def cases(tmp):
     yield ("19.4", "a second run and a --resume while a run trains", "two-writers",
            "two-writers")
     yield ("19.5", "SIGTERM during training, then --resume", "sigterm", "sigterm")
+    yield from memory_cases(tmp)
+    yield from check_cases(tmp)
+    yield from gguf_cases(tmp)
 
 
 # ---------------------------------------------------------------- training runs (issue 19)
@@ -403,6 +410,291 @@ def training(binary, kind, tmp):
               and rc == 0 and checkpoint_step(d) == done + 2)
         last = (err.strip().splitlines() or ["-"])[-1]
         return ok, f"exit {child.returncode}: {last}; resume: exit {rc}"
+    return bounded_memory(binary, kind, tmp)
+
+
+# ---------------------------------------------------------------- memory bounds (issue 19)
+
+def with_flag(args, flag, value):
+    """`args` with `flag`'s value replaced."""
+    args = list(args)
+    args[args.index(flag) + 1] = value
+    return args
+
+
+# What the refusals of issue 19 items 12 and 15 say.
+FITS = "error:needs about"
+NOT_FILE = "error:not a regular file"
+
+
+def memory_cases(tmp):
+    """Issue 19 items 12 and 15: sizes past the machine's memory, endless and huge inputs."""
+    out = os.path.join(tmp, "t-mem")
+    for batch in ["1000000", "4294967296"]:
+        yield ("19.12", f"train mlm --batch {batch}",
+               with_flag(train_args(tmp, out, 1), "--batch", batch), FITS)
+    for field, value in [("num_hidden_layers", 10**6), ("hidden_size", 65536),
+                         ("intermediate_size", 2**30)]:
+        config = os.path.join(tmp, f"huge-{field}.json")
+        with open(config, "w") as f:
+            json.dump({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                       "intermediate_size": 128, field: value}, f)
+        yield ("19.12", f"train mlm, config {field} {value}",
+               with_flag(train_args(tmp, out, 1), "--config", config), FITS)
+    examples = os.path.join(tmp, "examples.jsonl")
+    with open(examples, "w") as f:
+        for i in range(8):
+            f.write(json.dumps({"text": "床前明月光" if i % 2 else "黄河入海流",
+                                "label": "ab"[i % 2]}, ensure_ascii=False) + "\n")
+    classify = ["train", "classify", "--init", POETRY, "--train", examples, "--steps", "1",
+                "--out", os.path.join(tmp, "t-mem-cls")]
+    yield ("19.12", "train classify --batch 4294967296", classify + ["--batch", "4294967296"],
+           FITS)
+    yield ("19.12", "experiment convergence --layers 1000000 (after its progress line)",
+           "experiment-layers", FITS)
+    yield ("19.15", "train mlm --corpus /dev/zero",
+           with_flag(train_args(tmp, out, 1), "--corpus", "/dev/zero"), NOT_FILE)
+    yield ("19.15", "train classify --train /dev/zero", with_flag(classify, "--train", "/dev/zero"),
+           NOT_FILE)
+    yield ("19.15", "vocab build --corpus /dev/zero",
+           ["vocab", "build", "--corpus", "/dev/zero", "--size", "100", "--out",
+            os.path.join(tmp, "zero-vocab.txt")], NOT_FILE)
+    yield ("19.15", "embed --input /dev/zero",
+           ["embed", "--input", "/dev/zero", "--output", os.path.join(tmp, "zero.jsonl")],
+           NOT_FILE)
+    yield ("19.15", "train mlm on a 48 MB one-line corpus: peak RSS under 1 GB", "one-line",
+           "rss")
+    yield ("19.15", "train classify, a 16 M-character example: peak RSS under 0.5 GB",
+           "long-example", "rss")
+
+
+def poem_text(chars):
+    """The poetry fixtures' poems run together (punctuation, no line break), `chars` long."""
+    texts = []
+    for root, _, names in os.walk(CORPUS):
+        for name in sorted(names):
+            if name.endswith(".json"):
+                with open(os.path.join(root, name)) as f:
+                    texts += ["".join(p["paragraphs"]) for p in json.load(f)]
+    text = "".join(texts)
+    return (text * (chars // len(text) + 1))[:chars]
+
+
+def peak_rss(binary, args, cwd, timeout=180):
+    """Runs the binary; returns (rc, peak resident set in MB, stderr)."""
+    child = subprocess.Popen([binary] + args, cwd=cwd, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE)
+    timer = threading.Timer(timeout, child.kill)
+    timer.start()
+    err = child.stderr.read().decode(errors="replace")
+    _, status, usage = os.wait4(child.pid, 0)
+    timer.cancel()
+    child.returncode = os.waitstatus_to_exitcode(status)
+    return child.returncode, usage.ru_maxrss / 1024, err
+
+
+def bounded_memory(binary, kind, tmp):
+    """The experiment and peak-memory cases of issue 19 items 12 and 15; returns (ok, note)."""
+    if kind == "experiment-layers":
+        rc, _, _, err = run(binary, [
+            "experiment", "convergence", "--corpus", CORPUS, "--out", os.path.join(tmp, "t-exp"),
+            "--seeds", "1", "--steps", "2", "--hidden", "16", "--layers", "1000000", "--heads",
+            "2", "--vocab-size", "400", "--batch", "2", "--seq-len", "16"], tmp)
+        last = (err.strip().splitlines() or ["-"])[-1]
+        ok, note = verdict_error(rc, last)
+        return ok and "needs about" in last, last
+    if kind == "one-line":
+        corpus = os.path.join(tmp, "one-line.txt")
+        with open(corpus, "w") as f:
+            f.write(poem_text(16_000_000) + "\n")  # 48 MB of UTF-8
+        args = with_flag(train_args(tmp, os.path.join(tmp, "t-one"), 1), "--corpus", corpus)
+        rc, mb, err = peak_rss(binary, args, tmp)
+        return rc == 0 and mb < 1000, f"exit {rc}, peak RSS {mb:.0f} MB (was 1274 MB)"
+    if kind == "long-example":
+        examples = os.path.join(tmp, "long-example.jsonl")
+        with open(examples, "w") as f:
+            f.write(json.dumps({"text": poem_text(16_000_000), "label": "a"},
+                               ensure_ascii=False) + "\n")
+            f.write(json.dumps({"text": "黄河入海流", "label": "b"}, ensure_ascii=False) + "\n")
+        rc, mb, err = peak_rss(binary, ["train", "classify", "--init", POETRY, "--train",
+                                        examples, "--steps", "1", "--batch", "2", "--out",
+                                        os.path.join(tmp, "t-long"), "--quiet"], tmp)
+        return rc == 0 and mb < 500, f"exit {rc}, peak RSS {mb:.0f} MB (was 2397 MB)"
+    return run_checks(binary, kind, tmp)
+
+
+# ---------------------------------------------------------------- run checks (issue 19)
+
+def check_cases(tmp):
+    """Issue 19 items 6, 8, 9, 10 and its messages: outputs that are inputs, duplicate arms,
+    what --resume checks, unchecked options. `error:TEXT` is exit 1 with TEXT in the message;
+    `usage:TEXT` is clap's refusal of a flag's value (exit 2) with TEXT."""
+    h1 = os.path.join(tmp, "h1")
+    ids = os.path.join(h1, "input.json")
+    forward = ["forward", "--model", h1, "--input", ids, "--output"]
+    yield ("19.6", "forward --output the --input file", forward + [ids],
+           "error:is the same file as --input")
+    yield ("19.6", "forward --output the checkpoint's model.safetensors",
+           forward + [os.path.join(h1, "model.safetensors")], "error:is the same file as --model")
+    texts = os.path.join(tmp, "texts.jsonl")
+    with open(texts, "w") as f:
+        f.write('{"text": "ab"}\n')
+    yield ("19.6", "embed --output the --input file",
+           ["embed", "--model", h1, "--input", texts, "--output", texts],
+           "error:is the same file as --input")
+    yield ("19.6", "llama logits --output the --input file",
+           ["llama", "logits", "--gguf", os.path.join(tmp, "none.gguf"), "--input", ids,
+            "--output", ids], "error:is the same file as --input")
+    yield ("19.6", "vocab build --out DIR/vocab.txt beside a tokenizer_config.json",
+           "vocab-beside", "vocab-beside")
+    yield ("19.6", "train mlm --plot ../../x.png",
+           train_args(tmp, os.path.join(tmp, "t-plot/a/b"), 1, "--plot", "../../x.png"),
+           "error:without a directory")
+    yield ("19.8", "experiment convergence --arms absolute,absolute",
+           ["experiment", "convergence", "--arms", "absolute,absolute", "--corpus", CORPUS,
+            "--out", os.path.join(tmp, "t-arms")], "error:names absolute twice")
+    for kind, label in [
+        ("resume-max-step", "trainer_state.json step 2^64-1, then --resume"),
+        ("resume-zero-step", "trainer_state.json step 0, then --resume"),
+        ("resume-lr", "--resume --lr 0.01 (the run's is 5e-4)"),
+        ("resume-vocab", "--resume after an edit of checkpoint/vocab.txt (same size)"),
+        ("resume-corpus", "--resume after a file was added to the corpus directory"),
+        ("resume-shape", "--resume with another run's checkpoint (hidden 32, not 64)"),
+        ("resume-old-record", "--resume of a run.json without fingerprint (older version)"),
+    ]:
+        yield ("19.9", label, kind, kind)
+    mlm = train_args(tmp, os.path.join(tmp, "t-flags"), 1)
+    yield ("19.10", "train mlm --max-grad-norm -1", mlm + ["--max-grad-norm", "-1"],
+           "usage:--max-grad-norm")
+    yield ("19.10", "train mlm --max-grad-norm NaN (was: cannot write NaN as JSON)",
+           mlm + ["--max-grad-norm", "NaN"], "usage:--max-grad-norm")
+    labelled = os.path.join(tmp, "labelled.jsonl")
+    with open(labelled, "w") as f:
+        for label in ['"pos"', '"neg"', "1"]:
+            f.write('{"text": "床前明月光", "label": %s}\n' % label)
+    classify = ["train", "classify", "--init", POETRY, "--train", labelled, "--steps", "1",
+                "--out", os.path.join(tmp, "t-labels")]
+    yield ("19.10", "train classify --labels pos,pos,neg", classify + ["--labels", "pos,pos,neg"],
+           "error:is given twice")
+    yield ("19.10", "an integer label 1 among names (no --labels)", classify,
+           "error:is a number")
+    yield ("19.10", "an integer label 1 with --labels pos,neg", classify + ["--labels", "pos,neg"],
+           "error:the labels are names")
+    long_vocab = os.path.join(tmp, "long-vocab")
+    shutil.copytree(POETRY, long_vocab)
+    with open(os.path.join(long_vocab, "vocab.txt"), "a") as f:
+        f.write("多余\n")
+    yield ("19.10", "vocab.txt one token longer than vocab_size (train classify --init)",
+           with_flag(classify, "--init", long_vocab), "error:more than vocab_size")
+    one = os.path.join(tmp, "one-line-corpus.txt")
+    with open(one, "w") as f:
+        f.write("床前明月光\n")
+    yield ("19.msg", "a corpus too short for one block (was: there is no block)",
+           with_flag(train_args(tmp, os.path.join(tmp, "t-block"), 1), "--corpus", one),
+           "error:no training block of 64 tokens")
+    yield ("19.msg", "a resumed run that diverges before its first save", "diverge-resume",
+           "diverge-resume")
+
+
+def started_run(binary, tmp, name, corpus):
+    """A run of 4 steps on `corpus` stopped (and saved) after step 2; returns its directory."""
+    d = os.path.join(tmp, name)
+    if not os.path.isdir(d):
+        run(binary, with_flag(train_args(tmp, d, 4, "--stop-after", "2"), "--corpus", corpus),
+            tmp)
+    return d
+
+
+def damaged_copy(binary, tmp, kind):
+    """A copy of a started run, damaged as `kind` says; returns it."""
+    corpus = os.path.join(tmp, "t-corpus")
+    if not os.path.isdir(corpus):
+        shutil.copytree(CORPUS, corpus)
+    base = started_run(binary, tmp, "t-started", corpus)
+    copy = os.path.join(tmp, f"t-{kind}")
+    shutil.copytree(base, copy)
+    state = os.path.join(copy, "checkpoint/trainer_state.json")
+    if kind in ("resume-max-step", "resume-zero-step"):
+        with open(state) as f:
+            text = f.read()
+        step = str(2**64 - 1) if kind == "resume-max-step" else "0"
+        with open(state, "w") as f:
+            f.write(text.replace('"step": 2', f'"step": {step}', 1))
+    elif kind == "resume-vocab":
+        path = os.path.join(copy, "checkpoint/vocab.txt")
+        with open(path) as f:
+            lines = f.read().split("\n")
+        lines[100] = "X"
+        with open(path, "w") as f:
+            f.write("\n".join(lines))
+    elif kind == "resume-corpus":
+        with open(os.path.join(corpus, "extra.txt"), "w") as f:
+            f.write("床前明月光，疑是地上霜。\n")
+    elif kind == "resume-shape":
+        config = os.path.join(tmp, "tiny-config-32.json")
+        with open(config, "w") as f:
+            json.dump({"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                       "intermediate_size": 64, "max_position_embeddings": 64}, f)
+        other = os.path.join(tmp, "t-other")
+        run(binary, with_flag(train_args(tmp, other, 1), "--config", config), tmp)
+        shutil.rmtree(os.path.join(copy, "checkpoint"))
+        shutil.copytree(os.path.join(other, "checkpoint"), os.path.join(copy, "checkpoint"))
+    elif kind == "resume-old-record":
+        path = os.path.join(copy, "run.json")
+        with open(path) as f:
+            record = json.load(f)
+        record.pop("fingerprint", None)
+        with open(path, "w") as f:
+            json.dump(record, f)
+    return copy
+
+
+# What each resume case must say (exit 1), or "" for a resume that must succeed.
+RESUME_EXPECT = {
+    "resume-max-step": "records step 2",
+    "resume-zero-step": "step 0, but a checkpoint is only written after a step",
+    "resume-lr": "--lr 0.01 cannot change on --resume",
+    "resume-vocab": "vocabulary",
+    "resume-corpus": "--corpus",
+    "resume-shape": "parameter shapes",
+    "resume-old-record": "",
+}
+
+
+def run_checks(binary, kind, tmp):
+    """The special cases of `check_cases`; returns (ok, note)."""
+    if kind == "vocab-beside":
+        d = os.path.join(tmp, "t-vocab")
+        os.makedirs(d)
+        config = os.path.join(d, "tokenizer_config.json")
+        with open(config, "w") as f:
+            f.write('{"do_lower_case": true}')
+        rc, _, _, err = run(binary, ["vocab", "build", "--corpus", CORPUS, "--size", "100",
+                                     "--out", os.path.join(d, "vocab.txt")], tmp)
+        with open(config) as f:
+            kept = f.read() == '{"do_lower_case": true}'
+        return rc == 0 and kept, f"exit {rc}, tokenizer_config.json untouched: {kept}"
+    if kind == "diverge-resume":
+        d = os.path.join(tmp, "t-diverge")
+        run(binary, train_args(tmp, d, 50, "--lr", "1e30", "--stop-after", "1"), tmp)
+        # Steps after the first diverge; --save-every 0 (a resume may change it): no save.
+        rc, _, _, err = run(binary, ["train", "mlm", "--resume", "--out", d, "--json",
+                                     "--save-every", "0"], tmp)
+        ok, note = verdict_error(rc, err)
+        last = (err.strip().splitlines() or ["-"])[-1]
+        return ok and "from before this command" in last, last
+    if kind in RESUME_EXPECT:
+        copy = damaged_copy(binary, tmp, kind)
+        extra = ["--lr", "0.01"] if kind == "resume-lr" else []
+        rc, _, _, err = run(binary, ["train", "mlm", "--resume", "--out", copy, "--json",
+                                     *extra], tmp)
+        want = RESUME_EXPECT[kind]
+        if not want:
+            return (rc == 0 and "records no fingerprint" in err,
+                    f"exit {rc}, " + (err.strip().splitlines() or ["-"])[0])
+        ok, note = verdict_error(rc, err)
+        lines = err.strip().splitlines() or ["-"]
+        return ok and want in err, " ".join(lines[:2])
     raise ValueError(kind)
 
 
@@ -435,7 +727,193 @@ def special(binary, kind, tmp):
                                     "--output", b], tmp, umask=0o022)
         modes = [oct(os.stat(p).st_mode & 0o777) for p in (a, b) if os.path.exists(p)]
         return rc1 == 0 and rc2 == 0 and modes == ["0o644", "0o644"], f"modes {modes}"
+    if kind.startswith("gguf-"):
+        return gguf_special(binary, kind, tmp)
     return training(binary, kind, tmp)
+
+
+# ---------------------------------------------------------------- GGUF files (issue 19)
+
+TINY_GGUF = os.path.join(ROOT, "crates/llama/tests/fixtures/tiny-llama/tiny.gguf")
+
+
+def gguf_layout(data):
+    """Where things lie in a GGUF file: ({key: offset of its value, after its type}, {tensor:
+    [offset of its directory entry's data offset field, start of its data]})."""
+    fixed = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+    pos = 24
+    (n_tensors, n_kv) = struct.unpack_from("<QQ", data, 8)
+
+    def string(pos):
+        (n,) = struct.unpack_from("<Q", data, pos)
+        return data[pos + 8:pos + 8 + n].decode(), pos + 8 + n
+
+    def skip(kind, pos):
+        if kind in fixed:
+            return pos + fixed[kind]
+        if kind == 8:
+            return string(pos)[1]
+        (inner, count) = struct.unpack_from("<IQ", data, pos)
+        pos += 12
+        for _ in range(count):
+            pos = skip(inner, pos)
+        return pos
+
+    values, entries = {}, {}
+    for _ in range(n_kv):
+        key, pos = string(pos)
+        (kind,) = struct.unpack_from("<I", data, pos)
+        values[key] = pos + 4
+        pos = skip(kind, pos + 4)
+    for _ in range(n_tensors):
+        name, pos = string(pos)
+        (dims,) = struct.unpack_from("<I", data, pos)
+        field = pos + 4 + 8 * dims + 4
+        entries[name] = [field, struct.unpack_from("<Q", data, field)[0]]
+        pos = field + 8
+    start = (pos + 31) // 32 * 32
+    for entry in entries.values():
+        entry[1] += start
+    return values, entries
+
+
+def gguf_edit(tmp, name, edit):
+    """The tiny GGUF model, changed in place by `edit(bytearray, values, entries)`."""
+    with open(TINY_GGUF, "rb") as f:
+        data = bytearray(f.read())
+    values, entries = gguf_layout(data)
+    edit(data, values, entries)
+    path = os.path.join(tmp, name + ".gguf")
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+def gguf_cases(tmp):
+    """Issue 19 items 7, 11, 12 (bench llama), 13 and 14 on the tiny GGUF model."""
+    def put(data, at, fmt, value):
+        struct.pack_into(fmt, data, at, value)
+
+    nan_norm = gguf_edit(tmp, "nan-norm", lambda d, v, e: put(
+        d, e["blk.0.attn_norm.weight"][1] + 8, "<f", float("nan")))
+    nan_out = gguf_edit(tmp, "nan-output-norm", lambda d, v, e: put(
+        d, e["output_norm.weight"][1], "<f", float("nan")))
+    # The f16 scale of block 1 of a Q8_0 weight (34-byte blocks) becomes a NaN.
+    nan_q8 = gguf_edit(tmp, "nan-q8", lambda d, v, e: put(
+        d, e["blk.0.attn_q.weight"][1] + 34, "<H", 0x7e00))
+    huge = gguf_edit(tmp, "huge-ffn-norm", lambda d, v, e: [put(
+        d, e["blk.0.ffn_norm.weight"][1] + 4 * i, "<f", 1e30) for i in range(64)])
+    gen = ["llama", "generate", "--max-new-tokens", "4", "--gguf"]
+    for path, label, says in [
+            (nan_norm, "NaN in attn_norm", "holds NaN at index 2"),
+            (nan_out, "NaN in output_norm", "`output_norm.weight` holds NaN"),
+            (nan_q8, "NaN scale in a Q8_0 attn_q", "scale `d` of block 1"),
+            (huge, "ffn_norm 1e30", "the input of `blk.0.ffn_gate.weight`")]:
+        yield ("19.7", f"llama generate, {label}", gen + [path, "the cat"], "error:" + says)
+        yield ("19.7", f"llama generate --temperature 1, {label}",
+               gen + [path, "--temperature", "1", "the cat"], "error:" + says)
+    ids = os.path.join(tmp, "gguf-ids.json")
+    with open(ids, "w") as f:
+        f.write('{"input_ids": [[1, 2, 3]]}')
+    yield ("19.7", "llama logits, NaN in attn_norm",
+           ["llama", "logits", "--gguf", nan_norm, "--input", ids, "--output",
+            os.path.join(tmp, "gguf-logits.safetensors")], "error:holds NaN at index 2")
+    yield ("19.7", "llama generate --dequantize, ffn_norm 1e30",
+           gen + [huge, "--dequantize", "the cat"], "error:non-finite logit")
+    pad = gguf_edit(tmp, "pad", lambda d, v, e: put(
+        d, v["tokenizer.ggml.padding_token_id"], "<I", 9999))
+    yield ("19.11", "padding token id 9999 of 64", gen + [pad, "hi"],
+           "error:tokenizer.ggml.padding_token_id")
+
+    def overlap(d, v, e):
+        put(d, e["blk.0.ffn_up.weight"][0], "<Q", struct.unpack_from(
+            "<Q", d, e["blk.0.ffn_gate.weight"][0])[0])
+    yield ("19.11", "two tensors over the same bytes",
+           gen + [gguf_edit(tmp, "overlap", overlap), "hi"], "error:overlaps")
+    blocks = gguf_edit(tmp, "blocks", lambda d, v, e: put(
+        d, v["llama.block_count"], "<I", 1))
+    yield ("19.11", "block_count 1 on a file with 2 layers", gen + [blocks, "hi"],
+           "error:tensors of 2 blocks")
+    yield ("19.12", "bench llama --repeats 1000000000",
+           ["bench", "llama", "--gguf", TINY_GGUF, "--repeats", "1000000000"],
+           "error:would need")
+    fifo = os.path.join(tmp, "model-fifo.gguf")
+    os.mkfifo(fifo)
+    for command in (["llama", "generate", "--gguf", fifo, "hi"],
+                    ["llama", "logits", "--gguf", fifo, "--input", ids, "--output",
+                     os.path.join(tmp, "fifo-logits.safetensors")],
+                    ["bench", "llama", "--gguf", fifo]):
+        yield ("19.13", f"{' '.join(command[:2])} --gguf FIFO", command,
+               "error:not a regular file")
+    yield ("19.14", "llama logits on a 26 MB GGUF truncated 0-80 ms into the load",
+           "gguf-truncate", "gguf-truncate")
+
+
+def big_gguf(path):
+    """A one-block model (width 64) with a 100 000-token f32 embedding: 26 MB."""
+    vocab, h, f = 100_000, 64, 96
+    meta = [("general.architecture", 8, "llama"), ("llama.block_count", 4, 1),
+            ("llama.context_length", 4, 256), ("llama.embedding_length", 4, h),
+            ("llama.feed_forward_length", 4, f), ("llama.attention.head_count", 4, 4),
+            ("llama.attention.head_count_kv", 4, 2),
+            ("llama.attention.layer_norm_rms_epsilon", 6, 1e-5), ("llama.vocab_size", 4, vocab)]
+    kv = h // 2
+    tensors = [("token_embd.weight", [vocab, h]), ("blk.0.attn_norm.weight", [h]),
+               ("blk.0.attn_q.weight", [h, h]), ("blk.0.attn_k.weight", [kv, h]),
+               ("blk.0.attn_v.weight", [kv, h]), ("blk.0.attn_output.weight", [h, h]),
+               ("blk.0.ffn_norm.weight", [h]), ("blk.0.ffn_gate.weight", [f, h]),
+               ("blk.0.ffn_up.weight", [f, h]), ("blk.0.ffn_down.weight", [h, f]),
+               ("output_norm.weight", [h])]
+
+    def string(s):
+        return struct.pack("<Q", len(s.encode())) + s.encode()
+    out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(meta)))
+    for key, kind, value in meta:
+        out += string(key) + struct.pack("<I", kind)
+        out += string(value) if kind == 8 else struct.pack("<f" if kind == 6 else "<I", value)
+    offset, sizes = 0, []
+    for name, shape in tensors:
+        out += string(name) + struct.pack("<I", len(shape))
+        out += b"".join(struct.pack("<Q", d) for d in reversed(shape))
+        out += struct.pack("<IQ", 0, offset)
+        n = 4 * (shape[0] * (shape[1] if len(shape) > 1 else 1))
+        sizes.append(n)
+        offset += (n + 31) // 32 * 32
+    out += bytes(-len(out) % 32)
+    for (name, shape), n in zip(tensors, sizes):
+        value = 1.0 if len(shape) == 1 else 0.01
+        out += struct.pack("<f", value) * (n // 4) + bytes(-n % 32)
+    with open(path, "wb") as f:
+        f.write(out)
+
+
+def gguf_special(binary, kind, tmp):
+    """Issue 19 item 14: a GGUF truncated while `llama logits` reads it. Each run must end in
+    success or a clear error, never a signal (SIGBUS was exit 135)."""
+    assert kind == "gguf-truncate"
+    path = os.path.join(tmp, "big.gguf")
+    ids = os.path.join(tmp, "gguf-ids.json")
+    args = ["llama", "logits", "--gguf", path, "--input", ids, "--output",
+            os.path.join(tmp, "big-logits.safetensors")]
+    outcomes = []
+    for delay in [0, 0.005, 0.01, 0.02, 0.04, 0.08]:
+        big_gguf(path)
+        size = os.path.getsize(path)
+        p = subprocess.Popen([binary] + args, cwd=tmp, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE)
+        time.sleep(delay)
+        os.truncate(path, size // 2)
+        _, err = p.communicate(timeout=TIMEOUT_S)
+        err = err.decode(errors="replace")
+        if p.returncode == 0:
+            outcomes.append("ok")
+        elif p.returncode == 1 and "changed while it was being read" in err:
+            outcomes.append("changed")
+        elif p.returncode == 1 and "ends past the end" in err:
+            outcomes.append("short")
+        else:
+            return False, f"exit {p.returncode}: {err.strip()[:100]}"
+    return True, "outcomes " + ", ".join(outcomes)
 
 
 def main():
@@ -461,6 +939,14 @@ def main():
             elif expect == "directory":
                 ok, note = verdict_error(rc, err)
                 ok = ok and "directory" in err
+            elif expect.startswith("usage:"):
+                # clap's refusal of a flag's value: exit 2, one error line naming the flag.
+                ok = rc == 2 and err.startswith("error:") and expect[len("usage:"):] in err
+                note = f"exit {rc}, " + (err.strip().splitlines() or ["-"])[0]
+            elif expect.startswith("error:"):
+                # A clear error that says this (not one that merely ran out of memory).
+                ok, note = verdict_error(rc, err)
+                ok = ok and expect[len("error:"):] in err
             elif expect == "once":
                 ok, note = verdict_error(rc, err)
                 first = err.split(":")[-1].strip()

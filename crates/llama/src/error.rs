@@ -5,8 +5,9 @@ use std::path::PathBuf;
 /// Everything that can go wrong reading a GGUF file, building the model or running it.
 #[derive(Debug, thiserror::Error)]
 pub enum LlamaError {
-    /// The file could not be opened or mapped.
-    #[error("cannot read {path}: {source}")]
+    /// The file could not be opened or read, or is not a regular file (the cause is the
+    /// error's source, not repeated in its message).
+    #[error("cannot read {path}")]
     Io {
         /// The file.
         path: PathBuf,
@@ -20,6 +21,61 @@ pub enum LlamaError {
         offset: u64,
         /// What was wrong.
         what: String,
+    },
+    /// The file changed (was truncated or rewritten) while it was being read: a read that the
+    /// file's size at opening allowed came back short.
+    #[error("{path} changed while it was being read: {what}")]
+    FileChanged {
+        /// The file.
+        path: PathBuf,
+        /// Which bytes were asked for and what came back.
+        what: String,
+    },
+    /// A stored weight is NaN or an infinity: one of a float tensor's values, or the scale (or
+    /// minimum) of a block of a quantized tensor.
+    #[error(
+        "tensor `{name}` holds {value} at {place}; every weight and block scale must be finite"
+    )]
+    NonFiniteWeight {
+        /// The tensor.
+        name: String,
+        /// Where: `index I` of a float tensor, or `the scale d of block B (values A..E)`.
+        place: String,
+        /// The value read.
+        value: f32,
+    },
+    /// An activation entering a quantized product is NaN, infinite, or too large for the 8-bit
+    /// blocks it is quantized to (whose scale is an f16): the quantization would turn it into
+    /// a silently wrong number.
+    #[error(
+        "the input of `{weight}` holds {value} at flat index {index}; a quantized product takes \
+         finite values of magnitude at most {limit:e} (a weight before it is likely corrupt or \
+         too large)"
+    )]
+    Activation {
+        /// The weight of the product.
+        weight: String,
+        /// Flat (row-major) index into the input.
+        index: usize,
+        /// The value found.
+        value: f32,
+        /// The largest magnitude the product's activation blocks hold.
+        limit: f32,
+    },
+    /// The model computed a NaN or infinite logit.
+    #[error(
+        "the model produced a non-finite logit {value} (sequence {sequence}, position {position}, \
+         token {token}); a weight is likely corrupt or too large"
+    )]
+    NonFiniteLogit {
+        /// The sequence of the batch.
+        sequence: usize,
+        /// The position among the positions whose logits were asked for.
+        position: usize,
+        /// The vocabulary entry.
+        token: usize,
+        /// The value.
+        value: f32,
     },
     /// A metadata key the model needs is absent.
     #[error("GGUF metadata has no `{0}`")]

@@ -65,8 +65,8 @@ impl Generation {
 ///
 /// # Errors
 /// [`LlamaError::Request`] for an empty prompt, a temperature that is negative or not finite, or
-/// more tokens than the model's context length; the errors of [`Llama::forward`] and of
-/// `on_token`.
+/// more tokens than the model's context length; the errors of [`Llama::forward`] (among them
+/// [`LlamaError::NonFiniteLogit`]) and of `on_token`.
 pub fn generate(
     model: &Llama,
     prompt: &[u32],
@@ -132,15 +132,9 @@ pub fn generate(
     })
 }
 
-/// The next token from logits `[1, vocab]`.
+/// The next token from logits `[1, vocab]` (finite: [`Llama::forward`] checked them).
 fn choose(logits: &Tensor, sampling: Sampling, rng: &mut StdRng) -> Result<u32> {
     let z = logits.squeeze(0)?.to_vec1::<f32>()?;
-    if let Some(i) = z.iter().position(|v| !v.is_finite()) {
-        return Err(LlamaError::Request(format!(
-            "the model produced a non-finite logit ({}) for token {i}",
-            z[i]
-        )));
-    }
     if sampling.temperature == 0.0 {
         return Ok(argmax(&z));
     }

@@ -1,7 +1,7 @@
 //! A LLaMA decoder on candle that reads GGUF files (llama.cpp's format), with its rotary
 //! position embedding computed by the [`rotary`] crate.
 //!
-//! - [`gguf`]: a bounds-checked GGUF reader over a memory map.
+//! - [`gguf`]: a bounds-checked GGUF reader; tensors are read (not mapped) and checked finite.
 //! - [`LlamaConfig`]: hyper-parameters from the `llama.*` metadata.
 //! - [`Llama`]: embedding, `layers` x (RMS norm, grouped-query attention with RoPE and a KV
 //!   cache, RMS norm, SwiGLU), final norm, head (tied to the embedding when the file has no
@@ -19,6 +19,7 @@ mod attention;
 mod cache;
 mod config;
 mod error;
+mod finite;
 pub mod generate;
 pub mod gguf;
 mod linear;
@@ -29,7 +30,7 @@ mod tokenizer;
 pub use cache::KvCache;
 pub use config::LlamaConfig;
 pub use error::{LlamaError, Result};
-pub use linear::Linear;
+pub use linear::{Linear, Weight};
 pub use model::{Llama, LoadOptions, Logits};
 pub use q4_1::Q4_1Matrix;
 pub use tokenizer::Tokenizer;

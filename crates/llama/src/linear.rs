@@ -6,16 +6,27 @@ use std::sync::Arc;
 use candle_core::quantized::QMatMul;
 use candle_core::{Module, Tensor};
 
-use crate::error::Result;
+use crate::error::{LlamaError, Result};
+use crate::finite::{activation_limit, first_out_of_range, Q8_LIMIT};
 use crate::q4_1::Q4_1Matrix;
 
-/// A bias-free linear layer over the last dimension: `y = x W^T`, `W` of shape `[out, in]`.
+/// A bias-free linear layer over the last dimension, named by its weight: `y = x W^T`, `W` of
+/// shape `[out, in]`.
 ///
-/// Three ways to hold `W`: Q4_1 blocks on our SIMD kernel ([`Q4_1Matrix`], on the CPU; the
+/// The input of a quantized product is checked before it is quantized (see `finite.rs`): a NaN,
+/// an infinity or a magnitude the 8-bit activation blocks cannot hold is an error naming the
+/// weight, never a silently wrong product.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    name: String,
+    weight: Weight,
+}
+
+/// How a [`Linear`] holds `W`: Q4_1 blocks on our SIMD kernel ([`Q4_1Matrix`], on the CPU; the
 /// same bits as candle's), any ggml block format on candle's quantized kernels, or dense f32.
 /// The quantized forms quantize the activations to the matching 8-bit blocks first.
 #[derive(Debug, Clone)]
-pub enum Linear {
+pub enum Weight {
     /// Q4_1 weights on the CPU, multiplied by our SIMD kernel (bit for bit candle's result).
     Q4_1(Arc<Q4_1Matrix>),
     /// Weights kept in their ggml block format; products run on candle's quantized kernels
@@ -26,16 +37,51 @@ pub enum Linear {
 }
 
 impl Linear {
+    /// A layer over `weight`, called `name` (the tensor's name in the file) in messages.
+    pub fn new(name: impl Into<String>, weight: Weight) -> Linear {
+        Linear {
+            name: name.into(),
+            weight,
+        }
+    }
+
+    /// The weight's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The weight.
+    pub fn weight(&self) -> &Weight {
+        &self.weight
+    }
+
     /// `x W^T` for `x` of shape `[..., in]`.
     ///
     /// # Errors
-    /// A candle error for an input whose last dimension is not `in` ([`crate::LlamaError::Request`]
-    /// from the Q4_1 kernel, which also takes only f32 input on the CPU).
+    /// [`crate::LlamaError::Activation`] when the input of a quantized product is NaN,
+    /// infinite or too large for its activation blocks; a candle error for an input whose last
+    /// dimension is not `in` ([`crate::LlamaError::Request`] from the Q4_1 kernel, which also
+    /// takes only f32 input on the CPU).
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(match self {
-            Linear::Q4_1(w) => w.forward(x)?,
-            Linear::Quantized(w) => w.forward(x)?,
-            Linear::Dense(w) => {
+        let limit = match &self.weight {
+            Weight::Q4_1(_) => Some(Q8_LIMIT),
+            Weight::Quantized(QMatMul::QTensor(w)) => Some(activation_limit(w.dtype())),
+            Weight::Quantized(_) | Weight::Dense(_) => None,
+        };
+        if let Some(limit) = limit {
+            if let Some((index, value)) = first_out_of_range(x, limit)? {
+                return Err(LlamaError::Activation {
+                    weight: self.name.clone(),
+                    index,
+                    value,
+                    limit,
+                });
+            }
+        }
+        Ok(match &self.weight {
+            Weight::Q4_1(w) => w.forward(x)?,
+            Weight::Quantized(w) => w.forward(x)?,
+            Weight::Dense(w) => {
                 let dims = x.dims();
                 let (rows, width) = match dims.split_last() {
                     Some((&width, outer)) => (outer.iter().product::<usize>(), width),

@@ -11,8 +11,9 @@ use crate::attention::Attention;
 use crate::cache::KvCache;
 use crate::config::LlamaConfig;
 use crate::error::{LlamaError, Result};
+use crate::finite::first_out_of_range;
 use crate::gguf::{self, GgufFile};
-use crate::linear::Linear;
+use crate::linear::{Linear, Weight};
 
 /// How to hold the weights and which RoPE pair layout to run.
 #[derive(Debug, Clone)]
@@ -109,10 +110,14 @@ impl Llama {
     /// against it, and copies the weights out of the file.
     ///
     /// # Errors
-    /// The errors of [`LlamaConfig::from_gguf`]; [`LlamaError::MissingTensor`] and
-    /// [`LlamaError::TensorShape`] for weights that do not fit the configuration.
+    /// The errors of [`LlamaConfig::from_gguf`]; [`LlamaError::BadValue`] when
+    /// `llama.block_count` is not the number of blocks whose tensors the file holds;
+    /// [`LlamaError::MissingTensor`] and [`LlamaError::TensorShape`] for weights that do not
+    /// fit the configuration; the errors of [`GgufFile::tensor_bytes`] (a NaN or infinite
+    /// weight or block scale, a file changed while it is read).
     pub fn load(file: &GgufFile, options: &LoadOptions) -> Result<Llama> {
         let config = LlamaConfig::from_gguf(file)?;
+        check_block_count(file, config.layers)?;
         let loader = Loader {
             file,
             options,
@@ -148,7 +153,7 @@ impl Llama {
         let head = if file.tensors().contains_key("output.weight") {
             loader.linear("output.weight", &[config.vocab_size, h])?
         } else {
-            loader.wrap(Arc::clone(&embedding_q))?
+            loader.wrap("token_embd.weight", Arc::clone(&embedding_q))?
         };
         let embedding = if options.dequantize {
             Embedding::Dense(embedding_q.dequantize(&options.device)?)
@@ -195,9 +200,13 @@ impl Llama {
     /// Runs `ids` (`[batch, t]` u32, the tokens after the `cache.len()` cached ones, at
     /// positions `cache.len()..cache.len() + t`) and returns logits for `which` positions.
     ///
+    /// Every logit is checked finite, so no caller samples from or writes a NaN.
+    ///
     /// # Errors
     /// [`LlamaError::TokenId`] for an id outside the vocabulary, [`LlamaError::Request`] for an
-    /// empty input or a batch that is not the cache's; candle errors otherwise.
+    /// empty input or a batch that is not the cache's, [`LlamaError::Activation`] for an input
+    /// a quantized product cannot take, [`LlamaError::NonFiniteLogit`] for a NaN or infinite
+    /// logit; candle errors otherwise.
     pub fn forward(&self, ids: &Tensor, cache: &mut KvCache, which: Logits) -> Result<Tensor> {
         let (batch, t) = ids.dims2()?;
         if t == 0 {
@@ -233,11 +242,21 @@ impl Llama {
             x = (&x + block.ffn.forward(&block.ffn_norm.forward(&x)?)?)?;
         }
         cache.advance(t);
-        let x = match which {
-            Logits::All => x,
-            Logits::Last => x.narrow(1, t - 1, 1)?.squeeze(1)?,
+        let (x, positions) = match which {
+            Logits::All => (x, t),
+            Logits::Last => (x.narrow(1, t - 1, 1)?.squeeze(1)?, 1),
         };
-        self.head.forward(&self.norm.forward(&x)?)
+        let logits = self.head.forward(&self.norm.forward(&x)?)?;
+        if let Some((index, value)) = first_out_of_range(&logits, f32::MAX)? {
+            let vocab = self.config.vocab_size;
+            return Err(LlamaError::NonFiniteLogit {
+                sequence: index / vocab / positions,
+                position: index / vocab % positions,
+                token: index % vocab,
+                value,
+            });
+        }
+        Ok(logits)
     }
 }
 
@@ -264,7 +283,7 @@ impl Loader<'_> {
 
     fn qtensor(&self, name: &str, shape: &[usize]) -> Result<QTensor> {
         let info = self.info(name, shape)?;
-        gguf::qtensor(info, self.file.tensor_bytes(info), &self.options.device)
+        gguf::qtensor(info, &self.file.tensor_bytes(info)?, &self.options.device)
     }
 
     /// A norm weight of the model's width, as f32.
@@ -280,7 +299,7 @@ impl Loader<'_> {
 
     /// A projection of `shape` `[out, in]`.
     fn linear(&self, name: &str, shape: &[usize]) -> Result<Linear> {
-        self.wrap(Arc::new(self.qtensor(name, shape)?))
+        self.wrap(name, Arc::new(self.qtensor(name, shape)?))
     }
 
     /// A query or key projection of `heads` heads, its rows permuted from the file's
@@ -289,12 +308,12 @@ impl Loader<'_> {
     fn projection(&self, name: &str, heads: usize, input: usize) -> Result<Linear> {
         let c = self.config;
         let info = self.info(name, &[heads * c.head_dim, input])?;
-        let stored = self.file.tensor_bytes(info);
+        let stored = self.file.tensor_bytes(info)?;
         let tensor = match self.options.layout {
-            Layout::Interleaved => gguf::qtensor(info, stored, &self.options.device)?,
+            Layout::Interleaved => gguf::qtensor(info, &stored, &self.options.device)?,
             Layout::Half => {
                 let rows = convert_projection(
-                    stored,
+                    &stored,
                     info.row_bytes(),
                     heads,
                     c.head_dim,
@@ -305,26 +324,58 @@ impl Loader<'_> {
                 gguf::qtensor(info, &rows, &self.options.device)?
             }
         };
-        self.wrap(Arc::new(tensor))
+        self.wrap(name, Arc::new(tensor))
     }
 
     /// A linear layer over a loaded tensor, dequantized when the options ask for it, and also
     /// when its rows hold an odd number of 32-value blocks: candle's quantized dot products for
     /// those types assert an even count (in builds with debug assertions). Q4_1 weights on the
-    /// CPU go to our kernel ([`Linear::Q4_1`]), the other quantized ones to candle's.
-    fn wrap(&self, tensor: Arc<QTensor>) -> Result<Linear> {
+    /// CPU go to our kernel ([`Weight::Q4_1`]), the other quantized ones to candle's.
+    fn wrap(&self, name: &str, tensor: Arc<QTensor>) -> Result<Linear> {
         let block = tensor.dtype().block_size();
         let cols = tensor.shape().dims().last().copied().unwrap_or(0);
         let odd_blocks = block == 32 && (cols / block) % 2 == 1;
-        Ok(if self.options.dequantize || odd_blocks {
-            Linear::Dense(tensor.dequantize(&self.options.device)?)
+        let weight = if self.options.dequantize || odd_blocks {
+            Weight::Dense(tensor.dequantize(&self.options.device)?)
         } else if tensor.dtype() == candle_core::quantized::GgmlDType::Q4_1
             && self.options.device.is_cpu()
         {
             // Our SIMD kernel: the same bits as candle's scalar Q4_1 product, faster.
-            Linear::Q4_1(Arc::new(crate::q4_1::Q4_1Matrix::from_qtensor(&tensor)?))
+            Weight::Q4_1(Arc::new(crate::q4_1::Q4_1Matrix::from_qtensor(&tensor)?))
         } else {
-            Linear::Quantized(QMatMul::from_arc(tensor)?)
-        })
+            Weight::Quantized(QMatMul::from_arc(tensor)?)
+        };
+        Ok(Linear::new(name, weight))
     }
+}
+
+/// Refuses a file whose `llama.block_count` is not the number of blocks its tensors describe
+/// (`blk.N.*` for N in `0..count`): a count below would silently drop blocks, one above would
+/// only fail later on a missing tensor.
+///
+/// # Errors
+/// [`LlamaError::BadValue`] for `llama.block_count`, naming both numbers.
+fn check_block_count(file: &GgufFile, layers: usize) -> Result<()> {
+    let blocks = file
+        .tensors()
+        .keys()
+        .filter_map(|name| {
+            name.strip_prefix("blk.")?
+                .split_once('.')?
+                .0
+                .parse::<usize>()
+                .ok()
+        })
+        .max()
+        .map_or(0, |last| last + 1);
+    if blocks != layers {
+        return Err(LlamaError::BadValue {
+            key: "llama.block_count".into(),
+            what: format!(
+                "{layers} blocks, but the file holds tensors of {blocks} blocks (`blk.N.*` \
+                 for N below {blocks}); the count must equal the number of blocks stored"
+            ),
+        });
+    }
+    Ok(())
 }

@@ -25,6 +25,8 @@ pub struct Tokenizer {
     tokens: Vec<String>,
     bos: Option<u32>,
     eos: Option<u32>,
+    pad: Option<u32>,
+    unk: Option<u32>,
     add_bos: bool,
 }
 
@@ -38,7 +40,8 @@ impl Tokenizer {
     ///
     /// # Errors
     /// [`LlamaError::Unsupported`] for another model or pre-tokenizer, [`LlamaError::MissingKey`]
-    /// or [`LlamaError::BadValue`] for absent or malformed vocabulary data,
+    /// or [`LlamaError::BadValue`] for absent or malformed vocabulary data (a bos, eos, padding
+    /// or unknown token id outside the vocabulary among them),
     /// [`LlamaError::Tokenizer`] when `tokenizers` refuses the merges.
     pub fn from_gguf(file: &GgufFile) -> Result<Tokenizer> {
         let model = file.get_str("tokenizer.ggml.model")?;
@@ -113,6 +116,8 @@ impl Tokenizer {
             inner,
             bos: id("tokenizer.ggml.bos_token_id")?,
             eos: id("tokenizer.ggml.eos_token_id")?,
+            pad: id("tokenizer.ggml.padding_token_id")?,
+            unk: id("tokenizer.ggml.unknown_token_id")?,
             add_bos,
             tokens,
         })
@@ -171,6 +176,16 @@ impl Tokenizer {
     /// The beginning-of-sequence token, if the file names one.
     pub fn bos(&self) -> Option<u32> {
         self.bos
+    }
+
+    /// The padding token, if the file names one.
+    pub fn pad(&self) -> Option<u32> {
+        self.pad
+    }
+
+    /// The unknown token, if the file names one.
+    pub fn unk(&self) -> Option<u32> {
+        self.unk
     }
 }
 

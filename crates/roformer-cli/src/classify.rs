@@ -1,16 +1,17 @@
 //! `roformer classify`: the label of each text by a fine-tuned sequence classifier.
 //!
 //! Each text (or tab-separated pair) is encoded as `[CLS] text [SEP]` (`[CLS] a [SEP] b [SEP]`),
-//! cut to `--max-length`, run through [`RoFormerForSequenceClassification`], and its logits
-//! `z` become probabilities `p_i = exp(z_i - max z) / sum_j exp(z_j - max z)` (in f64).
+//! cut to `--max-length`, run through [`RoFormerForSequenceClassification`] by
+//! [`pipeline::classify`], and its logits `z` become probabilities
+//! `p_i = exp(z_i - max z) / sum_j exp(z_j - max z)` (in f64).
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use crate::precision::PrecisionArg;
 use anyhow::{bail, Context};
-use candle_core::{DType, Device, Tensor};
-use roformer::{HeadModel, RoFormerForSequenceClassification, RoFormerTokenizer};
+use candle_core::{DType, Device};
+use roformer::{pipeline, HeadModel, RoFormerForSequenceClassification, RoFormerTokenizer};
 use serde::Serialize;
 
 /// Arguments of `roformer classify`.
@@ -41,14 +42,6 @@ struct Prediction<'a> {
     probabilities: Vec<(String, f64)>,
 }
 
-/// Softmax of `z` in f64.
-fn probabilities(z: &[f32]) -> Vec<f64> {
-    let max = z.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let e: Vec<f64> = z.iter().map(|&v| (v as f64 - max).exp()).collect();
-    let sum: f64 = e.iter().sum();
-    e.iter().map(|v| v / sum).collect()
-}
-
 /// Classifies each text and prints its label and probabilities.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let tokenizer = RoFormerTokenizer::from_dir(&args.model)
@@ -57,15 +50,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         RoFormerForSequenceClassification::load_from_dir(&args.model, &Device::Cpu, DType::F32)
             .with_context(|| format!("loading the classifier in {}", args.model.display()))?;
     model.set_precision(args.precision.resolve())?;
-    let cfg = model.roformer().config();
-    let names: Vec<String> = (0..cfg.num_labels)
-        .map(|i| {
-            cfg.id2label
-                .get(&i)
-                .cloned()
-                .unwrap_or_else(|| format!("LABEL_{i}"))
-        })
-        .collect();
+    let names = pipeline::labels(model.roformer().config());
+    let pad_id = tokenizer.special_tokens().pad;
     let mut out = std::io::stdout().lock();
     for text in &args.texts {
         let (first, second) = match text.split_once('\t') {
@@ -73,15 +59,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             None => (text.as_str(), None),
         };
         let e = tokenizer.encode_truncated(first, second, args.max_length)?;
-        let n = e.len();
-        let ids = Tensor::from_vec(e.ids.clone(), (1, n), &Device::Cpu)?;
-        let types = Tensor::from_vec(e.type_ids.clone(), (1, n), &Device::Cpu)?;
-        let logits = model.forward(&ids, Some(&types), None, None)?.logits;
-        let z = logits.flatten_all()?.to_vec1::<f32>()?;
-        if let Some(i) = z.iter().position(|v| !v.is_finite()) {
-            bail!("the model gave a non-finite logit for label {i} of {text:?}");
-        }
-        let p = probabilities(&z);
+        let z = match pipeline::classify(&model, &[&e], pad_id) {
+            Ok(mut logits) => logits.pop().unwrap_or_default(),
+            Err(pipeline::PipelineError::NonFinite { index, .. }) => {
+                bail!("the model gave a non-finite logit for label {index} of {text:?}")
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let p = pipeline::softmax(&z);
         let best = p
             .iter()
             .enumerate()

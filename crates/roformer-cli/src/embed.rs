@@ -16,22 +16,33 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use roformer::{Encoding, RoFormerModel};
+use roformer::{pipeline, Encoding, RoFormerModel};
 use serde::Serialize;
 
+use crate::inputs::{checkpoint_files, refuse_output_among_inputs, InputPath};
 use crate::precision::PrecisionArg;
 use crate::truncation::{self, Cut, Limit};
-use crate::{default_model, finite, json, output};
+use crate::{default_model, json, output};
 
-/// How a text's token states become one vector.
+/// How a text's token states become one vector ([`pipeline::Pooling`] as a flag).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Pooling {
     /// The last hidden state of the [CLS] token.
     Cls,
     /// The mean of the last hidden states of the text's tokens ([CLS] and [SEP] included).
     Mean,
+}
+
+impl Pooling {
+    /// The library's pooling.
+    fn library(self) -> pipeline::Pooling {
+        match self {
+            Pooling::Cls => pipeline::Pooling::Cls,
+            Pooling::Mean => pipeline::Pooling::Mean,
+        }
+    }
 }
 
 /// How the input file is read.
@@ -71,7 +82,8 @@ pub struct Args {
     input_format: InputFormat,
     /// Output file: .npy (f32, shape [texts, hidden]) or .jsonl/.ndjson/.json (one JSON array
     /// per line), one vector per input line, in input order. `-` writes JSON lines to standard
-    /// output; a FIFO or device is written as a stream, a regular file replaced atomically.
+    /// output; a FIFO or device is written as a stream, a regular file replaced atomically. It
+    /// may not be the --input file or a file of the --model checkpoint.
     #[arg(long, value_name = "FILE")]
     output: PathBuf,
     /// Print the summary as one JSON object: {"output", "vectors", "dim", "pooling",
@@ -140,6 +152,11 @@ struct Summary<'a> {
 /// Embeds every input text and writes the vectors.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let output_format = OutputFormat::of(&args.output)?;
+    let mut inputs = vec![InputPath::File("--input", args.input.clone())];
+    if let Some(model) = &args.model {
+        inputs.extend(checkpoint_files("--model", model));
+    }
+    refuse_output_among_inputs("--output", &args.output, &inputs)?;
     let texts = read_texts(&args.input, args.input_format)?;
     if texts.is_empty() {
         bail!("{}: no text to embed", args.input.display());
@@ -221,7 +238,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 /// The texts of the input file, one per line, with their line numbers checked.
 fn read_texts(path: &Path, format: InputFormat) -> anyhow::Result<Vec<String>> {
-    let content = std::fs::read_to_string(path)
+    let content = roformer::memory::read_input_text(path)
         .with_context(|| format!("cannot read the input file {}", path.display()))?;
     let jsonl = match format {
         InputFormat::Auto => matches!(
@@ -289,7 +306,7 @@ fn embed_all(
     let mut vectors: Vec<Vec<f32>> = vec![Vec::new(); encodings.len()];
     for chunk in order.chunks(batch_size) {
         let batch: Vec<&Encoding> = chunk.iter().map(|&i| &encodings[i]).collect();
-        let pooled = embed_batch(model, &batch, pooling, pad_id)?;
+        let pooled = pipeline::embed(model, &batch, pooling.library(), false, pad_id)?;
         for (&i, v) in chunk.iter().zip(pooled) {
             vectors[i] = v.map_err(|bad| {
                 anyhow::anyhow!(
@@ -306,78 +323,6 @@ fn embed_all(
         progress.inc(chunk.len() as u64);
     }
     Ok(vectors)
-}
-
-/// Where a text's hidden states are first not finite.
-#[derive(Debug)]
-struct NonFinite {
-    token: usize,
-    dim: usize,
-    value: f32,
-}
-
-/// Pads `batch` to its longest encoding, runs the encoder and pools each text: its vector, or
-/// its first non-finite hidden state when the vector is not finite.
-fn embed_batch(
-    model: &RoFormerModel,
-    batch: &[&Encoding],
-    pooling: Pooling,
-    pad_id: u32,
-) -> anyhow::Result<Vec<Result<Vec<f32>, NonFinite>>> {
-    let device = model.device();
-    let (b, t) = (
-        batch.len(),
-        batch.iter().map(|e| e.len()).max().unwrap_or(0),
-    );
-    let mut ids = Vec::with_capacity(b * t);
-    let mut mask = Vec::with_capacity(b * t);
-    for e in batch {
-        ids.extend_from_slice(&e.ids);
-        ids.extend(std::iter::repeat_n(pad_id, t - e.len()));
-        mask.extend(e.attention_mask.iter().map(|&m| m as f32));
-        mask.extend(std::iter::repeat_n(0f32, t - e.len()));
-    }
-    let ids = Tensor::from_vec(ids, (b, t), device)?;
-    let mask = Tensor::from_vec(mask, (b, t), device)?;
-    let padded = batch.iter().any(|e| e.len() < t);
-    let hidden = model.forward(&ids, None, padded.then_some(&mask), None)?; // [b, t, hidden]
-    let pooled = match pooling {
-        Pooling::Cls => hidden.narrow(1, 0, 1)?.squeeze(1)?,
-        Pooling::Mean => {
-            // Padding rows are selected away, not multiplied by 0: 0 * inf would be NaN.
-            let keep = mask.unsqueeze(2)?.broadcast_as(hidden.shape())?.ne(0f32)?;
-            let kept = keep.where_cond(&hidden, &hidden.zeros_like()?)?;
-            kept.sum(1)?.broadcast_div(&mask.sum_keepdim(1)?)? // [b, hidden]
-        }
-    };
-    let pooled = pooled.to_dtype(DType::F32)?.to_vec2::<f32>()?;
-    let mut out = Vec::with_capacity(b);
-    for (row, vector) in pooled.into_iter().enumerate() {
-        if finite::first_non_finite(&vector).is_none() {
-            out.push(Ok(vector));
-            continue;
-        }
-        let text_len = batch[row].len();
-        let states = hidden.get(row)?.narrow(0, 0, text_len)?; // [text_len, hidden]
-        let bad = match finite::first_non_finite_in(&states)? {
-            Some((index, value)) => NonFinite {
-                token: index[0],
-                dim: index[1],
-                value,
-            },
-            // Finite states whose mean overflows.
-            None => {
-                let (dim, value) = finite::first_non_finite(&vector).unwrap_or((0, f32::NAN));
-                NonFinite {
-                    token: 0,
-                    dim,
-                    value,
-                }
-            }
-        };
-        out.push(Err(bad));
-    }
-    Ok(out)
 }
 
 /// `vectors` (`n` rows of `hidden`) as a NumPy `.npy` file, format 1.0: magic, version,

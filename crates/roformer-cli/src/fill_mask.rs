@@ -1,11 +1,11 @@
 //! `roformer fill-mask`: the most likely tokens behind each mask token of a text.
 //!
 //! The text is encoded as `[CLS] text [SEP]` by the checkpoint's tokenizer, run through
-//! [`RoFormerForMaskedLM`], and at each mask position the logits `z` over the vocabulary become
-//! probabilities `p_i = exp(z_i - max z) / sum_j exp(z_j - max z)` (in f64, so no exponential
-//! overflows); the `k` highest are printed, each with its `sequence`: the text with that mask
-//! replaced by the candidate token (a `##` continuation without its `##`), every other mask
-//! left as written, as transformers' fill-mask pipeline shows it (there decoded from the ids,
+//! [`RoFormerForMaskedLM`] by [`pipeline::fill_mask`], and at each mask position the logits `z`
+//! over the vocabulary become probabilities `p_i = exp(z_i - max z) / sum_j exp(z_j - max z)`
+//! (in f64, so no exponential overflows); the `k` highest are printed, each with its
+//! `sequence`: the text with that mask replaced by the candidate token (a `##` continuation
+//! without its `##`), every other mask left as written, as transformers' fill-mask pipeline shows it (there decoded from the ids,
 //! here cut from the text, so spacing and case stay the user's).
 //!
 //! A text longer than `--max-length` is cut (see [`truncation`]); a mask token that the cut
@@ -16,12 +16,12 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{bail, ensure};
-use candle_core::{DType, Device, Tensor};
-use roformer::{HeadModel, RoFormerForMaskedLM};
+use candle_core::{DType, Device};
+use roformer::{pipeline, HeadModel, RoFormerForMaskedLM};
 
 use crate::precision::PrecisionArg;
 use crate::truncation::{self, Cut, Limit};
-use crate::{default_model, finite, json};
+use crate::{default_model, json};
 use serde::Serialize;
 
 /// Arguments of `roformer fill-mask`.
@@ -139,36 +139,32 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .load::<RoFormerForMaskedLM>(DType::F32, &Device::Cpu)?
         .model;
     model.set_precision(args.precision.resolve())?;
-    let ids = Tensor::from_slice(&encoding.ids, (1, encoding.len()), &Device::Cpu)?;
-    let logits = model.forward(&ids, None, None, None)?.logits.squeeze(0)?; // [seq, vocab]
-
-    let mut masks = Vec::with_capacity(positions.len());
-    for position in positions {
-        let span = encoding.offsets[position];
-        let row: Vec<f32> = logits.get(position)?.to_dtype(DType::F32)?.to_vec1()?;
-        if let Some((id, value)) = finite::first_non_finite(&row) {
-            bail!(
-                "the model's logits at token {position} (a mask) are not finite (id {id}: \
-                 {value}): the checkpoint's weights overflow f32 on this text"
-            );
-        }
-        let predictions = top_k(&softmax(&row), args.top_k as usize)
-            .into_iter()
-            .map(|(id, probability)| {
-                let token = tokenizer.id_to_token(id);
-                Prediction {
-                    id,
-                    token: token.map(str::to_owned),
-                    probability,
-                    sequence: token.map(|t| fill(&args.text, span, t)),
-                }
-            })
-            .collect();
-        masks.push(Mask {
-            position,
-            predictions,
-        });
-    }
+    let pad_id = tokenizer.special_tokens().pad;
+    let found = pipeline::fill_mask(&model, &[&encoding], mask_id, pad_id, args.top_k as usize)?;
+    let masks = found
+        .into_iter()
+        .flatten()
+        .map(|mask| {
+            let span = encoding.offsets[mask.position];
+            let predictions = mask
+                .candidates
+                .into_iter()
+                .map(|c| {
+                    let token = tokenizer.id_to_token(c.id);
+                    Prediction {
+                        id: c.id,
+                        token: token.map(str::to_owned),
+                        probability: c.score,
+                        sequence: token.map(|t| pipeline::fill(&args.text, span, t)),
+                    }
+                })
+                .collect();
+            Mask {
+                position: mask.position,
+                predictions,
+            }
+        })
+        .collect();
     let report = Report {
         text: &args.text,
         masks,
@@ -183,43 +179,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     out.flush()?;
     Ok(())
-}
-
-/// `softmax(z)_i = exp(z_i - m) / sum_j exp(z_j - m)` with `m = max z`, in f64: every exponent
-/// is at most 0, so nothing overflows and the largest term is exactly 1.
-fn softmax(logits: &[f32]) -> Vec<f64> {
-    let max = logits
-        .iter()
-        .map(|&z| f64::from(z))
-        .fold(f64::NEG_INFINITY, f64::max);
-    let exps: Vec<f64> = logits.iter().map(|&z| (f64::from(z) - max).exp()).collect();
-    let sum: f64 = exps.iter().sum();
-    exps.into_iter().map(|e| e / sum).collect()
-}
-
-/// The `k` largest probabilities with their ids, largest first (ties: lower id first).
-fn top_k(probs: &[f64], k: usize) -> Vec<(u32, f64)> {
-    let mut ranked: Vec<(u32, f64)> = probs
-        .iter()
-        .enumerate()
-        .map(|(i, &p)| (i as u32, p))
-        .collect();
-    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    ranked.truncate(k);
-    ranked
-}
-
-/// `text` with its chars `start..end` (a mask's offsets) replaced by `token`, whose `##` (a
-/// WordPiece continuation) is dropped: decoding glues a continuation to what precedes it.
-fn fill(text: &str, (start, end): (usize, usize), token: &str) -> String {
-    let byte = |chars: usize| {
-        text.char_indices()
-            .nth(chars)
-            .map_or(text.len(), |(b, _)| b)
-    };
-    let (start, end) = (byte(start), byte(end));
-    let piece = token.strip_prefix("##").unwrap_or(token);
-    [&text[..start], piece, &text[end..]].concat()
 }
 
 /// Columns `s` takes in a terminal, roughly: 2 for a wide (CJK, full-width) char, else 1.
@@ -264,36 +223,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn softmax_is_stable_and_normalised() {
-        // exp(1000) overflows f64; shifted by the max it does not.
-        let p = softmax(&[1000.0, 999.0, -1000.0]);
-        let e = (-1f64).exp();
-        assert!((p[0] - 1.0 / (1.0 + e)).abs() < 1e-15);
-        assert!((p[1] - e / (1.0 + e)).abs() < 1e-15);
-        assert!(p[2] >= 0.0 && p[2] < 1e-300);
-        assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-15);
-    }
-
-    #[test]
-    fn fill_replaces_the_char_range_of_one_mask() {
-        let text = "今天[MASK]气，在[MASK]京";
-        assert_eq!(fill(text, (2, 8), "天"), "今天天气，在[MASK]京");
-        assert_eq!(fill(text, (11, 17), "北"), "今天[MASK]气，在北京");
-        assert_eq!(fill(text, (11, 17), "##ing"), "今天[MASK]气，在ing京");
-        assert_eq!(fill("[MASK]", (0, 6), "月"), "月");
-    }
-
-    #[test]
     fn widths_count_wide_chars_twice() {
         assert_eq!(width("月"), 2);
         assert_eq!(width("[UNK]"), 5);
         assert_eq!(width("##月a"), 5);
-    }
-
-    #[test]
-    fn top_k_sorts_descending_and_breaks_ties_by_id() {
-        let ranked = top_k(&[0.1, 0.3, 0.3, 0.05, 0.25], 3);
-        assert_eq!(ranked, vec![(1, 0.3), (2, 0.3), (4, 0.25)]);
-        assert_eq!(top_k(&[0.5, 0.5], 10).len(), 2);
     }
 }

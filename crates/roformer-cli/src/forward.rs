@@ -8,6 +8,7 @@ use anyhow::{bail, Context};
 use candle_core::{DType, Device, Tensor};
 use roformer::{HeadModel, ModelDir, RoFormerForMaskedLM, RoFormerModel};
 
+use crate::inputs::{checkpoint_files, refuse_output_among_inputs, InputPath};
 use crate::precision::PrecisionArg;
 use crate::{finite, output};
 
@@ -25,7 +26,8 @@ pub struct Args {
     /// Output safetensors file: f32 `last_hidden_state` [batch, seq, hidden] and, when the
     /// checkpoint has a masked-LM head (`cls.predictions.*` tensors), `logits`
     /// [batch, seq, vocab]. `-` is standard output; a FIFO or device is written as a stream,
-    /// a regular file is replaced atomically. Non-finite values are kept, with a warning.
+    /// a regular file is replaced atomically. Non-finite values are kept, with a warning. It
+    /// may not be the --input file or a file of the --model checkpoint.
     #[arg(long, value_name = "OUT.safetensors")]
     output: PathBuf,
     /// The precision of the encoder's matrix products: bf16 converts the weights once at load
@@ -76,6 +78,9 @@ fn optional(name: &str, rows: &Option<Vec<Vec<i64>>>) -> anyhow::Result<Option<T
 
 /// Runs the model on the input file and writes the outputs.
 pub fn run(args: Args) -> anyhow::Result<()> {
+    let mut inputs = vec![InputPath::File("--input", args.input.clone())];
+    inputs.extend(checkpoint_files("--model", &args.model));
+    refuse_output_among_inputs("--output", &args.output, &inputs)?;
     let input = read_input(&args.input)?;
     let ids = matrix("input_ids", &input.input_ids)?;
     let mask = optional("attention_mask", &input.attention_mask)?;

@@ -13,12 +13,14 @@ mod experiment;
 mod fill_mask;
 mod finite;
 mod forward;
+mod inputs;
 mod json;
 mod llama;
 mod output;
 mod plot;
 mod precision;
 mod rope_cmd;
+mod serve;
 mod tokenize;
 mod train;
 mod truncation;
@@ -66,6 +68,8 @@ enum Command {
     Train(train::Command),
     /// Label texts with a fine-tuned classifier.
     Classify(classify::Args),
+    /// Serve the model over HTTP (embeddings, fill-mask, classification), with batching.
+    Serve(serve::Args),
     /// The paper's training claims at small scale (results.json, figures, EXPERIMENTS.md
     /// sections).
     #[command(subcommand)]
@@ -91,6 +95,7 @@ fn main() -> ExitCode {
         Command::Eval(c) => eval::run(c),
         Command::Train(c) => train::run(c),
         Command::Classify(a) => classify::run(a),
+        Command::Serve(a) => serve::run(a),
         Command::Experiment(c) => experiment::run(c),
         Command::Llama(c) => llama::run(c),
     };

@@ -1,7 +1,8 @@
 //! `roformer vocab build`: a BERT `vocab.txt` from a corpus: the special tokens, then the
 //! corpus's characters (CJK characters and punctuation as tokens of their own; for other
 //! scripts every character with its `##` continuation, and frequent whole words) by
-//! descending frequency, optionally with frequent jieba words.
+//! descending frequency, optionally with frequent jieba words. It writes `--out` and, only
+//! when `--tokenizer-config` names a path, the tokenizer config: nothing else.
 
 use std::path::PathBuf;
 
@@ -10,6 +11,7 @@ use roformer::data::vocab_builder::tokenizer_config_json;
 use roformer::data::{build_vocab, read_corpus, VocabOptions};
 use serde_json::json;
 
+use crate::inputs::{refuse_output_among_inputs, InputPath};
 use crate::output;
 
 /// The vocabulary commands.
@@ -40,9 +42,15 @@ pub struct BuildArgs {
     /// that the vocabulary covers both scripts.
     #[arg(long)]
     also_simplified: bool,
-    /// The file to write (a `tokenizer_config.json` is written beside it).
+    /// The `vocab.txt` to write (`-`: standard output). Nothing else is written unless
+    /// --tokenizer-config names it. It may not be a --corpus file.
     #[arg(long)]
     out: PathBuf,
+    /// Also write the tokenizer's `tokenizer_config.json` (lowercasing and accent stripping
+    /// off, as the vocabulary was built) to this path, e.g. beside --out in a checkpoint
+    /// directory.
+    #[arg(long, value_name = "FILE")]
+    tokenizer_config: Option<PathBuf>,
     /// One JSON object with the coverage figures.
     #[arg(long)]
     json: bool,
@@ -54,12 +62,13 @@ pub struct BuildArgs {
 /// Unreadable or empty corpora, a size below the special tokens, file errors.
 pub fn run(command: Command) -> anyhow::Result<()> {
     let Command::Build(args) = command;
-    if output::is_stdout(&args.out) {
-        bail!("--out -: vocab build writes two files (vocab.txt and tokenizer_config.json beside it), give a file path");
-    }
     if !(0.0..=1.0).contains(&args.jieba_words) {
-        bail!("--jieba-words is a share of the vocabulary, in [0, 1]");
+        bail!(
+            "--jieba-words {} is not a share of the vocabulary: give a number in [0, 1]",
+            args.jieba_words
+        );
     }
+    check_outputs(&args)?;
     let mut documents = Vec::new();
     for path in &args.corpus {
         documents.extend(read_corpus(path, None)?);
@@ -76,20 +85,25 @@ pub fn run(command: Command) -> anyhow::Result<()> {
     let mut text = built.tokens.join("\n");
     text.push('\n');
     output::write(&args.out, text.as_bytes())?;
-    let config_path = args.out.with_file_name("tokenizer_config.json");
-    output::write(
-        &config_path,
-        tokenizer_config_json(&options.config).as_bytes(),
-    )?;
+    if let Some(path) = &args.tokenizer_config {
+        output::write(path, tokenizer_config_json(&options.config).as_bytes())?;
+    }
     let s = &built.stats;
     // A count over a count of at least 1: always finite, so `json!` cannot write it as null.
     let unk_share = s.unk_tokens as f64 / (s.tokens.max(1)) as f64;
+    // With the vocabulary on standard output, the report goes to standard error.
+    let report = |line: String| {
+        if output::is_stdout(&args.out) {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    };
     if args.json {
-        println!(
-            "{}",
+        report(
             json!({
                 "vocab": args.out,
-                "tokenizer_config": config_path,
+                "tokenizer_config": args.tokenizer_config,
                 "documents": documents.len(),
                 "size": s.size,
                 "distinct_chars": s.distinct_chars,
@@ -99,9 +113,10 @@ pub fn run(command: Command) -> anyhow::Result<()> {
                 "unk_tokens": s.unk_tokens,
                 "unk_share": unk_share,
             })
+            .to_string(),
         );
     } else {
-        println!(
+        report(format!(
             "{} tokens from {} documents: {} of {} distinct characters, {} words; [UNK] is {:.3}% \
              of the corpus's {} tokens",
             s.size,
@@ -111,8 +126,41 @@ pub fn run(command: Command) -> anyhow::Result<()> {
             s.words,
             100.0 * unk_share,
             s.tokens
-        );
-        println!("wrote {} and {}", args.out.display(), config_path.display());
+        ));
+        let config = args
+            .tokenizer_config
+            .as_ref()
+            .map(|p| format!(" and {}", p.display()))
+            .unwrap_or_default();
+        report(format!("wrote {}{config}", args.out.display()));
+    }
+    Ok(())
+}
+
+/// Refuses outputs that are inputs (a --corpus file, or a file under a --corpus directory) and
+/// --tokenizer-config naming the --out file.
+fn check_outputs(args: &BuildArgs) -> anyhow::Result<()> {
+    let corpus: Vec<InputPath> = args
+        .corpus
+        .iter()
+        .map(|p| InputPath::Tree("--corpus", p.clone()))
+        .collect();
+    refuse_output_among_inputs("--out", &args.out, &corpus)?;
+    if let Some(config) = &args.tokenizer_config {
+        refuse_output_among_inputs("--tokenizer-config", config, &corpus)?;
+        if output::is_stdout(config) && output::is_stdout(&args.out) {
+            bail!("--out - and --tokenizer-config -: only one of them can go to standard output");
+        }
+        let same = config == &args.out
+            || std::fs::canonicalize(config)
+                .is_ok_and(|c| std::fs::canonicalize(&args.out).is_ok_and(|o| o == c));
+        if same && !output::is_stdout(config) {
+            bail!(
+                "--tokenizer-config {} is the --out file: give the tokenizer config its own \
+                 path (e.g. tokenizer_config.json beside vocab.txt)",
+                config.display()
+            );
+        }
     }
     Ok(())
 }

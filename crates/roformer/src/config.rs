@@ -353,7 +353,7 @@ impl RoFormerConfig {
     /// [`ModelError::Io`], [`ModelError::ConfigJson`] (naming the file) and the errors of the
     /// `TryFrom` conversion.
     pub fn from_file(path: &Path) -> Result<RoFormerConfig> {
-        let text = std::fs::read_to_string(path).map_err(|source| ModelError::Io {
+        let text = crate::memory::read_input_text(path).map_err(|source| ModelError::Io {
             path: path.to_path_buf(),
             source,
         })?;

@@ -2,16 +2,33 @@
 
 use crate::error::{LlamaError, Result};
 
-/// Reads little-endian values from a byte slice, failing with the offset on a short read.
+/// Reads little-endian values from the bytes of a file, or from a prefix of them, failing with
+/// the offset on a short read.
+///
+/// Over a prefix, sizes are still checked against the whole file ([`Cursor::remaining`]); a read
+/// that the file could serve but the prefix cannot fails and sets [`Cursor::needs_more`], so the
+/// caller can read a longer prefix and parse again.
 pub(super) struct Cursor<'a> {
     bytes: &'a [u8],
     pos: usize,
+    file_len: usize,
+    needs_more: bool,
 }
 
 impl<'a> Cursor<'a> {
-    /// A cursor at the start of `bytes`.
-    pub(super) fn new(bytes: &'a [u8]) -> Self {
-        Cursor { bytes, pos: 0 }
+    /// A cursor at the start of `bytes`, the first bytes of a file of `file_len` bytes.
+    pub(super) fn prefix(bytes: &'a [u8], file_len: usize) -> Self {
+        Cursor {
+            bytes,
+            pos: 0,
+            file_len: file_len.max(bytes.len()),
+            needs_more: false,
+        }
+    }
+
+    /// Whether a read failed only because the prefix ended before the file does.
+    pub(super) fn needs_more(&self) -> bool {
+        self.needs_more
     }
 
     /// The current offset.
@@ -19,9 +36,9 @@ impl<'a> Cursor<'a> {
         self.pos
     }
 
-    /// Bytes left after the current offset.
+    /// Bytes of the file left after the current offset.
     pub(super) fn remaining(&self) -> usize {
-        self.bytes.len() - self.pos
+        self.file_len - self.pos
     }
 
     /// An error at the current offset.
@@ -40,7 +57,10 @@ impl<'a> Cursor<'a> {
                 self.remaining()
             )));
         }
-        let out = &self.bytes[self.pos..self.pos + n];
+        let Some(out) = self.bytes.get(self.pos..self.pos + n) else {
+            self.needs_more = true;
+            return Err(self.error(format!("{what}: past the bytes read so far")));
+        };
         self.pos += n;
         Ok(out)
     }

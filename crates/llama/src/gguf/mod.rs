@@ -1,6 +1,8 @@
 //! Reading GGUF files (llama.cpp's model format): header, metadata and tensor directory are
-//! parsed with every count and offset checked against the file's size, and tensors are read from
-//! a memory map.
+//! parsed with every count and offset checked against the file's size (tensor data ranges may
+//! not overlap), and tensors are read from the file when asked for (`source`: positional reads,
+//! not a memory map, so a file truncated during a load is an error and never a SIGBUS), each
+//! checked for NaN and infinities as it is read (`finite`).
 //!
 //! Layout (version 2 and 3): magic `GGUF`, version u32, tensor count u64, metadata count u64;
 //! the metadata as (string key, u32 type, value); the tensor directory as (string name, u32
@@ -8,10 +10,12 @@
 //! next multiple of `general.alignment` (default 32), the tensor data.
 
 mod cursor;
+mod finite;
+mod source;
 mod value;
 
 use std::collections::BTreeMap;
-use std::fs::File;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use candle_core::quantized::{ggml_file::qtensor_from_ggml, GgmlDType, QTensor};
@@ -19,6 +23,8 @@ use candle_core::Device;
 
 use crate::error::{LlamaError, Result};
 use cursor::Cursor;
+pub use source::TensorBytes;
+use source::{AlignedBytes, Source};
 pub use value::{Array, Value};
 
 /// `GGUF` read as a little-endian u32.
@@ -29,6 +35,10 @@ const DEFAULT_ALIGNMENT: usize = 32;
 
 /// ggml tensors have at most this many dimensions.
 const MAX_DIMS: usize = 4;
+
+/// The first read of a file's header; a longer header is read again, 4 times as long each
+/// time (a 50 k-token vocabulary takes about 2 MiB).
+const FIRST_HEADER_READ: usize = 1 << 20;
 
 /// One entry of the tensor directory.
 #[derive(Debug, Clone, PartialEq)]
@@ -60,54 +70,31 @@ impl TensorInfo {
     }
 }
 
-/// The bytes of a GGUF file: a read-only memory map, or a buffer (tests, in-memory files).
-#[derive(Debug)]
-enum Bytes {
-    Mapped(memmap2::Mmap),
-    Owned(Vec<u8>),
-}
-
-impl Bytes {
-    fn as_slice(&self) -> &[u8] {
-        match self {
-            Bytes::Mapped(m) => m,
-            Bytes::Owned(v) => v,
-        }
-    }
-}
-
 /// A parsed GGUF file: its metadata, its tensor directory and its bytes.
 #[derive(Debug)]
 pub struct GgufFile {
     path: PathBuf,
-    bytes: Bytes,
+    source: Source,
     version: u32,
     metadata: BTreeMap<String, Value>,
     tensors: BTreeMap<String, TensorInfo>,
 }
 
 impl GgufFile {
-    /// Maps and parses the file at `path`.
+    /// Opens and parses the file at `path`; tensor data is read when asked for.
     ///
     /// # Errors
-    /// [`LlamaError::Io`] when the file cannot be opened or mapped (a directory, a FIFO),
-    /// [`LlamaError::Malformed`] when it is not a well-formed GGUF file of version 2 or 3.
+    /// [`LlamaError::Io`] when the file cannot be opened or is not a regular file (a directory,
+    /// a FIFO: refused without waiting for a writer), [`LlamaError::Malformed`] when it is not
+    /// a well-formed GGUF file of version 2 or 3, [`LlamaError::FileChanged`] when it shrinks
+    /// while its header is read.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
         let path = path.as_ref().to_path_buf();
-        let io = |source| LlamaError::Io {
+        let source = Source::open(&path).map_err(|source| LlamaError::Io {
             path: path.clone(),
             source,
-        };
-        let file = File::open(&path).map_err(io)?;
-        let meta = file.metadata().map_err(io)?;
-        if !meta.is_file() {
-            return Err(io(std::io::Error::other("not a regular file")));
-        }
-        // SAFETY: the map is read-only and private to this value. If another process truncates
-        // the file while it is mapped, reads past the new end raise SIGBUS; that is the one
-        // hazard of mapping, accepted here as for every mapped model loader.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        GgufFile::parse(path, Bytes::Mapped(map))
+        })?;
+        GgufFile::parse(path, source)
     }
 
     /// Parses a GGUF file held in memory; `name` stands for its path in messages.
@@ -115,48 +102,26 @@ impl GgufFile {
     /// # Errors
     /// As [`GgufFile::open`].
     pub fn from_bytes(name: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<GgufFile> {
-        GgufFile::parse(name.into(), Bytes::Owned(bytes))
+        GgufFile::parse(name.into(), Source::Owned(bytes))
     }
 
-    fn parse(path: PathBuf, bytes: Bytes) -> Result<GgufFile> {
-        let data = bytes.as_slice();
-        let mut cur = Cursor::new(data);
-        let magic = cur.u32("magic")?;
-        if magic != MAGIC {
-            return Err(LlamaError::Malformed {
-                offset: 0,
-                what: format!("the file does not start with `GGUF` (read {magic:#010x})"),
-            });
-        }
-        let version = cur.u32("version")?;
-        if !(2..=3).contains(&version) {
-            return Err(LlamaError::Malformed {
-                offset: 4,
-                what: format!("GGUF version {version}; versions 2 and 3 are read"),
-            });
-        }
-        // A directory entry takes at least 24 bytes, a metadata entry at least 13.
-        let tensor_count = cur.count("tensor count", 24)?;
-        let kv_count = cur.count("metadata count", 13)?;
-        let mut metadata = BTreeMap::new();
-        for _ in 0..kv_count {
-            let at = cur.position();
-            let key = cur.string("metadata key")?;
-            let kind = cur.u32("metadata value type")?;
-            let value = Value::read(&mut cur, kind)?;
-            if metadata.insert(key.clone(), value).is_some() {
-                return Err(malformed(at, format!("metadata key `{key}` appears twice")));
+    fn parse(path: PathBuf, source: Source) -> Result<GgufFile> {
+        let file_len = source.len();
+        let mut prefix = FIRST_HEADER_READ.min(file_len);
+        let header = loop {
+            let bytes = read(&path, &source, 0..prefix)?;
+            let mut cur = Cursor::prefix(&bytes, file_len);
+            match Header::read(&mut cur) {
+                Ok(header) => break header,
+                Err(_) if cur.needs_more() && prefix < file_len => {
+                    prefix = prefix.saturating_mul(4).min(file_len);
+                }
+                Err(e) => return Err(e),
             }
-        }
-        let alignment = alignment(&metadata)?;
-        let mut directory = Vec::with_capacity(tensor_count);
-        for _ in 0..tensor_count {
-            directory.push(read_tensor_entry(&mut cur)?);
-        }
-        let data_start = cur.position().div_ceil(alignment) * alignment;
+        };
         let mut tensors = BTreeMap::new();
-        for (at, entry) in directory {
-            let info = entry.locate(at, data_start, alignment, data.len())?;
+        for (at, entry) in header.directory {
+            let info = entry.locate(at, header.data_start, header.alignment, file_len)?;
             if let Some(old) = tensors.insert(info.name.clone(), info) {
                 return Err(malformed(
                     at,
@@ -164,11 +129,12 @@ impl GgufFile {
                 ));
             }
         }
+        refuse_overlaps(&tensors)?;
         Ok(GgufFile {
             path,
-            bytes,
-            version,
-            metadata,
+            source,
+            version: header.version,
+            metadata: header.metadata,
             tensors,
         })
     }
@@ -223,9 +189,28 @@ impl GgufFile {
             .ok_or_else(|| LlamaError::MissingTensor(name.to_string()))
     }
 
-    /// The stored bytes of a tensor (inside the file: checked when the directory was read).
-    pub fn tensor_bytes(&self, info: &TensorInfo) -> &[u8] {
-        &self.bytes.as_slice()[info.start..info.start + info.bytes]
+    /// The stored bytes of a tensor, read from the file (their range was checked against the
+    /// file's size when the directory was read) and checked in the same pass: every value of
+    /// a float tensor, and every block scale of a quantized one, must be finite.
+    ///
+    /// # Errors
+    /// [`LlamaError::NonFiniteWeight`] naming the tensor, the index or block and the value;
+    /// [`LlamaError::FileChanged`] when the file has shrunk since it was opened;
+    /// [`LlamaError::Io`] when the read fails.
+    pub fn tensor_bytes(&self, info: &TensorInfo) -> Result<TensorBytes<'_>> {
+        let bytes = read(
+            &self.path,
+            &self.source,
+            info.start..info.start + info.bytes,
+        )?;
+        if let Some((place, value)) = finite::first_non_finite(info.dtype, &bytes) {
+            return Err(LlamaError::NonFiniteWeight {
+                name: info.name.clone(),
+                place,
+                value,
+            });
+        }
+        Ok(bytes)
     }
 
     /// Tensor `name` as a candle quantized tensor on `device`, its bytes copied out of the file.
@@ -234,7 +219,7 @@ impl GgufFile {
     /// [`LlamaError::MissingTensor`], or a candle error from the copy.
     pub fn qtensor(&self, name: &str, device: &Device) -> Result<QTensor> {
         let info = self.tensor_info(name)?;
-        qtensor(info, self.tensor_bytes(info), device)
+        qtensor(info, &self.tensor_bytes(info)?, device)
     }
 }
 
@@ -271,30 +256,111 @@ pub fn qtensor(info: &TensorInfo, bytes: &[u8], device: &Device) -> Result<QTens
     )?)
 }
 
-/// A byte buffer aligned to 8 bytes (backed by `u64`s).
-struct AlignedBytes {
-    words: Vec<u64>,
-    len: usize,
+/// Bytes `range` of `source`, the file at `path`.
+///
+/// # Errors
+/// [`LlamaError::FileChanged`] when the file is now shorter than `range.end`, which its size at
+/// opening allowed; [`LlamaError::Io`] for other failures.
+fn read<'a>(path: &Path, source: &'a Source, range: Range<usize>) -> Result<TensorBytes<'a>> {
+    source.read(range.clone()).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            LlamaError::FileChanged {
+                path: path.to_path_buf(),
+                what: format!(
+                    "bytes {range:?} lay inside its {} bytes when it was opened, and are now past \
+                     its end",
+                    source.len()
+                ),
+            }
+        } else {
+            LlamaError::Io {
+                path: path.to_path_buf(),
+                source: e,
+            }
+        }
+    })
 }
 
-impl AlignedBytes {
-    fn copy(bytes: &[u8]) -> AlignedBytes {
-        let mut words = vec![0u64; bytes.len().div_ceil(8)];
-        for (word, chunk) in words.iter_mut().zip(bytes.chunks(8)) {
-            let mut b = [0u8; 8];
-            b[..chunk.len()].copy_from_slice(chunk);
-            *word = u64::from_ne_bytes(b);
-        }
-        AlignedBytes {
-            words,
-            len: bytes.len(),
-        }
-    }
+/// What the header says: version, metadata, the tensor directory (not yet located) and where
+/// the tensor data starts.
+struct Header {
+    version: u32,
+    metadata: BTreeMap<String, Value>,
+    alignment: usize,
+    directory: Vec<(usize, Entry)>,
+    data_start: usize,
+}
 
-    fn as_slice(&self) -> &[u8] {
-        // SAFETY: the words own at least `len` initialised bytes, and u8 has no alignment.
-        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.len) }
+impl Header {
+    /// Reads the header at the start of `cur`.
+    fn read(cur: &mut Cursor<'_>) -> Result<Header> {
+        let magic = cur.u32("magic")?;
+        if magic != MAGIC {
+            return Err(LlamaError::Malformed {
+                offset: 0,
+                what: format!("the file does not start with `GGUF` (read {magic:#010x})"),
+            });
+        }
+        let version = cur.u32("version")?;
+        if !(2..=3).contains(&version) {
+            return Err(LlamaError::Malformed {
+                offset: 4,
+                what: format!("GGUF version {version}; versions 2 and 3 are read"),
+            });
+        }
+        // A directory entry takes at least 24 bytes, a metadata entry at least 13.
+        let tensor_count = cur.count("tensor count", 24)?;
+        let kv_count = cur.count("metadata count", 13)?;
+        let mut metadata = BTreeMap::new();
+        for _ in 0..kv_count {
+            let at = cur.position();
+            let key = cur.string("metadata key")?;
+            let kind = cur.u32("metadata value type")?;
+            let value = Value::read(cur, kind)?;
+            if metadata.insert(key.clone(), value).is_some() {
+                return Err(malformed(at, format!("metadata key `{key}` appears twice")));
+            }
+        }
+        let alignment = alignment(&metadata)?;
+        let mut directory = Vec::with_capacity(tensor_count);
+        for _ in 0..tensor_count {
+            directory.push(read_tensor_entry(cur)?);
+        }
+        let data_start = cur.position().div_ceil(alignment) * alignment;
+        Ok(Header {
+            version,
+            metadata,
+            alignment,
+            directory,
+            data_start,
+        })
     }
+}
+
+/// Refuses two tensors whose data ranges share a byte (a file that stores one tensor's bytes
+/// inside another's is malformed: editing one would change both).
+fn refuse_overlaps(tensors: &BTreeMap<String, TensorInfo>) -> Result<()> {
+    let mut ranges: Vec<&TensorInfo> = tensors.values().filter(|t| t.bytes > 0).collect();
+    ranges.sort_by_key(|t| t.start);
+    for pair in ranges.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        if b.start < a.start + a.bytes {
+            return Err(malformed(
+                b.start,
+                format!(
+                    "the data of tensor `{}` (bytes {}..{}) overlaps that of tensor `{}` (bytes \
+                     {}..{}); every tensor needs its own bytes",
+                    b.name,
+                    b.start,
+                    b.start + b.bytes,
+                    a.name,
+                    a.start,
+                    a.start + a.bytes
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn malformed(offset: usize, what: String) -> LlamaError {

@@ -45,6 +45,13 @@ pub struct Args {
     json: bool,
 }
 
+/// The most memory the timings of `--repeats` runs may take (about 1.4 million runs).
+const MAX_TIMING_BYTES: usize = 64 << 20;
+
+/// Bytes of timings kept per repeat at the peak: the run's record, and one phase's times
+/// collected and copied for its median.
+const TIMING_BYTES_PER_REPEAT: usize = std::mem::size_of::<Run>() + 2 * std::mem::size_of::<f64>();
+
 /// The times of one run.
 struct Run {
     prefill: Duration,
@@ -56,6 +63,7 @@ pub fn run(args: Args) -> Result<()> {
     if args.prompt_tokens == 0 || args.new_tokens == 0 || args.repeats == 0 {
         bail!("--prompt-tokens, --new-tokens and --repeats must be at least 1");
     }
+    check_repeats(args.repeats)?;
     let (_, model) = args.model.open()?;
     let context = model.config().context_length;
     if args.prompt_tokens.saturating_add(args.new_tokens) > context {
@@ -136,6 +144,22 @@ pub fn run(args: Args) -> Result<()> {
             args.new_tokens,
             decode_tps,
             100.0 * decode_rope / decode
+        );
+    }
+    Ok(())
+}
+
+/// Refuses a `--repeats` whose timings alone would take more than [`MAX_TIMING_BYTES`], before
+/// anything is allocated, saying how much it would need.
+fn check_repeats(repeats: usize) -> Result<()> {
+    let needed = repeats as u128 * TIMING_BYTES_PER_REPEAT as u128;
+    if needed > MAX_TIMING_BYTES as u128 {
+        bail!(
+            "--repeats {repeats} would need {needed} bytes ({:.1} GiB) to hold its timings \
+             ({TIMING_BYTES_PER_REPEAT} bytes a run); at most {} repeats ({} MiB) are allowed",
+            needed as f64 / (1u64 << 30) as f64,
+            MAX_TIMING_BYTES / TIMING_BYTES_PER_REPEAT,
+            MAX_TIMING_BYTES >> 20
         );
     }
     Ok(())

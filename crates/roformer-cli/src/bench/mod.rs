@@ -6,6 +6,7 @@ mod llama;
 mod memory;
 mod model;
 mod rope;
+mod serve;
 mod timing;
 mod train;
 
@@ -22,6 +23,8 @@ pub enum Command {
     Train(train::Args),
     /// LLaMA prefill and decode tokens/s on a GGUF file, and RoPE's share of a step.
     Llama(llama::Args),
+    /// HTTP throughput and latency of `roformer serve` (or the FastAPI peer) under load.
+    Serve(serve::Args),
 }
 
 /// Runs the chosen benchmark.
@@ -32,5 +35,6 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Attention(a) => attention::run(a),
         Command::Train(a) => train::run(a),
         Command::Llama(a) => llama::run(a),
+        Command::Serve(a) => serve::run(a),
     }
 }

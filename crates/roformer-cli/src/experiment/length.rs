@@ -21,7 +21,7 @@ use serde::Serialize;
 use super::figure::{BandFigure, Point, Series};
 use super::pretrain::{finished_runs, RunRecord};
 use super::stats::Spread;
-use super::{command_line, write_json, write_section};
+use super::{command_line, refuse_duplicates, write_json, write_section};
 use crate::plot;
 
 /// Arguments of `experiment length`.
@@ -92,6 +92,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         args.lengths.iter().all(|&l| l >= 3),
         "every length needs at least 3 tokens ([CLS], a token, [SEP])"
     );
+    refuse_duplicates("--lengths", &args.lengths)?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     let mut models = Vec::new();

@@ -22,7 +22,8 @@ use super::figure::{BandFigure, Point, Series};
 use super::pretrain::finished_runs;
 use super::stats::Spread;
 use super::{
-    check_stopped, command_line, is_done, mark_done, read_done, write_json, write_section,
+    check_stopped, command_line, is_done, mark_done, read_done, refuse_duplicates, write_json,
+    write_section,
 };
 use crate::plot;
 use crate::train::classify;
@@ -255,6 +256,8 @@ pub fn run(args: &Args, stop: &AtomicBool) -> anyhow::Result<()> {
         args.steps >= 1 && args.batch >= 1,
         "--steps and --batch must be at least 1"
     );
+    refuse_duplicates("--arms", &args.arms)?;
+    refuse_duplicates("--lengths", &args.lengths)?;
     let (train, dev, dataset) = build_dataset(args, &args.out)?;
     let pretrained = finished_runs(&args.from)?;
     let mut records = Vec::new();

@@ -85,6 +85,27 @@ fn read_done<T: serde::de::DeserializeOwned>(dir: &Path) -> anyhow::Result<T> {
     serde_json::from_str(&text).with_context(|| format!("{}: not a run record", path.display()))
 }
 
+/// Refuses a list flag (`--arms`, `--lengths`) that names a value twice: each would be run and
+/// reported twice.
+///
+/// # Errors
+/// "--arms names absolute twice (absolute,absolute); give each once".
+fn refuse_duplicates<T: PartialEq + std::fmt::Display>(
+    flag: &str,
+    values: &[T],
+) -> anyhow::Result<()> {
+    for (i, v) in values.iter().enumerate() {
+        if values[..i].contains(v) {
+            let list: Vec<String> = values.iter().map(ToString::to_string).collect();
+            bail!(
+                "{flag} names {v} twice ({}); give each once",
+                list.join(",")
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Fails when Ctrl-C stopped the last run (it is left unfinished, to be run again).
 fn check_stopped(stop: &AtomicBool) -> anyhow::Result<()> {
     if stop.load(Ordering::SeqCst) {
@@ -105,4 +126,20 @@ fn write_section(dir: &Path, text: &str) -> anyhow::Result<PathBuf> {
     let path = dir.join("section.md");
     output::write(&path, text.as_bytes())?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refuse_duplicates;
+
+    #[test]
+    fn a_list_flag_naming_a_value_twice_is_refused() {
+        assert!(refuse_duplicates("--lengths", &[128, 512]).is_ok());
+        assert!(refuse_duplicates::<u32>("--lengths", &[]).is_ok());
+        let err = refuse_duplicates("--arms", &["absolute", "rotary", "absolute"]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--arms names absolute twice (absolute,rotary,absolute); give each once"
+        );
+    }
 }

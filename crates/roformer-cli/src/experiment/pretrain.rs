@@ -13,7 +13,7 @@ use roformer::data::{build_vocab, read_corpus, VocabOptions};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::{check_stopped, is_done, mark_done, read_done};
+use super::{check_stopped, is_done, mark_done, read_done, refuse_duplicates};
 use crate::train::common::Decay;
 use crate::train::mlm::{self, Format, Position};
 use crate::{json, output};
@@ -91,7 +91,7 @@ impl Args {
     /// `--arms`, or `default` when not given; the reference arm must be among them.
     ///
     /// # Errors
-    /// Arms without the reference arm.
+    /// Arms without the reference arm, or an arm named twice.
     pub fn arms_or(
         &self,
         default: &[Position],
@@ -107,6 +107,8 @@ impl Args {
             "--arms must include {} (the reference arm)",
             arm_name(reference)
         );
+        let names: Vec<&str> = arms.iter().map(|&a| arm_name(a)).collect();
+        refuse_duplicates("--arms", &names)?;
         Ok(arms)
     }
 }

@@ -8,6 +8,7 @@ use candle_core::{Device, Tensor};
 use llama::Logits;
 
 use super::ModelArgs;
+use crate::inputs::{refuse_output_among_inputs, InputPath};
 use crate::{finite, output};
 
 /// Arguments of `roformer llama logits`.
@@ -20,6 +21,7 @@ pub struct Args {
     #[arg(long, value_name = "IDS.json")]
     input: PathBuf,
     /// Output safetensors file with f32 `logits` [batch, seq, vocab]. `-` is standard output.
+    /// It may not be the --input or the --gguf file.
     #[arg(long, value_name = "OUT.safetensors")]
     output: PathBuf,
 }
@@ -32,6 +34,14 @@ struct Input {
 
 /// Runs the ids and writes the logits.
 pub fn run(args: Args) -> anyhow::Result<()> {
+    refuse_output_among_inputs(
+        "--output",
+        &args.output,
+        &[
+            InputPath::File("--input", args.input.clone()),
+            InputPath::File("--gguf", args.model.gguf.clone()),
+        ],
+    )?;
     let text = std::fs::read_to_string(&args.input)
         .with_context(|| format!("cannot read the input file {}", args.input.display()))?;
     let input: Input = serde_json::from_str(&text)

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use llama::gguf::GgufFile;
-use llama::{Llama, LoadOptions};
+use llama::{Llama, LlamaError, LoadOptions};
 use rotary::Layout;
 
 /// Where `scripts/fetch_smollm2.sh` puts the model.
@@ -88,5 +88,10 @@ pub fn open_gguf(path: &Path) -> anyhow::Result<GgufFile> {
             path.display()
         );
     }
-    GgufFile::open(path).with_context(|| format!("reading {}", path.display()))
+    match GgufFile::open(path) {
+        Ok(file) => Ok(file),
+        // These name the file themselves.
+        Err(e @ (LlamaError::Io { .. } | LlamaError::FileChanged { .. })) => Err(e.into()),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("reading {}", path.display()))),
+    }
 }

@@ -4,9 +4,11 @@
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use candle_core::Device;
 use roformer::optim::{AdamW, AdamWConfig, LrSchedule};
+use roformer::shapes::ModelKind;
+use roformer::train::budget::check_training_memory;
 use roformer::train::checkpoint::SaveStep;
 use roformer::train::classify::{
     best_score, labels_of, read_examples, ClassifyOptions, ClassifyTask,
@@ -18,10 +20,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::precision::PrecisionArg;
 
-use super::common::{
-    check_not_in_use, finish_run, load_optimizer_state, prepare_out_dir, read_run_args,
-    tokenizer_files, write_run_args, AbortInSave, Decay, Display, OutRequest, Stop,
+use super::checks::{
+    check_labels, check_numbers, check_plot_name, check_vocab_fits, parse_lr, parse_max_grad_norm,
+    parse_weight_decay,
 };
+use super::common::{
+    finish_run, load_optimizer_state, prepare_out_dir, tokenizer_files, vocab_text, AbortInSave,
+    Decay, Display, OutRequest, Stop,
+};
+use super::fingerprint::{examples_source, Fingerprint};
+use super::resume::{check_same_run, resolve, write_record};
 
 /// Arguments of `roformer train classify`.
 #[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
@@ -35,8 +43,9 @@ pub struct Args {
     /// Dev examples (same format), for accuracy, macro-F1 and the best checkpoint.
     #[arg(long)]
     pub eval: Option<PathBuf>,
-    /// The label names in index order, comma-separated (default: in order of first appearance
-    /// in --train).
+    /// The label names in index order, comma-separated, each once (default: the names in
+    /// order of first appearance in --train, or its numbers in ascending order). A number in
+    /// the examples is a label's name, never an index.
     #[arg(long, value_delimiter = ',')]
     pub labels: Vec<String>,
     /// Most tokens per example (a pair is cut longest first).
@@ -51,8 +60,8 @@ pub struct Args {
     /// Optimisation steps (default: 3 epochs).
     #[arg(long)]
     pub steps: Option<u64>,
-    /// Peak learning rate.
-    #[arg(long, default_value_t = 5e-5)]
+    /// Peak learning rate (a finite number above 0).
+    #[arg(long, default_value_t = 5e-5, value_parser = parse_lr, allow_negative_numbers = true)]
     pub lr: f64,
     /// Warm-up steps.
     #[arg(long, default_value_t = 0)]
@@ -60,11 +69,11 @@ pub struct Args {
     /// Decay after the warm-up.
     #[arg(long, value_enum, default_value = "linear")]
     pub decay: Decay,
-    /// AdamW's decoupled weight decay.
-    #[arg(long, default_value_t = 0.01)]
+    /// AdamW's decoupled weight decay (0 or more).
+    #[arg(long, default_value_t = 0.01, value_parser = parse_weight_decay, allow_negative_numbers = true)]
     pub weight_decay: f64,
-    /// Clip the global gradient norm (0: no clipping).
-    #[arg(long, default_value_t = 1.0)]
+    /// Clip the global gradient norm (a finite number; 0: no clipping).
+    #[arg(long, default_value_t = 1.0, value_parser = parse_max_grad_norm, allow_negative_numbers = true)]
     pub max_grad_norm: f64,
     /// Seed of the head's initialisation, example order and dropout.
     #[arg(long, default_value_t = 0)]
@@ -79,12 +88,16 @@ pub struct Args {
     #[arg(long)]
     pub out: PathBuf,
     /// Replace an output directory that holds another run.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "resume")]
     pub overwrite: bool,
-    /// Continue the run in --out from its checkpoint.
+    /// Continue the run in --out from its checkpoint, with the arguments it recorded. --steps
+    /// (not below the steps done), --precision, --save-every and --eval-every may change; any
+    /// other flag must repeat the run's value. The config, vocabulary, examples and parameter
+    /// shapes must be the run's.
     #[arg(long)]
     pub resume: bool,
-    /// The loss plot's file name in --out (.png or .svg).
+    /// The loss plot's file name in --out (.png or .svg; a name, not a path: it is always
+    /// written in --out).
     #[arg(long, default_value = "loss.png")]
     pub plot: PathBuf,
     /// Stop after this step as Ctrl-C would (checkpoint written, --resume continues).
@@ -108,29 +121,14 @@ pub struct Args {
 /// # Errors
 /// Bad arguments or examples, a checkpoint that does not load, a non-finite loss, file errors.
 pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
-    let args = if args.resume {
-        check_not_in_use(&args.out)?;
-        let mut recorded: Args = read_run_args(&args.out)?;
-        // The directory given is the one written (a copied run records its original).
-        recorded.out = args.out.clone();
-        recorded.overwrite = false;
-        if let Some(steps) = args.steps {
-            recorded.steps = Some(steps);
-        }
-        recorded.resume = true;
-        recorded.stop_after = args.stop_after;
-        recorded.json = args.json;
-        if args.precision.is_some() {
-            recorded.precision = args.precision;
-        }
-        recorded.quiet = args.quiet;
-        recorded
-    } else {
-        args
-    };
+    let (out, resume) = (args.out.clone(), args.resume);
+    let (args, recorded) = resolve(args, &out, resume, "classify")?;
     if args.batch == 0 || args.grad_accum == 0 || args.steps == Some(0) {
         bail!("--batch, --grad-accum and --steps must be at least 1");
     }
+    check_numbers(args.lr, args.weight_decay, args.max_grad_norm)?;
+    check_plot_name(&args.plot)?;
+    check_labels(&args.labels)?;
     let (Some(init), Some(train_path)) = (&args.init, &args.train) else {
         bail!("give --init DIR and --train FILE");
     };
@@ -148,6 +146,7 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
     let weights = paths.weights.clone().unwrap_or_else(|| init.clone());
     let md = ModelDir::open(&weights)?;
     let tokenizer = RoFormerTokenizer::from_dir(&weights)?;
+    check_vocab_fits(&weights, tokenizer.vocab_size(), md.config.vocab_size)?;
     let labels = if args.labels.is_empty() {
         labels_of(train_path)?
     } else {
@@ -159,6 +158,15 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
     let mut cfg = md.config.clone();
     cfg.num_labels = labels.len();
     cfg.id2label = labels.iter().cloned().enumerate().collect();
+    check_training_memory(
+        &cfg,
+        ModelKind::SequenceClassification,
+        args.batch,
+        args.max_length,
+    )
+    .context(
+        "the run does not fit in memory: lower --batch or --max-length, or use a smaller model",
+    )?;
     let train = read_examples(train_path, &tokenizer, &labels, args.max_length)?;
     let eval = match &args.eval {
         Some(p) => read_examples(p, &tokenizer, &labels, args.max_length)?,
@@ -189,6 +197,15 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
             unused.len()
         );
     }
+    let tokenizer_files = tokenizer_files(&tokenizer, &cfg)?;
+    let mut sources = vec![examples_source("--train", train_path, &train)];
+    if let Some(path) = &args.eval {
+        sources.push(examples_source("--eval", path, &eval));
+    }
+    let print = Fingerprint::new(&cfg, &params, vocab_text(&tokenizer_files), sources)?;
+    if let Some(recorded) = &recorded {
+        check_same_run(&args.out, recorded.fingerprint.as_ref(), &print)?;
+    }
     let steps = args
         .steps
         .unwrap_or_else(|| (3 * train.len()).div_ceil(args.batch * args.grad_accum) as u64);
@@ -200,7 +217,7 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
         },
     )?;
     let done = match &paths.resume_state {
-        Some(state) => load_optimizer_state(&mut optimizer, state)?,
+        Some(state) => load_optimizer_state(&mut optimizer, state, steps)?.done(),
         None => 0,
     };
     let options = ClassifyOptions {
@@ -219,7 +236,7 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
         eval,
         options: options.clone(),
         pad,
-        tokenizer_files: tokenizer_files(&tokenizer, &cfg)?,
+        tokenizer_files,
         precision: args.precision.unwrap_or_default().resolve(),
         best_dir: Some(args.out.join("best")),
         best: if args.resume {
@@ -228,7 +245,7 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
             None
         },
     };
-    write_run_args(&args.out, &args)?;
+    write_record(&args.out, &args, &print)?;
     let mut trainer = Trainer {
         task,
         params: &params,

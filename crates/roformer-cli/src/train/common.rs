@@ -15,13 +15,13 @@ use roformer::optim::AdamW;
 use roformer::train::checkpoint::{recover_dir, SaveStep};
 use roformer::train::run::{checkpoint_dir, read_trainer_state, Event, Outcome, Task, Trainer};
 use roformer::{RoFormerConfig, RoFormerTokenizer};
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use super::checks::{resume_from, ResumeFrom};
 use super::loss_plot::LossFigure;
 use super::progress::Reporter;
-use crate::{json, output, plot};
+use crate::{json, plot};
 
 /// `--decay`: the learning rate after the warm-up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
@@ -444,37 +444,38 @@ impl AbortInSave {
     }
 }
 
-/// Writes the run's arguments to `out/run.json`, what `--resume` reads back.
+/// Loads the optimiser state of a checkpoint and checks the step its `trainer_state.json`
+/// records against it and against the run's `total` steps.
 ///
 /// # Errors
-/// File errors.
-pub fn write_run_args<A: Serialize>(out: &Path, args: &A) -> anyhow::Result<()> {
-    let path = out.join("run.json");
-    output::write(&path, json::to_string_pretty(args)?.as_bytes())
-}
-
-/// Reads the arguments `write_run_args` recorded.
-///
-/// # Errors
-/// A missing or malformed `run.json`.
-pub fn read_run_args<A: DeserializeOwned>(out: &Path) -> anyhow::Result<A> {
-    let path = out.join("run.json");
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("{}: no run to resume", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("{} is malformed", path.display()))
-}
-
-/// Loads the optimiser state of a checkpoint and returns the steps it has done.
-///
-/// # Errors
-/// Missing or mismatched state.
-pub fn load_optimizer_state(optimizer: &mut AdamW, checkpoint: &Path) -> anyhow::Result<u64> {
+/// Missing or mismatched state, and a step the run cannot continue from (see
+/// [`resume_from`]).
+pub fn load_optimizer_state(
+    optimizer: &mut AdamW,
+    checkpoint: &Path,
+    total: u64,
+) -> anyhow::Result<ResumeFrom> {
     let state = read_trainer_state(checkpoint)?;
     let path = checkpoint.join("optimizer.safetensors");
     let tensors = candle_core::safetensors::load(&path, &candle_core::Device::Cpu)
         .with_context(|| format!("reading {}", path.display()))?;
-    optimizer.load_state(&tensors)?;
-    Ok(state.step)
+    optimizer
+        .load_state(&tensors)
+        .with_context(|| format!("{}: not this run's optimiser state", path.display()))?;
+    let from = resume_from(
+        &checkpoint.join("trainer_state.json"),
+        state.step,
+        optimizer.steps(),
+        total,
+    )?;
+    if let ResumeFrom::Finished(steps) = from {
+        eprintln!(
+            "note: the run in {} has done all its {steps} steps: nothing to train (give \
+             --steps above {steps} to train further)",
+            checkpoint.parent().unwrap_or(checkpoint).display()
+        );
+    }
+    Ok(from)
 }
 
 /// `vocab.txt` and `tokenizer_config.json` of a checkpoint, so that transformers'
@@ -511,6 +512,14 @@ pub fn tokenizer_files(
     ])
 }
 
+/// The `vocab.txt` bytes among a checkpoint's [`tokenizer_files`] (empty if absent).
+pub fn vocab_text(files: &[(String, Vec<u8>)]) -> &[u8] {
+    files
+        .iter()
+        .find(|(name, _)| name == "vocab.txt")
+        .map_or(&[], |(_, bytes)| bytes)
+}
+
 /// How a run shows itself.
 #[derive(Debug, Clone, Copy)]
 pub struct Display {
@@ -529,6 +538,21 @@ pub struct Stop<'a> {
     pub flag: &'a AtomicBool,
     /// `--stop-after`: the step after which to stop as Ctrl-C would.
     pub after: Option<u64>,
+}
+
+/// Where a failed run's last good checkpoint is: the one this process saved last, or else the
+/// one the run had before (a resumed run that failed before its first save).
+fn last_good_checkpoint(saved: Option<&Path>, out: &Path) -> String {
+    let checkpoint = checkpoint_dir(out);
+    match (saved, read_trainer_state(&checkpoint)) {
+        (Some(p), _) => format!("the last good checkpoint is {}", p.display()),
+        (None, Ok(state)) => format!(
+            "the last good checkpoint is {} (step {}, from before this command)",
+            checkpoint.display(),
+            state.step
+        ),
+        (None, Err(_)) => "no checkpoint was written before it".into(),
+    }
 }
 
 /// Runs the loop with a [`Reporter`], then writes the loss plot and prints the summary.
@@ -581,12 +605,7 @@ pub fn finish_run<T: Task>(
     let outcome = match outcome {
         Ok(o) => o,
         Err(e) => {
-            let last = reporter
-                .history
-                .last_checkpoint
-                .as_ref()
-                .map(|p| format!("the last good checkpoint is {}", p.display()))
-                .unwrap_or_else(|| "no checkpoint was written before it".into());
+            let last = last_good_checkpoint(reporter.history.last_checkpoint.as_deref(), out);
             return Err(anyhow::Error::new(e).context(format!("training stopped; {last}")));
         }
     };

@@ -4,24 +4,32 @@
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use candle_core::Device;
 use clap::ValueEnum;
 use roformer::data::CorpusFormat;
 use roformer::optim::{AdamW, AdamWConfig, LrSchedule};
+use roformer::shapes::ModelKind;
+use roformer::train::budget::check_training_memory;
 use roformer::train::checkpoint::SaveStep;
 use roformer::train::mlm::{prepare_mlm_data, MlmDataOptions, MlmTask};
 use roformer::train::run::{LoopOptions, Trainer};
-use roformer::train::{build_trainable, Trainable};
+use roformer::train::{build_trainable, TrainError, Trainable};
 use roformer::{PositionEmbeddingType, RoFormerConfig, RoFormerForMaskedLM, RoFormerTokenizer};
 use serde::{Deserialize, Serialize};
 
 use crate::precision::PrecisionArg;
 
-use super::common::{
-    check_not_in_use, finish_run, load_optimizer_state, prepare_out_dir, read_run_args,
-    tokenizer_files, write_run_args, AbortInSave, Decay, Display, OutRequest, RunPaths, Stop,
+use super::checks::{
+    check_numbers, check_plot_name, check_vocab_fits, parse_lr, parse_max_grad_norm,
+    parse_weight_decay,
 };
+use super::common::{
+    finish_run, load_optimizer_state, prepare_out_dir, tokenizer_files, vocab_text, AbortInSave,
+    Decay, Display, OutRequest, RunPaths, Stop,
+};
+use super::fingerprint::{corpus_source, Fingerprint};
+use super::resume::{check_same_run, resolve, write_record};
 
 /// The corpus format, or detection by file name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
@@ -100,8 +108,8 @@ pub struct Args {
     /// Optimisation steps.
     #[arg(long, required_unless_present = "resume")]
     pub steps: Option<u64>,
-    /// Peak learning rate.
-    #[arg(long, default_value_t = 5e-4)]
+    /// Peak learning rate (a finite number above 0).
+    #[arg(long, default_value_t = 5e-4, value_parser = parse_lr, allow_negative_numbers = true)]
     pub lr: f64,
     /// Warm-up steps (linear from 0 to the peak).
     #[arg(long, default_value_t = 0)]
@@ -109,11 +117,11 @@ pub struct Args {
     /// Decay after the warm-up.
     #[arg(long, value_enum, default_value = "linear")]
     pub decay: Decay,
-    /// AdamW's decoupled weight decay (not on biases and norm weights).
-    #[arg(long, default_value_t = 0.01)]
+    /// AdamW's decoupled weight decay (not on biases and norm weights; 0 or more).
+    #[arg(long, default_value_t = 0.01, value_parser = parse_weight_decay, allow_negative_numbers = true)]
     pub weight_decay: f64,
-    /// Clip the global gradient norm to this (0: no clipping).
-    #[arg(long, default_value_t = 1.0)]
+    /// Clip the global gradient norm to this (a finite number; 0: no clipping).
+    #[arg(long, default_value_t = 1.0, value_parser = parse_max_grad_norm, allow_negative_numbers = true)]
     pub max_grad_norm: f64,
     /// Seed of initialisation, data order, masks and dropout.
     #[arg(long, default_value_t = 0)]
@@ -131,13 +139,16 @@ pub struct Args {
     #[arg(long)]
     pub out: PathBuf,
     /// Replace an output directory that holds another run.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "resume")]
     pub overwrite: bool,
-    /// Continue the run in --out from its checkpoint (with its recorded arguments; --steps may
-    /// raise the total).
+    /// Continue the run in --out from its checkpoint, with the arguments it recorded. --steps
+    /// (not below the steps done), --precision, --save-every and --eval-every may change; any
+    /// other flag must repeat the run's value. The config, vocabulary, corpus and parameter
+    /// shapes must be the run's.
     #[arg(long)]
     pub resume: bool,
-    /// The loss plot's file name in --out (.png or .svg).
+    /// The loss plot's file name in --out (.png or .svg; a name, not a path: it is always
+    /// written in --out).
     #[arg(long, default_value = "loss.png")]
     pub plot: PathBuf,
     /// Stop after this step as Ctrl-C would (checkpoint written, --resume continues).
@@ -193,7 +204,37 @@ impl Args {
         }
     }
 
-    /// The checks that need no file.
+    /// How the corpus becomes batches.
+    fn data_options(&self) -> MlmDataOptions {
+        MlmDataOptions {
+            corpus: self.corpus.clone(),
+            format: self.corpus_format(),
+            seq_len: self.seq_len,
+            packed: !self.line_by_line,
+            validation_fraction: self.validation,
+            batch_size: self.batch,
+            seed: self.seed,
+            whole_word: self.whole_word,
+            max_eval_batches: self.eval_batches,
+            also_simplified: self.also_simplified,
+            line_share: self.also_lines,
+            alone_share: self.alone_share,
+        }
+    }
+
+    /// The loop's settings for a run of `steps` steps.
+    fn loop_options(&self, steps: u64) -> LoopOptions {
+        LoopOptions {
+            steps,
+            grad_accum: self.grad_accum,
+            max_grad_norm: (self.max_grad_norm > 0.0).then_some(self.max_grad_norm),
+            seed: self.seed,
+            eval_every: self.eval_every,
+            save_every: self.save_every,
+        }
+    }
+
+    /// The checks that need no file (again for arguments read back from `run.json`).
     fn validate(&self) -> anyhow::Result<()> {
         if self.batch == 0 {
             bail!("--batch must be at least 1");
@@ -219,10 +260,8 @@ impl Args {
         if !(0.0..1.0).contains(&self.validation) {
             bail!("--validation must be in [0, 1)");
         }
-        if !(self.lr.is_finite() && self.lr > 0.0) {
-            bail!("--lr must be a positive number");
-        }
-        Ok(())
+        check_numbers(self.lr, self.weight_decay, self.max_grad_norm)?;
+        check_plot_name(&self.plot)
     }
 }
 
@@ -238,13 +277,13 @@ fn model_and_tokenizer(
     if let Some(dir) = &paths.weights {
         let md = roformer::ModelDir::open(dir)?;
         let tokenizer = RoFormerTokenizer::from_dir(dir)?;
-        let mut cfg = md.config.clone();
+        let cfg = md.config.clone();
         if let Some(p) = args.position {
             if PositionEmbeddingType::from(p) != cfg.position_embedding_type {
                 bail!("--position cannot change the position type of a checkpoint");
             }
         }
-        cfg.vocab_size = cfg.vocab_size.max(tokenizer.vocab_size());
+        check_vocab_fits(dir, tokenizer.vocab_size(), cfg.vocab_size)?;
         return Ok((cfg, tokenizer, Some(md.checkpoint)));
     }
     let (Some(config), Some(vocab)) = (&args.config, &args.vocab) else {
@@ -265,29 +304,11 @@ fn model_and_tokenizer(
 /// Runs `roformer train mlm`.
 ///
 /// # Errors
-/// Bad arguments, unreadable inputs, a non-finite loss (the last good checkpoint stays), and
-/// file errors.
+/// Bad arguments, unreadable inputs, a resume that is not the run in --out, a non-finite loss
+/// (the last good checkpoint stays), and file errors.
 pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
-    let args = if args.resume {
-        check_not_in_use(&args.out)?;
-        let mut recorded: Args = read_run_args(&args.out)?;
-        // The directory given is the one written (a copied run records its original).
-        recorded.out = args.out.clone();
-        recorded.overwrite = false;
-        if let Some(steps) = args.steps {
-            recorded.steps = Some(steps);
-        }
-        recorded.resume = true;
-        recorded.stop_after = args.stop_after;
-        recorded.json = args.json;
-        if args.precision.is_some() {
-            recorded.precision = args.precision;
-        }
-        recorded.quiet = args.quiet;
-        recorded
-    } else {
-        args
-    };
+    let (out, resume) = (args.out.clone(), args.resume);
+    let (args, recorded) = resolve(args, &out, resume, "mlm")?;
     args.validate()?;
     let mut inputs: Vec<(&str, &std::path::Path)> = Vec::new();
     inputs.extend(args.config.as_deref().map(|p| ("--config", p)));
@@ -313,36 +334,35 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
             cfg.max_position_embeddings
         );
     }
-    let device = Device::Cpu;
+    check_training_memory(&cfg, ModelKind::MaskedLm, args.batch, args.seq_len).context(
+        "the run does not fit in memory: lower --batch or --seq-len, or use a smaller model",
+    )?;
     let Trainable {
         model,
         params,
         initialised,
         ..
-    } = build_trainable::<RoFormerForMaskedLM>(&cfg, checkpoint.as_ref(), args.seed, &device)?;
+    } = build_trainable::<RoFormerForMaskedLM>(&cfg, checkpoint.as_ref(), args.seed, &Device::Cpu)?;
     if checkpoint.is_some() && !initialised.is_empty() && !args.json {
         eprintln!(
             "initialised (not in the checkpoint): {}",
             initialised.join(", ")
         );
     }
-    let steps = args.steps.unwrap_or(1);
-    let data_options = MlmDataOptions {
-        corpus: args.corpus.clone(),
-        format: args.corpus_format(),
-        seq_len: args.seq_len,
-        packed: !args.line_by_line,
-        validation_fraction: args.validation,
-        batch_size: args.batch,
-        seed: args.seed,
-        whole_word: args.whole_word,
-        max_eval_batches: args.eval_batches,
-        also_simplified: args.also_simplified,
-        line_share: args.also_lines,
-        alone_share: args.alone_share,
-    };
-    let data = prepare_mlm_data(&tokenizer, &data_options)?;
-    let entropy = data.unigram_entropy;
+    let data_options = args.data_options();
+    let data = prepare_mlm_data(&tokenizer, &data_options).map_err(|e| match e {
+        e @ TrainError::NoTrainingBlock { .. } => anyhow::Error::new(e).context(format!(
+            "--seq-len {}, --validation {}{}",
+            args.seq_len,
+            args.validation,
+            if args.line_by_line {
+                ", --line-by-line"
+            } else {
+                ""
+            }
+        )),
+        e => e.into(),
+    })?;
     if !args.json && !args.resume {
         eprintln!(
             "{} documents: {} training blocks of {} tokens ({} tokens), {} validation blocks; \
@@ -353,9 +373,20 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
             data.train_tokens,
             data.blocks.1,
             params.element_count(),
-            entropy
+            data.unigram_entropy
         );
     }
+    let tokenizer_files = tokenizer_files(&tokenizer, &cfg)?;
+    let print = Fingerprint::new(
+        &cfg,
+        &params,
+        vocab_text(&tokenizer_files),
+        data.sources.iter().map(corpus_source).collect(),
+    )?;
+    if let Some(recorded) = &recorded {
+        check_same_run(&args.out, recorded.fingerprint.as_ref(), &print)?;
+    }
+    let steps = args.steps.unwrap_or(1);
     let mut optimizer = AdamW::new(
         params.vars().to_vec(),
         AdamWConfig {
@@ -363,33 +394,25 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
             ..AdamWConfig::with_lr(args.lr)
         },
     )?;
-    let mut done = 0;
-    if let Some(state) = &paths.resume_state {
-        done = load_optimizer_state(&mut optimizer, state)?;
-    }
-    let schedule = LrSchedule::new(args.lr, args.warmup, steps, args.decay.into())?;
+    let done = match &paths.resume_state {
+        Some(state) => load_optimizer_state(&mut optimizer, state, steps)?.done(),
+        None => 0,
+    };
     let task = MlmTask {
         model: &model,
         params: &params,
         data: &data,
         max_eval_batches: args.eval_batches,
-        tokenizer_files: tokenizer_files(&tokenizer, &cfg)?,
+        tokenizer_files,
         precision: args.precision.unwrap_or_default().resolve(),
     };
-    write_run_args(&args.out, &args)?;
+    write_record(&args.out, &args, &print)?;
     let mut trainer = Trainer {
         task,
         params: &params,
         optimizer,
-        schedule,
-        options: LoopOptions {
-            steps,
-            grad_accum: args.grad_accum,
-            max_grad_norm: (args.max_grad_norm > 0.0).then_some(args.max_grad_norm),
-            seed: args.seed,
-            eval_every: args.eval_every,
-            save_every: args.save_every,
-        },
+        schedule: LrSchedule::new(args.lr, args.warmup, steps, args.decay.into())?,
+        options: args.loop_options(steps),
         out: args.out.clone(),
         step: done,
         task_record: crate::json::to_value(&data_options)?,
@@ -403,7 +426,7 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
         Display {
             json: args.json,
             quiet: args.quiet,
-            unigram_entropy: Some(entropy),
+            unigram_entropy: Some(data.unigram_entropy),
         },
         Stop {
             flag: stop,

@@ -2,11 +2,14 @@
 //! progress bar, `metrics.jsonl`, a loss plot, checkpoints as Hugging Face directories, and
 //! Ctrl-C, SIGTERM and SIGHUP writing a checkpoint before it exits.
 
+mod checks;
 pub(crate) mod classify;
 pub(crate) mod common;
+mod fingerprint;
 mod loss_plot;
 pub(crate) mod mlm;
 mod progress;
+mod resume;
 
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, OnceLock};

@@ -200,6 +200,8 @@ fn modes_follow_the_umask() {
                 "1",
                 "--out",
                 vocab.to_str().unwrap(),
+                "--tokenizer-config",
+                dir.join("vocab/tokenizer_config.json").to_str().unwrap(),
             ],
         );
         assert_eq!(mode(&vocab), want, "vocab.txt, umask {mask}");

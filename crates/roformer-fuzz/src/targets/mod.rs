@@ -6,6 +6,7 @@ pub mod gguf;
 pub mod input;
 pub mod pickle;
 mod probe;
+pub mod request;
 pub mod safetensors;
 pub mod vocab;
 
@@ -30,17 +31,20 @@ pub enum Target {
     Input,
     /// A GGUF file: parse, read the config and tokenizer, build the LLaMA, generate.
     Gguf,
+    /// A `roformer serve` request body: decoded as every route's body and checked.
+    Request,
 }
 
 impl Target {
     /// Every target.
-    pub const ALL: [Target; 6] = [
+    pub const ALL: [Target; 7] = [
         Target::Config,
         Target::Vocab,
         Target::Safetensors,
         Target::Pickle,
         Target::Input,
         Target::Gguf,
+        Target::Request,
     ];
 
     /// The target's name on the command line and in the findings directory.
@@ -52,6 +56,7 @@ impl Target {
             Target::Pickle => "pickle",
             Target::Input => "input",
             Target::Gguf => "gguf",
+            Target::Request => "request",
         }
     }
 
@@ -64,6 +69,7 @@ impl Target {
             Target::Pickle => pickle::run(data),
             Target::Input => input::run(data),
             Target::Gguf => gguf::run(data),
+            Target::Request => request::run(data),
         }
     }
 
@@ -76,6 +82,7 @@ impl Target {
             Target::Pickle => pickle::seeds(),
             Target::Input => input::seeds(),
             Target::Gguf => gguf::seeds(),
+            Target::Request => request::seeds(),
         }
     }
 
@@ -83,7 +90,7 @@ impl Target {
     /// the checkpoints with grown headers.
     pub fn max_len(self) -> usize {
         match self {
-            Target::Config | Target::Input | Target::Vocab => 1 << 20,
+            Target::Config | Target::Input | Target::Vocab | Target::Request => 1 << 20,
             Target::Safetensors | Target::Pickle | Target::Gguf => 4 << 20,
         }
     }
@@ -98,6 +105,7 @@ impl Target {
                 Target::Vocab => Some(vocab::mutate(rng, &out, other, self.max_len())),
                 Target::Config if aware => json::mutate(rng, &out, config::FIELDS),
                 Target::Input if aware => json::mutate(rng, &out, input::FIELDS),
+                Target::Request if aware => json::mutate(rng, &out, request::FIELDS),
                 Target::Safetensors if aware => st_mutate::mutate(rng, &out),
                 Target::Pickle if aware => pickle_mutate::mutate(rng, &out),
                 _ => None,

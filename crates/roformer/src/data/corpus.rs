@@ -144,7 +144,7 @@ struct Parsed {
 }
 
 fn read_file(path: &Path, format: &CorpusFormat) -> Result<Parsed, DataError> {
-    let bytes = std::fs::read(path).map_err(DataError::io(path))?;
+    let bytes = crate::memory::read_input_file(path).map_err(DataError::io(path))?;
     let text = String::from_utf8(bytes).map_err(|err| {
         let valid = &err.as_bytes()[..err.utf8_error().valid_up_to()];
         DataError::NotUtf8 {

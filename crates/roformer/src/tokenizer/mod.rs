@@ -23,6 +23,7 @@
 //! the vocabulary itself (a directory written by `save_pretrained`, or transformers 4.x).
 
 pub mod config;
+mod cut;
 pub mod decode;
 pub mod encoding;
 pub mod error;
@@ -163,6 +164,12 @@ impl RoFormerTokenizer {
     /// all (transformers' `truncation=True, max_length=...`, strategy `longest_first`). An
     /// empty `second` counts as none, as in [`encode_pair`](Self::encode_pair).
     ///
+    /// Only the first `64 * max_length` characters of each text are tokenised, cut at a
+    /// whitespace or clause mark when there is one (see `cut`), so that memory and time follow
+    /// what is kept. The tokens kept are those of the whole text unless its words average more
+    /// than 32 characters; and when both texts of a pair are cut, the one with more tokens
+    /// before its cut counts as the longer.
+    ///
     /// # Errors
     /// [`TokenizerError::MaxLengthTooSmall`] if `max_length` is below 2 (3 for a pair).
     pub fn encode_truncated(
@@ -171,10 +178,10 @@ impl RoFormerTokenizer {
         second: Option<&str>,
         max_length: usize,
     ) -> Result<Encoding, TokenizerError> {
-        let mut a = self.tokenize(first);
-        let mut b = second
-            .filter(|text| !text.is_empty())
-            .map(|text| self.tokenize(text));
+        let window = max_length.saturating_mul(cut::CHARS_PER_KEPT_TOKEN);
+        let kept = |text: &str| self.tokenize(&text[..cut::cut_len(text, window)]);
+        let mut a = kept(first);
+        let mut b = second.filter(|text| !text.is_empty()).map(kept);
         encoding::truncate(&mut a, b.as_mut(), max_length)?;
         Ok(self.frame(a, b))
     }
@@ -259,12 +266,22 @@ impl RoFormerTokenizer {
     /// (its WordPiece pieces share its index, and so do its ideographs when the vocabulary
     /// lacks the word and they become one token each) or one special token written in the
     /// text; whitespace takes no index.
+    ///
+    /// A long text is tokenised in pieces of at most 64 Ki characters, cut at a whitespace or
+    /// clause mark (see `cut`), so that the tokenizer's working memory stays that of a piece;
+    /// the result is the whole text's unless a piece must be cut inside a word.
     pub fn ids_and_words(&self, text: &str) -> (Vec<u32>, Vec<u32>) {
         let (mut ids, mut words) = (Vec::new(), Vec::new());
-        self.walk(text, |id, _, word| {
-            ids.push(id);
-            words.push(word);
-        });
+        let mut next_word = 0u32;
+        for piece in cut::pieces(text, cut::PIECE_CHARS) {
+            let first_word = next_word;
+            self.walk(piece, |id, _, word| {
+                let word = first_word.saturating_add(word);
+                ids.push(id);
+                words.push(word);
+                next_word = word.saturating_add(1);
+            });
+        }
         (ids, words)
     }
 

@@ -27,7 +27,7 @@ impl Vocab {
     /// [`TokenizerError::Io`] if it cannot be read, [`TokenizerError::NotUtf8`] if it is not
     /// UTF-8, [`TokenizerError::EmptyVocab`] if it has no line.
     pub fn from_file(path: &Path) -> Result<Self, TokenizerError> {
-        let bytes = std::fs::read(path).map_err(|source| TokenizerError::Io {
+        let bytes = crate::memory::read_input_file(path).map_err(|source| TokenizerError::Io {
             path: path.to_path_buf(),
             source,
         })?;

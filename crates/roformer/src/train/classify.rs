@@ -3,8 +3,8 @@
 //! the best model kept.
 //!
 //! An example is one JSON object per line: `{"text": "...", "label": "name"}`, with an
-//! optional `"text_pair"` for pair tasks. A label is a name from the label list, or an index
-//! into it.
+//! optional `"text_pair"` for pair tasks. A label is a name from the label list; a number
+//! (`"label": 1`) is the label named `"1"`, never an index into a list of names.
 
 use std::path::{Path, PathBuf};
 
@@ -43,30 +43,89 @@ struct RawExample {
     label: serde_json::Value,
 }
 
-/// The labels of a file's examples in order of first appearance (for a label list not given
-/// explicitly).
+/// The labels of a file's examples (for a label list not given explicitly): names in order of
+/// first appearance, or, when every label is a whole number, the numbers in ascending order
+/// (written as names: `"0"`, `"1"`, ...), so that a number is the name of its class.
 ///
 /// # Errors
-/// As [`read_examples`].
+/// As [`read_examples`], and a file that mixes names and numbers (the number would silently
+/// become a class of its own), naming the first line of the other kind.
 pub fn labels_of(path: &Path) -> Result<Vec<String>, TrainError> {
     let mut labels: Vec<String> = Vec::new();
+    let mut numbers: Vec<u64> = Vec::new();
+    let mut first: Option<(usize, &'static str)> = None;
     for (line, raw) in raw_examples(path)? {
-        let name = match &raw.label {
-            serde_json::Value::String(s) => s.clone(),
-            serde_json::Value::Number(n) => n.to_string(),
+        let kind = match &raw.label {
+            serde_json::Value::String(s) => {
+                if !labels.contains(s) {
+                    labels.push(s.clone());
+                }
+                "a name"
+            }
+            serde_json::Value::Number(n) => {
+                let Some(n) = n.as_u64() else {
+                    return Err(bad_line(
+                        path,
+                        line,
+                        format!("label {n} is neither a name nor a whole number ≥ 0"),
+                    ));
+                };
+                if !numbers.contains(&n) {
+                    numbers.push(n);
+                }
+                "a number"
+            }
             other => {
                 return Err(bad_line(
                     path,
                     line,
-                    format!("label {other} is neither a name nor an index"),
+                    format!("label {other} is neither a name nor a number"),
                 ))
             }
         };
-        if !labels.contains(&name) {
-            labels.push(name);
+        match first {
+            None => first = Some((line, kind)),
+            Some((at, was)) if was != kind => {
+                return Err(bad_line(
+                    path,
+                    line,
+                    format!(
+                        "label {} is {kind}, but the label on line {at} is {was}: write every \
+                         label as a name or every label as a number, or give the label list",
+                        raw.label
+                    ),
+                ))
+            }
+            Some(_) => {}
         }
     }
+    if labels.is_empty() {
+        numbers.sort_unstable();
+        labels = numbers.iter().map(u64::to_string).collect();
+    }
     Ok(labels)
+}
+
+/// The index of an example's label in `labels`: a name, or a number written as its name
+/// (`1` is the label `"1"`; a number is never read as an index into names).
+fn label_index(label: &serde_json::Value, labels: &[String]) -> Result<usize, String> {
+    let name = match label {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Number(n) => n.to_string(),
+        other => return Err(format!("label {other} is neither a name nor a number")),
+    };
+    if let Some(i) = labels.iter().position(|l| *l == name) {
+        return Ok(i);
+    }
+    let numbers_only = labels.iter().all(|l| l.parse::<u64>().is_ok());
+    Err(if label.is_number() && !numbers_only {
+        format!(
+            "label {label} is a number, but the labels are names {labels:?}: write the label's \
+             name (a number is a label's name, never an index)"
+        )
+    } else {
+        format!("label {label} is not one of {labels:?}")
+    })
 }
 
 fn bad_line(path: &Path, line: usize, reason: String) -> TrainError {
@@ -78,7 +137,7 @@ fn bad_line(path: &Path, line: usize, reason: String) -> TrainError {
 }
 
 fn raw_examples(path: &Path) -> Result<Vec<(usize, RawExample)>, TrainError> {
-    let text = std::fs::read_to_string(path).map_err(|source| TrainError::Io {
+    let text = crate::memory::read_input_text(path).map_err(|source| TrainError::Io {
         path: path.to_path_buf(),
         source,
     })?;
@@ -110,22 +169,8 @@ pub fn read_examples(
 ) -> Result<Vec<Example>, TrainError> {
     let mut out = Vec::new();
     for (line, raw) in raw_examples(path)? {
-        let label = match &raw.label {
-            serde_json::Value::String(s) => labels.iter().position(|l| l == s),
-            serde_json::Value::Number(n) => n
-                .as_u64()
-                .map(|i| i as usize)
-                .filter(|&i| i < labels.len())
-                .or_else(|| labels.iter().position(|l| *l == n.to_string())),
-            _ => None,
-        }
-        .ok_or_else(|| {
-            bad_line(
-                path,
-                line,
-                format!("label {} is not one of {labels:?}", raw.label),
-            )
-        })?;
+        let label =
+            label_index(&raw.label, labels).map_err(|reason| bad_line(path, line, reason))?;
         let encoding = tokenizer
             .encode_truncated(&raw.text, raw.text_pair.as_deref(), max_length)
             .map_err(|e| bad_line(path, line, e.to_string()))?;
@@ -380,5 +425,59 @@ impl Task for ClassifyTask<'_> {
             write_dir_atomically(dir, &files)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod label_tests {
+    use super::*;
+
+    fn file(name: &str, labels: &[&str]) -> PathBuf {
+        let path = std::env::temp_dir().join(format!(
+            "roformer-labels-{name}-{}.jsonl",
+            std::process::id()
+        ));
+        let text: String = labels
+            .iter()
+            .map(|l| format!("{{\"text\": \"a\", \"label\": {l}}}\n"))
+            .collect();
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    #[test]
+    fn inferred_labels_are_names_in_order_or_numbers_ascending_never_a_mix() {
+        let names = file("names", &["\"pos\"", "\"neg\"", "\"pos\""]);
+        assert_eq!(labels_of(&names).unwrap(), ["pos", "neg"]);
+        let numbers = file("numbers", &["2", "0", "2"]);
+        assert_eq!(labels_of(&numbers).unwrap(), ["0", "2"]);
+        let mixed = file("mixed", &["\"pos\"", "\"neg\"", "1"]);
+        let err = labels_of(&mixed).unwrap_err().to_string();
+        assert!(
+            err.contains(":3:") && err.contains("line 1 is a name"),
+            "{err}"
+        );
+        let negative = file("negative", &["-1"]);
+        assert!(labels_of(&negative).is_err());
+    }
+
+    #[test]
+    fn a_number_is_a_label_name_never_an_index_into_names() {
+        let names = ["pos".to_string(), "neg".to_string()];
+        let value = |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap();
+        assert_eq!(label_index(&value("\"neg\""), &names), Ok(1));
+        let err = label_index(&value("1"), &names).unwrap_err();
+        assert!(
+            err.contains("is a number, but the labels are names"),
+            "{err}"
+        );
+        // Numbers as names: "1" is the class named 1, wherever it stands in the list.
+        let numbers = ["1".to_string(), "0".to_string()];
+        assert_eq!(label_index(&value("1"), &numbers), Ok(0));
+        assert_eq!(label_index(&value("\"0\""), &numbers), Ok(1));
+        assert!(label_index(&value("2"), &numbers)
+            .unwrap_err()
+            .contains("not one of"));
+        assert!(label_index(&value("null"), &numbers).is_err());
     }
 }

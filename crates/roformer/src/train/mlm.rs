@@ -7,9 +7,11 @@ use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 use crate::config::RoFormerConfig;
+use crate::data::split::fnv1a64;
 use crate::data::{
-    make_blocks, read_corpus, split_alone, split_documents, tokenize_documents, with_lines,
-    with_simplified, Block, BlockMode, CorpusFormat, Masker, MaskingOptions, MlmBatch, MlmBatches,
+    make_blocks, read_corpus, split_alone, split_documents, text_hash, tokenize_documents,
+    with_lines, with_simplified, Block, BlockMode, CorpusFormat, Masker, MaskingOptions, MlmBatch,
+    MlmBatches,
 };
 use crate::mode::{Dropout, Mode};
 use crate::tasks::{HeadModel, RoFormerForMaskedLM};
@@ -74,6 +76,35 @@ pub struct MlmData {
     /// out: `H = -sum_w p(w) ln p(w)`, the loss of the best predictor that ignores context,
     /// the level masked-LM training must get below.
     pub unigram_entropy: f64,
+    /// What each corpus path held, in the order given.
+    pub sources: Vec<CorpusDigest>,
+}
+
+/// What one corpus path held when it was read: its documents and a hash of their texts, so
+/// that a resumed run can tell the corpus changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CorpusDigest {
+    /// The path (a file or a directory) as given.
+    pub path: PathBuf,
+    /// Documents read from it.
+    pub documents: usize,
+    /// FNV-1a (64-bit) over the little-endian [`text_hash`] of each document's text, in order.
+    pub hash: u64,
+}
+
+impl CorpusDigest {
+    /// The digest of the documents read from `path`.
+    pub fn of(path: &std::path::Path, documents: &[crate::data::Document]) -> Self {
+        let hashes: Vec<u8> = documents
+            .iter()
+            .flat_map(|d| text_hash(&d.text).to_le_bytes())
+            .collect();
+        Self {
+            path: path.to_path_buf(),
+            documents: documents.len(),
+            hash: fnv1a64(&hashes),
+        }
+    }
 }
 
 /// `-sum p ln p` of the non-special tokens of `blocks`.
@@ -99,15 +130,18 @@ fn unigram_entropy(blocks: &[crate::data::Block], masker: &Masker) -> f64 {
 /// Reads, splits, tokenises (on all cores), blocks and masks a corpus.
 ///
 /// # Errors
-/// [`TrainError::Data`] for unreadable or empty corpora, a corpus too short for one block,
-/// and tokenizer problems (no `[MASK]` token).
+/// [`TrainError::Data`] for unreadable or empty corpora and tokenizer problems (no `[MASK]`
+/// token); [`TrainError::NoTrainingBlock`] for a corpus too short for one training block.
 pub fn prepare_mlm_data(
     tokenizer: &RoFormerTokenizer,
     options: &MlmDataOptions,
 ) -> Result<MlmData, TrainError> {
     let mut documents = Vec::new();
+    let mut sources = Vec::with_capacity(options.corpus.len());
     for path in &options.corpus {
-        documents.extend(read_corpus(path, options.format.as_ref())?);
+        let read = read_corpus(path, options.format.as_ref())?;
+        sources.push(CorpusDigest::of(path, &read));
+        documents.extend(read);
     }
     let count = documents.len();
     let (mut train_docs, mut validation_docs) =
@@ -147,7 +181,16 @@ pub fn prepare_mlm_data(
         )?);
         Ok(blocks)
     };
+    let train_docs_count = train_docs.len();
     let train_blocks = blocks_of(train_docs)?;
+    if train_blocks.is_empty() {
+        return Err(TrainError::NoTrainingBlock {
+            seq_len: options.seq_len,
+            documents: count,
+            train: train_docs_count,
+            validation: options.validation_fraction,
+        });
+    }
     let validation_blocks = blocks_of(validation_docs)?;
     let blocks = (train_blocks.len(), validation_blocks.len());
     let masker = Masker::new(masking, tokenizer)?;
@@ -164,6 +207,7 @@ pub fn prepare_mlm_data(
         )?)
     };
     Ok(MlmData {
+        sources,
         train_tokens: blocks.0 * options.seq_len,
         train,
         validation,

@@ -8,6 +8,7 @@
 //! are fused ops with hand-written backward passes (`ops`, crate-private); elsewhere candle's
 //! differentiable primitives, which the ops are tested against.
 
+pub mod budget;
 pub mod checkpoint;
 pub mod classify;
 pub mod loss;
@@ -56,6 +57,22 @@ pub enum TrainError {
         step: u64,
         /// What was not finite.
         what: String,
+    },
+    /// The corpus is too short for one training block.
+    #[error(
+        "the corpus gives no training block of {seq_len} tokens: {documents} documents, {train} \
+         of them for training (validation share {validation}); give more text, a shorter \
+         sequence length, one document per block, or a smaller validation share"
+    )]
+    NoTrainingBlock {
+        /// Tokens per block.
+        seq_len: usize,
+        /// Documents read.
+        documents: usize,
+        /// Documents on the training side of the split.
+        train: usize,
+        /// The validation share.
+        validation: f64,
     },
     /// A checkpoint that cannot be resumed.
     #[error("cannot resume: {0}")]

@@ -1,0 +1,261 @@
+//! `roformer serve` end to end: the built-in model over HTTP (one test per route family), flag
+//! errors, and SIGTERM with requests in flight (none lost). A plain HTTP/1.1 client over a
+//! socket, one connection per request.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::roformer;
+
+/// A `roformer serve` child with its address and its stderr (the access log) collected.
+struct Server {
+    child: Child,
+    addr: String,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Server {
+    fn start(args: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_roformer"))
+            .args(["serve", "--port", "0"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        stdout.read_line(&mut first).unwrap();
+        std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (sink, mut pipe) = (stderr.clone(), child.stderr.take().unwrap());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        let addr = first
+            .trim()
+            .strip_prefix("listening on http://")
+            .unwrap_or_else(|| panic!("first line {first:?}"))
+            .to_owned();
+        Server {
+            child,
+            addr,
+            stderr,
+        }
+    }
+
+    /// `METHOD path` with a JSON body: the status and the body.
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, String) {
+        call(&self.addr, method, path, body)
+    }
+
+    fn json(&self, path: &str, body: Value) -> (u16, Value) {
+        let (status, text) = self.call("POST", path, Some(body));
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    fn log(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn call(addr: &str, method: &str, path: &str, body: Option<Value>) -> (u16, String) {
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    let status = answer.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_owned();
+    (status, body)
+}
+
+#[test]
+fn serve_answers_every_route_family_with_the_built_in_model() {
+    let s = Server::start(&[]);
+    assert_eq!(s.call("GET", "/health", None), (200, String::new()));
+    let (status, info) = s.call("GET", "/info", None);
+    assert_eq!(status, 200);
+    let info: Value = serde_json::from_str(&info).unwrap();
+    assert_eq!(info["model_id"], "<built-in poetry model>");
+    assert_eq!(info["fill_mask"], true);
+    assert_eq!(info["max_input_length"], 512);
+
+    let text = "床前明[MASK]光";
+    let (status, fill) = s.json("/fill-mask", json!({"inputs": text}));
+    assert_eq!(status, 200);
+    assert_eq!(fill[0]["token_str"], "月", "{fill}");
+    assert_eq!(fill[0]["sequence"], "床前明月光");
+    assert_eq!(fill.as_array().unwrap().len(), 5);
+
+    let (status, v) = s.json("/embed", json!({"inputs": ["床前明月光", "疑是地上霜"]}));
+    assert_eq!(status, 200);
+    assert_eq!(v.as_array().unwrap().len(), 2);
+    assert_eq!(v[0].as_array().unwrap().len(), 256);
+    let (status, o) = s.json("/v1/embeddings", json!({"input": "床前明月光"}));
+    assert_eq!(status, 200);
+    assert_eq!(o["usage"]["prompt_tokens"], 7);
+    let (status, t) = s.json("/tokenize", json!({"inputs": "月光"}));
+    assert_eq!(status, 200);
+    assert_eq!(t[0][1]["text"], "月");
+    assert_eq!(
+        (t[0][2]["start"].clone(), t[0][2]["stop"].clone()),
+        (json!(3), json!(6))
+    );
+    let (status, p) = s.json("/predict", json!({"inputs": "月"}));
+    assert_eq!(status, 404);
+    assert_eq!(p["error_type"], "NotFound");
+    let (status, metrics) = s.call("GET", "/metrics", None);
+    assert_eq!(status, 200);
+    assert!(metrics.contains("te_request_count{route=\"/fill-mask\",status=\"200\"} 1"));
+
+    let log = s.log();
+    assert!(
+        log.contains("POST /fill-mask 200") && log.contains("inputs=1 tokens=7"),
+        "{log}"
+    );
+    assert!(!log.contains("床前"), "texts only with --log-inputs: {log}");
+}
+
+/// `--gguf`: the completion routes with the tiny LLaMA of the llama crate's tests, whole and
+/// streamed, beside the built-in RoFormer model's routes.
+#[test]
+fn serve_with_gguf_answers_completions_beside_the_built_in_model() {
+    let gguf = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../llama/tests/fixtures/tiny-llama/tiny.gguf"
+    );
+    let s = Server::start(&["--gguf", gguf, "--max-tokens", "16"]);
+    let body = json!({"prompt": "hello there, the end.", "max_tokens": 4, "temperature": 0});
+    let (status, answer) = s.json("/v1/completions", body.clone());
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["object"], "text_completion");
+    assert_eq!(answer["choices"][0]["finish_reason"], "length");
+    assert_eq!(
+        answer["usage"],
+        json!({"prompt_tokens": 6, "completion_tokens": 4, "total_tokens": 10})
+    );
+    let mut streamed = body;
+    streamed["stream"] = json!(true);
+    let (status, events) = s.call("POST", "/v1/completions", Some(streamed));
+    assert_eq!(status, 200);
+    // The body is chunked (this client does not undo the chunk sizes): look for the events.
+    assert!(
+        events.matches("\"object\":\"text_completion\"").count() >= 2,
+        "{events}"
+    );
+    let last = events.rfind("data: ").unwrap();
+    assert!(events[last..].starts_with("data: [DONE]\n\n"), "{events}");
+    let chat = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
+    let (status, answer) = s.json("/v1/chat/completions", chat);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["object"], "chat.completion");
+    let (status, e) = s.json(
+        "/v1/completions",
+        json!({"prompt": "hello", "max_tokens": 17}),
+    );
+    assert_eq!(status, 422);
+    assert!(e["error"].as_str().unwrap().contains("--max-tokens"), "{e}");
+    let (status, fill) = s.json("/fill-mask", json!({"inputs": "床前明[MASK]光"}));
+    assert_eq!(status, 200);
+    assert_eq!(
+        fill[0]["token_str"], "月",
+        "the built-in model still serves"
+    );
+}
+
+#[test]
+fn serve_refuses_bad_flags_naming_them() {
+    let out = roformer(&["serve", "--port", "0", "--max-batch-tokens", "0"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--max-batch-tokens"));
+    let out = roformer(&["serve", "--port", "0", "--api-key", ""]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--api-key") && stderr.contains("non-empty"),
+        "{stderr}"
+    );
+    let out = roformer(&["serve", "--model", "/nonexistent/dir"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/dir"));
+    let out = roformer(&["serve", "--port", "0", "--gguf", "/nonexistent/model.gguf"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--gguf /nonexistent/model.gguf"),
+        "{stderr}"
+    );
+}
+
+/// SIGTERM while requests wait in the batcher: every request sent before it gets its 200, and
+/// the process exits 0 soon after.
+#[test]
+fn serve_finishes_requests_in_flight_on_sigterm() {
+    let mut s = Server::start(&["--max-wait-ms", "1500"]);
+    let requests: Vec<_> = (0..8)
+        .map(|i| {
+            let addr = s.addr.clone();
+            std::thread::spawn(move || {
+                let path = if i % 2 == 0 { "/embed" } else { "/fill-mask" };
+                call(
+                    &addr,
+                    "POST",
+                    path,
+                    Some(json!({"inputs": "床前明[MASK]光"})),
+                )
+                .0
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = s.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let statuses: Vec<u16> = requests.into_iter().map(|r| r.join().unwrap()).collect();
+    assert_eq!(statuses, vec![200; 8], "{}", s.log());
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = s.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "still running after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}: {}", s.log());
+}

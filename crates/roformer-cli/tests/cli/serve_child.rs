@@ -1,0 +1,62 @@
+//! A `roformer serve` process for the tests that need a running server: started on port 0,
+//! its address read from the first line it prints, killed when dropped.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// A running `roformer serve`.
+pub struct ServeChild {
+    child: Child,
+    /// The base URL, `http://HOST:PORT`, from its `listening on` line.
+    pub url: String,
+}
+
+impl ServeChild {
+    /// Starts `roformer serve --port 0` with `args`, waiting up to a minute for its
+    /// `listening on http://HOST:PORT` line; panics with its stderr if it exits first.
+    pub fn start(args: &[&str]) -> ServeChild {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_roformer"))
+            .args(["serve", "--port", "0"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the roformer binary starts");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let _ = tx.send(lines.next());
+            // Keep reading so that the server never blocks on a full pipe.
+            for _ in lines {}
+        });
+        let first = rx.recv_timeout(Duration::from_secs(60));
+        let url = match first {
+            Ok(Some(Ok(line))) if line.starts_with("listening on http://") => {
+                line["listening on ".len()..].trim().to_owned()
+            }
+            other => {
+                let _ = child.kill();
+                let mut err = String::new();
+                if let Some(mut stderr) = child.stderr.take() {
+                    let _ = stderr.read_to_string(&mut err);
+                }
+                panic!("roformer serve {args:?} did not print its address: {other:?}\n{err}");
+            }
+        };
+        // Drain stderr (access logs) in the background, for the same reason as stdout.
+        if let Some(mut stderr) = child.stderr.take() {
+            std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+        }
+        ServeChild { child, url }
+    }
+}
+
+impl Drop for ServeChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,10 @@
+//! Text generation with the GGUF LLaMA of `--gguf`, for `/v1/completions` and
+//! `/v1/chat/completions`: the model ([`model`]), one generation at a time behind a bounded
+//! queue on a blocking thread ([`runner`]), and the stop strings ([`stop`]).
+
+pub mod model;
+pub mod runner;
+pub mod stop;
+
+pub use model::LlamaModel;
+pub use runner::{Event, Finish, Generator, Job};

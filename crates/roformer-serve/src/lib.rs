@@ -1,0 +1,263 @@
+//! `roformer serve`: RoFormer models as an HTTP service.
+//!
+//! Routes (shapes of TEI, OpenAI and the Hugging Face inference API, so their clients work):
+//! `GET /health`, `GET /info`, `GET /metrics`, `GET /`, `POST /embed`, `POST /v1/embeddings`,
+//! `POST /fill-mask`, `POST /predict`, `POST /tokenize`, and with a GGUF LLaMA
+//! ([`Models::generator`]) `POST /v1/completions` and `POST /v1/chat/completions`, decoded one
+//! at a time behind a bounded queue ([`generate`]). Texts are admitted up to
+//! `--max-concurrent-requests` (429 beyond), encoded and checked in the handler, and queued
+//! to one batcher thread ([`batcher`]) that runs the model on batches formed by a token budget
+//! and a short wait. Errors are JSON `{"error", "error_type"}` ([`error::ApiError`]).
+//!
+//! ```no_run
+//! # async fn start(backend: roformer_serve::Backend) -> Result<(), roformer_serve::ServeError> {
+//! use roformer_serve::{access_log, shutdown, ServeConfig, Server};
+//! let server = Server::bind(ServeConfig::default(), backend, access_log::stderr()).await?;
+//! println!("listening on http://{}", server.local_addr());
+//! server.run(shutdown::signal()).await
+//! # }
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod access_log;
+pub mod admission;
+pub mod auth;
+pub mod backend;
+pub mod batcher;
+pub mod config;
+pub mod error;
+pub mod generate;
+pub mod metrics;
+pub mod request;
+pub mod routes;
+pub mod shutdown;
+pub mod state;
+pub mod timeout;
+
+use std::future::{Future, IntoFuture};
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::{header, HeaderValue, Method};
+use axum::middleware::from_fn_with_state;
+use axum::routing::{get, post};
+use axum::Router;
+use tokio::net::TcpListener;
+use tower_http::cors::CorsLayer;
+
+pub use backend::{Backend, Head};
+pub use config::ServeConfig;
+pub use error::{ApiError, ServeError};
+pub use generate::LlamaModel;
+
+use access_log::LogSink;
+use admission::Admission;
+use batcher::{BatchLimits, Batcher};
+use generate::Generator;
+use metrics::Metrics;
+use state::{AppState, Shared};
+
+/// The models a server runs: the RoFormer encoder (always), and a GGUF LLaMA for the
+/// completion routes (optional). A [`Backend`] alone converts into one.
+#[derive(Debug)]
+pub struct Models {
+    /// The RoFormer model of the text routes.
+    pub encoder: Backend,
+    /// The decoder of `/v1/completions` and `/v1/chat/completions`; without it they answer
+    /// 404.
+    pub generator: Option<LlamaModel>,
+}
+
+impl From<Backend> for Models {
+    fn from(encoder: Backend) -> Models {
+        Models {
+            encoder,
+            generator: None,
+        }
+    }
+}
+
+/// A bound server, not yet serving.
+pub struct Server {
+    state: AppState,
+    listener: TcpListener,
+    addr: SocketAddr,
+}
+
+impl Server {
+    /// Checks `config`, starts the batcher on the encoder of `models` (and the generator on
+    /// its decoder, if any) and binds `--host`:`--port`; access log lines go to `log`.
+    ///
+    /// # Errors
+    /// [`ServeError::Config`] for a bad setting, [`ServeError::Io`] when the address cannot be
+    /// bound.
+    pub async fn bind(
+        config: ServeConfig,
+        models: impl Into<Models>,
+        log: LogSink,
+    ) -> Result<Server, ServeError> {
+        config.validate()?;
+        let Models {
+            encoder: backend,
+            generator,
+        } = models.into();
+        let max_input_length = config
+            .max_input_length
+            .unwrap_or(backend.max_position_embeddings)
+            .max(2);
+        let backend = Arc::new(backend);
+        let metrics = Arc::new(Metrics::default());
+        let limits = BatchLimits {
+            max_tokens: config.max_batch_tokens,
+            max_wait: config.max_wait,
+        };
+        let batcher = Batcher::start(backend.clone(), metrics.clone(), limits);
+        let generator = generator.map(|model| {
+            Generator::new(
+                Arc::new(model),
+                metrics.clone(),
+                config.max_waiting_generations,
+                config.generation_pause,
+            )
+        });
+        let wanted = SocketAddr::new(config.host, config.port);
+        let io = |source| ServeError::Io {
+            addr: wanted.to_string(),
+            source,
+        };
+        let listener = TcpListener::bind(wanted).await.map_err(io)?;
+        let addr = listener.local_addr().map_err(io)?;
+        let state = AppState::new(Shared {
+            admission: Admission::new(config.max_concurrent_requests),
+            config,
+            backend,
+            batcher,
+            generator,
+            metrics,
+            draining: AtomicBool::new(false),
+            max_input_length,
+            log,
+        });
+        Ok(Server {
+            state,
+            listener,
+            addr,
+        })
+    }
+
+    /// The address bound (with the port picked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Serves until `shutdown` resolves, then drains: no new connections, `/health` 503,
+    /// admitted requests finished, for at most `--shutdown-timeout-s`.
+    ///
+    /// # Errors
+    /// [`ServeError::Io`] when accepting connections fails.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServeError> {
+        let (draining, mut drained) = tokio::sync::watch::channel(false);
+        let state = self.state.clone();
+        let signal = async move {
+            shutdown.await;
+            state.start_draining();
+            let _ = draining.send(true);
+        };
+        let grace = self.state.config.shutdown_timeout;
+        let admission = self.state.admission.clone();
+        let app = router(self.state);
+        let serving = axum::serve(self.listener, app).with_graceful_shutdown(signal);
+        let deadline = async move {
+            if drained.wait_for(|&d| d).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            tokio::time::sleep(grace).await;
+        };
+        tokio::select! {
+            served = serving.into_future() => served.map_err(|source| ServeError::Io {
+                addr: self.addr.to_string(),
+                source,
+            }),
+            () = deadline => {
+                eprintln!(
+                    "shutdown: {} requests still running after {} s (--shutdown-timeout-s), \
+                     cut off",
+                    admission.in_flight(),
+                    grace.as_secs_f64()
+                );
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The routes with their middleware: access log (outermost), CORS (with `--cors-origin`),
+/// API key, request timeout, body limit.
+pub fn router(state: AppState) -> Router {
+    let config = &state.config;
+    let mut app = Router::new()
+        .route("/", get(routes::info::page))
+        .route("/health", get(routes::info::health))
+        .route("/info", get(routes::info::info))
+        .route("/metrics", get(routes::info::metrics))
+        .route("/embed", post(routes::embed::embed))
+        .route("/v1/embeddings", post(routes::openai::embeddings))
+        .route("/fill-mask", post(routes::fill_mask::fill_mask))
+        .route("/predict", post(routes::predict::predict))
+        .route("/tokenize", post(routes::tokenize::tokenize))
+        .route("/v1/completions", post(routes::completions::completions))
+        .route(
+            "/v1/chat/completions",
+            post(routes::completions::chat_completions),
+        )
+        .fallback(routes::info::not_found)
+        .method_not_allowed_fallback(routes::info::wrong_method)
+        .layer(DefaultBodyLimit::max(config.max_body_bytes))
+        .layer(from_fn_with_state(state.clone(), timeout::limit))
+        .layer(from_fn_with_state(state.clone(), auth::require_key));
+    if let Some(origin) = config
+        .cors_origin
+        .as_deref()
+        .and_then(|o| HeaderValue::from_str(o).ok())
+    {
+        app = app.layer(
+            CorsLayer::new()
+                .allow_origin(origin)
+                .allow_methods([Method::GET, Method::POST])
+                .allow_headers([header::CONTENT_TYPE, header::AUTHORIZATION]),
+        );
+    }
+    app.layer(from_fn_with_state(state.clone(), access_log::log))
+        .with_state(state)
+}
+
+/// Builds a multi-threaded runtime, binds, calls `on_bound` with the address (to announce it),
+/// and serves until SIGTERM or SIGINT, then drains ([`Server::run`]).
+///
+/// # Errors
+/// As [`Server::bind`] and [`Server::run`]; [`ServeError::Io`] when the runtime cannot start.
+pub fn run_blocking(
+    config: ServeConfig,
+    models: impl Into<Models>,
+    log: LogSink,
+    on_bound: impl FnOnce(SocketAddr),
+) -> Result<(), ServeError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| ServeError::Io {
+            addr: "(the async runtime)".into(),
+            source,
+        })?;
+    runtime.block_on(async {
+        let server = Server::bind(config, models, log).await?;
+        on_bound(server.local_addr());
+        server.run(shutdown::signal()).await
+    })
+}

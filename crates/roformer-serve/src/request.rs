@@ -1,0 +1,173 @@
+//! Request bodies: JSON decoding with the contract's statuses (400 for a body that is not JSON
+//! or not the request's shape, 413 for one over `--max-body-bytes`), `inputs` as one string or
+//! a list, and the checks every text route shares (count, empty texts, token limit).
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequest, Request};
+use axum::http::StatusCode;
+use roformer::{Encoding, RoFormerTokenizer};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// A JSON body of type `T`; any content type is read as JSON (as curl's `-d` sends it).
+#[derive(Debug)]
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let limit = state.config.max_body_bytes;
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(|e| body_error(&e, limit))?;
+        decode(&bytes).map(JsonBody)
+    }
+}
+
+fn body_error(e: &BytesRejection, limit: usize) -> ApiError {
+    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::BodyTooLarge { limit }
+    } else {
+        ApiError::Malformed(format!("cannot read the request body: {e}"))
+    }
+}
+
+/// Decodes a request body: 400 with serde's reason (line and column) for anything that is not
+/// a `T`.
+///
+/// # Errors
+/// [`ApiError::Malformed`].
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        let what = match e.classify() {
+            serde_json::error::Category::Data => "the JSON does not have the request's shape",
+            _ => "the body is not valid JSON",
+        };
+        ApiError::Malformed(format!("{what}: {e}"))
+    })
+}
+
+/// `inputs`: one text or a list of texts.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged, expecting = "a string or a list of strings")]
+pub enum Inputs {
+    /// One text: the answer is for one text.
+    One(String),
+    /// A list: the answer is a list.
+    Many(Vec<String>),
+}
+
+impl Inputs {
+    /// Whether one text was sent (not a list).
+    pub fn is_single(&self) -> bool {
+        matches!(self, Inputs::One(_))
+    }
+
+    /// The texts, checked: at least one, at most `max` (`--max-client-batch-size`), none
+    /// empty.
+    ///
+    /// # Errors
+    /// [`ApiError::Empty`] for no text or an empty one, [`ApiError::Validation`] for too many.
+    pub fn texts(self, max: usize) -> Result<Vec<String>, ApiError> {
+        let texts = match self {
+            Inputs::One(text) => vec![text],
+            Inputs::Many(texts) => texts,
+        };
+        if texts.is_empty() {
+            return Err(ApiError::Empty(
+                "inputs is an empty list: send at least one text".into(),
+            ));
+        }
+        if texts.len() > max {
+            return Err(ApiError::Validation(format!(
+                "{} inputs in one request, more than the limit of {max} \
+                 (--max-client-batch-size): split the request",
+                texts.len()
+            )));
+        }
+        if let Some(i) = texts.iter().position(|t| t.trim().is_empty()) {
+            return Err(ApiError::Empty(format!(
+                "input {i} is empty: every input must hold a text"
+            )));
+        }
+        Ok(texts)
+    }
+}
+
+/// Encodes each text as `[CLS] text [SEP]`; one longer than `limit` tokens is cut to it with
+/// `truncate`, and an error otherwise.
+///
+/// # Errors
+/// [`ApiError::InputTooLong`] naming the first text over the limit.
+pub fn encode_all(
+    tokenizer: &RoFormerTokenizer,
+    texts: &[String],
+    limit: usize,
+    truncate: bool,
+) -> Result<Vec<Encoding>, ApiError> {
+    texts
+        .iter()
+        .enumerate()
+        .map(|(index, text)| {
+            let limited = tokenizer
+                .encode_limited(text, Some(limit))
+                .map_err(|e| ApiError::Backend(format!("tokenizer: {e}")))?;
+            if limited.was_cut() && !truncate {
+                return Err(ApiError::InputTooLong {
+                    index,
+                    tokens: limited.untruncated_len,
+                    limit,
+                });
+            }
+            Ok(limited.encoding)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    struct Req {
+        inputs: Inputs,
+        #[serde(default)]
+        truncate: bool,
+    }
+
+    #[test]
+    fn decodes_one_text_or_a_list_and_rejects_other_shapes() {
+        let r: Req = decode(br#"{"inputs": "a"}"#).unwrap();
+        assert_eq!(r.inputs, Inputs::One("a".into()));
+        assert!(!r.truncate);
+        let r: Req = decode(br#"{"inputs": ["a", "b"], "truncate": true}"#).unwrap();
+        assert_eq!(r.inputs, Inputs::Many(vec!["a".into(), "b".into()]));
+        for bad in [
+            &b"{"[..],
+            b"",
+            b"[]",
+            br#"{"inputs": 3}"#,
+            br#"{"inputs": "a", "truncate": 1}"#,
+        ] {
+            let e = decode::<Req>(bad).unwrap_err();
+            assert!(matches!(e, ApiError::Malformed(_)), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn texts_are_counted_and_must_not_be_empty() {
+        let many = |n: usize| Inputs::Many(vec!["x".into(); n]);
+        assert_eq!(many(3).texts(3).unwrap().len(), 3);
+        assert!(matches!(many(4).texts(3), Err(ApiError::Validation(_))));
+        assert!(matches!(many(0).texts(3), Err(ApiError::Empty(_))));
+        assert!(matches!(
+            Inputs::One(" ".into()).texts(3),
+            Err(ApiError::Empty(_))
+        ));
+    }
+}

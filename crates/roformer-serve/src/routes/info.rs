@@ -1,0 +1,123 @@
+//! `GET /health`, `GET /info`, `GET /metrics`, `GET /` (the page), and the JSON 404/405.
+
+use std::collections::BTreeMap;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::Json;
+use roformer::Precision;
+use serde::Serialize;
+
+use crate::backend::Head;
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// The page: one file, no build step, no external assets.
+const PAGE: &str = include_str!("../page/index.html");
+
+/// `GET /health`: 200 with an empty body when serving; 503 once shutdown has begun.
+pub async fn health(State(state): State<AppState>) -> Response {
+    if state.is_draining() {
+        ApiError::Unhealthy.into_response()
+    } else {
+        StatusCode::OK.into_response()
+    }
+}
+
+/// `model_type` of `/info`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelType {
+    /// An encoder or masked LM: embeddings.
+    Embedding {
+        /// The default pooling.
+        pooling: &'static str,
+    },
+    /// A classifier.
+    Classifier {
+        /// The label of each index.
+        id2label: BTreeMap<String, String>,
+    },
+}
+
+/// The body of `GET /info`.
+#[derive(Debug, Serialize)]
+pub struct Info {
+    model_id: String,
+    model_sha: Option<String>,
+    model_dtype: &'static str,
+    model_type: ModelType,
+    fill_mask: bool,
+    max_concurrent_requests: usize,
+    max_input_length: usize,
+    max_batch_tokens: usize,
+    max_client_batch_size: usize,
+    version: &'static str,
+}
+
+/// `GET /info`: the model and the limits.
+pub async fn info(State(state): State<AppState>) -> Json<Info> {
+    let backend = &state.backend;
+    let model_type = match backend.head {
+        Head::Classifier(_) => ModelType::Classifier {
+            id2label: backend
+                .labels
+                .iter()
+                .enumerate()
+                .map(|(i, l)| (i.to_string(), l.clone()))
+                .collect(),
+        },
+        _ => ModelType::Embedding {
+            pooling: state.config.pooling.name(),
+        },
+    };
+    Json(Info {
+        model_id: backend.model_id.clone(),
+        model_sha: None,
+        model_dtype: match backend.precision {
+            Precision::Bf16 => "bfloat16",
+            _ => "float32",
+        },
+        model_type,
+        fill_mask: backend.masked_lm().is_some(),
+        max_concurrent_requests: state.config.max_concurrent_requests,
+        max_input_length: state.max_input_length,
+        max_batch_tokens: state.config.max_batch_tokens,
+        max_client_batch_size: state.config.max_client_batch_size,
+        version: env!("CARGO_PKG_VERSION"),
+    })
+}
+
+/// `GET /metrics`: Prometheus text format.
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    let generations = state.generator.as_ref().map(|g| g.in_queue());
+    let text = state
+        .metrics
+        .render(state.admission.in_flight(), generations);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+/// `GET /`: the page.
+pub async fn page() -> Html<&'static str> {
+    Html(PAGE)
+}
+
+/// Any other path: a JSON 404.
+pub async fn not_found() -> ApiError {
+    ApiError::NotFound("no such route: see GET /info and the README for the routes".into())
+}
+
+/// A known path with the wrong method: a JSON 405.
+pub async fn wrong_method(method: axum::http::Method) -> ApiError {
+    ApiError::MethodNotAllowed {
+        method: method.to_string(),
+    }
+}

@@ -1,0 +1,76 @@
+//! The routes, one module per family, and what the text routes share: admit, encode, queue.
+
+pub mod completions;
+pub mod embed;
+pub mod fill_mask;
+pub mod info;
+pub mod openai;
+pub mod predict;
+pub mod tokenize;
+
+use roformer::Encoding;
+
+use crate::access_log::Usage;
+use crate::admission::Permit;
+use crate::batcher::{Output, Task};
+use crate::error::ApiError;
+use crate::request::encode_all;
+use crate::state::AppState;
+
+/// A request admitted and encoded, ready to queue.
+pub(crate) struct Prepared {
+    /// Held until the answer is built: the request counts against the limit until then.
+    _permit: Permit,
+    /// The texts' encodings, in request order.
+    pub encodings: Vec<Encoding>,
+    /// For the access log.
+    pub usage: Usage,
+}
+
+/// Admits a request (429 beyond the limit) and encodes its texts (413 for one over the limit
+/// unless `truncate`).
+///
+/// # Errors
+/// [`ApiError::Overloaded`], [`ApiError::InputTooLong`].
+pub(crate) fn prepare(
+    state: &AppState,
+    texts: Vec<String>,
+    truncate: bool,
+) -> Result<Prepared, ApiError> {
+    let permit = state.admission.admit()?;
+    let encodings = encode_all(
+        &state.backend.tokenizer,
+        &texts,
+        state.max_input_length,
+        truncate,
+    )?;
+    let usage = Usage {
+        inputs: texts.len(),
+        tokens: encodings.iter().map(Encoding::len).sum(),
+        texts: if state.config.log_inputs {
+            texts
+        } else {
+            Vec::new()
+        },
+    };
+    Ok(Prepared {
+        _permit: permit,
+        encodings,
+        usage,
+    })
+}
+
+impl Prepared {
+    /// Queues the encodings for `task` and waits for the batcher's answer.
+    ///
+    /// # Errors
+    /// The batcher's.
+    pub(crate) async fn run(&self, state: &AppState, task: Task) -> Result<Output, ApiError> {
+        state.batcher.submit(task, self.encodings.clone()).await
+    }
+}
+
+/// An answer of an unexpected kind (a bug, never a user's doing).
+pub(crate) fn mismatch() -> ApiError {
+    ApiError::Backend("the batcher answered with the wrong kind of output".into())
+}

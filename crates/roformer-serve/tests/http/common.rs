@@ -1,0 +1,185 @@
+//! Starting a server in-process and reading what it logged.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use roformer::{ModelDir, Precision, RoFormerTokenizer};
+use roformer_serve::{Backend, LlamaModel, Models, ServeConfig, Server};
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// The test checkpoints: a masked LM and a 3-label classifier (rotary, hidden 32, 2 layers,
+/// `max_position_embeddings` 64). Their vocabularies are the special tokens, then the CJK
+/// characters from U+4E00 on (一丁丂七丄丅丆万丈三上下...).
+#[derive(Debug, Clone, Copy)]
+pub enum Model {
+    MaskedLm,
+    Classifier,
+}
+
+fn model_dir(model: Model) -> PathBuf {
+    let case = match model {
+        Model::MaskedLm => "mlm_rotary",
+        Model::Classifier => "seq_cls",
+    };
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../roformer/tests/fixtures/roundtrip")
+        .join(case)
+}
+
+/// A running server.
+pub struct TestServer {
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// Every access log line so far.
+    pub logs: Arc<Mutex<Vec<String>>>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Result<(), roformer_serve::ServeError>>>,
+    pub client: reqwest::Client,
+}
+
+/// A config for tests: port 0, otherwise `config`.
+pub fn config() -> ServeConfig {
+    ServeConfig {
+        port: 0,
+        ..ServeConfig::default()
+    }
+}
+
+/// The tiny GGUF LLaMA of the llama crate's tests (64-token byte-level BPE vocabulary,
+/// ChatML template, context 128; written by scripts/make_tiny_llama.py).
+pub fn tiny_gguf() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../llama/tests/fixtures/tiny-llama/tiny.gguf")
+}
+
+fn backend(model: Model) -> Backend {
+    let dir = model_dir(model);
+    let md = ModelDir::open(&dir).unwrap();
+    let tokenizer = RoFormerTokenizer::from_dir(&dir).unwrap();
+    Backend::load(dir.display().to_string(), &md, tokenizer, Precision::F32).unwrap()
+}
+
+/// Starts `model` with `config` (its port replaced by 0).
+pub async fn start(model: Model, config: ServeConfig) -> TestServer {
+    start_models(backend(model).into(), config).await
+}
+
+/// Starts the masked LM with the tiny GGUF LLaMA for the completion routes.
+pub async fn start_with_gguf(config: ServeConfig) -> TestServer {
+    let models = Models {
+        encoder: backend(Model::MaskedLm),
+        generator: Some(LlamaModel::load(&tiny_gguf()).unwrap()),
+    };
+    start_models(models, config).await
+}
+
+async fn start_models(models: Models, config: ServeConfig) -> TestServer {
+    let logs = Arc::new(Mutex::new(Vec::new()));
+    let sink = logs.clone();
+    let log = Arc::new(move |line: &str| sink.lock().unwrap().push(line.to_owned()));
+    let server = Server::bind(ServeConfig { port: 0, ..config }, models, log)
+        .await
+        .unwrap();
+    let base = format!("http://{}", server.local_addr());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(server.run(async {
+        let _ = stopped.await;
+    }));
+    TestServer {
+        base,
+        logs,
+        stop: Some(stop),
+        task: Some(task),
+        client: reqwest::Client::new(),
+    }
+}
+
+impl TestServer {
+    /// POSTs `body` (JSON) to `path`: the status and the parsed JSON answer (Null if none).
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let r = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// GETs `path`: the status and the body.
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        let r = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+
+    /// Starts the shutdown and waits until the server has drained (at most 10 s).
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            tokio::time::timeout(Duration::from_secs(10), task)
+                .await
+                .expect("the server drains within 10 s")
+                .unwrap()
+                .unwrap();
+        }
+    }
+
+    /// The access log so far, one line per request.
+    pub fn log_text(&self) -> String {
+        self.logs.lock().unwrap().join("\n")
+    }
+}
+
+/// Asserts `answer` is an error body of `error_type`, and returns its message.
+pub fn error_of(answer: &Value, error_type: &str) -> String {
+    assert_eq!(answer["error_type"], error_type, "{answer}");
+    answer["error"].as_str().unwrap().to_owned()
+}
+
+/// The numbers of a JSON array.
+pub fn floats(v: &Value) -> Vec<f64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
+/// How far a text's numbers may move with what it is batched with, absolute (see
+/// `batching::batched_answers_equal_unbatched_ones`; measured: 1.0e-7 on unit vectors, 1.9e-6
+/// on fill-mask probabilities, where the softmax scales the logits' last-bit differences).
+pub const TOLERANCE: f64 = 1e-5;
+
+/// The largest difference between the numbers of two JSON values of the same shape.
+pub fn max_diff(a: &Value, b: &Value) -> f64 {
+    match (a, b) {
+        (Value::Array(a), Value::Array(b)) => {
+            assert_eq!(a.len(), b.len());
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| max_diff(x, y))
+                .fold(0.0, f64::max)
+        }
+        (Value::Object(a), Value::Object(b)) => a
+            .iter()
+            .map(|(k, x)| max_diff(x, &b[k]))
+            .fold(0.0, f64::max),
+        (Value::Number(x), Value::Number(y)) => (x.as_f64().unwrap() - y.as_f64().unwrap()).abs(),
+        _ => {
+            assert_eq!(a, b);
+            0.0
+        }
+    }
+}

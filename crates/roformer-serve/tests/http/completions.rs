@@ -1,0 +1,412 @@
+//! `/v1/completions` and `/v1/chat/completions` with the tiny GGUF LLaMA (context 128): the
+//! OpenAI shapes, stream framing, stop strings, seeds, limits, the queue, and a client that
+//! goes away.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::{config, error_of, start, start_with_gguf, Model, TestServer};
+use roformer_serve::ServeConfig;
+
+/// The prompt of the llama crate's fixture: 6 tokens.
+const PROMPT: &str = "hello there, the end.";
+
+/// POSTs `body` with `"stream": true` to `path`: the content type and the events' data, in
+/// order (asserting the `data: ...\n\n` framing).
+async fn stream(s: &TestServer, path: &str, mut body: Value) -> (String, Vec<String>) {
+    body["stream"] = json!(true);
+    let r = s
+        .client
+        .post(format!("{}{path}", s.base))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let kind = r.headers()["content-type"].to_str().unwrap().to_owned();
+    let text = r.text().await.unwrap();
+    assert!(text.ends_with("\n\n"), "{text:?}");
+    let data = text
+        .trim_end_matches("\n\n")
+        .split("\n\n")
+        .map(|event| {
+            event
+                .strip_prefix("data: ")
+                .unwrap_or_else(|| panic!("not a data event: {event:?}"))
+                .to_owned()
+        })
+        .collect();
+    (kind, data)
+}
+
+/// The JSON chunks of a stream that ended with `[DONE]`.
+fn chunks(data: &[String]) -> Vec<Value> {
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{data:?}");
+    data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
+/// The greedy completion of [`PROMPT`] with `max_tokens`.
+async fn greedy(s: &TestServer, max_tokens: usize) -> Value {
+    let body = json!({"prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0});
+    let (status, answer) = s.post("/v1/completions", body).await;
+    assert_eq!(status, 200, "{answer}");
+    answer
+}
+
+#[tokio::test]
+async fn completions_answer_in_openai_shapes_whole_and_streamed() {
+    let s = start_with_gguf(config()).await;
+    let answer = greedy(&s, 8).await;
+    assert_eq!(answer["object"], "text_completion");
+    assert!(answer["id"].as_str().unwrap().starts_with("cmpl-"));
+    assert!(answer["created"].as_u64().unwrap() > 1_600_000_000);
+    assert!(answer["model"].as_str().unwrap().ends_with("tiny.gguf"));
+    let choice = &answer["choices"][0];
+    assert_eq!(choice["index"], 0);
+    assert_eq!(choice["finish_reason"], "length");
+    let text = choice["text"].as_str().unwrap();
+    assert!(!text.is_empty());
+    assert_eq!(
+        answer["usage"],
+        json!({"prompt_tokens": 6, "completion_tokens": 8, "total_tokens": 14})
+    );
+
+    let body = json!({"prompt": PROMPT, "max_tokens": 8, "temperature": 0, "model": "m"});
+    let (kind, data) = stream(&s, "/v1/completions", body).await;
+    assert!(kind.starts_with("text/event-stream"), "{kind}");
+    let chunks = chunks(&data);
+    let (last, pieces) = chunks.split_last().unwrap();
+    assert!(!pieces.is_empty());
+    for c in pieces {
+        assert_eq!(c["object"], "text_completion");
+        assert_eq!(c["model"], "m");
+        assert_eq!(c["choices"][0]["finish_reason"], Value::Null);
+    }
+    assert_eq!(last["choices"][0]["finish_reason"], "length");
+    let streamed: String = chunks
+        .iter()
+        .map(|c| c["choices"][0]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(streamed, text, "the stream carries the same text");
+    let ids: Vec<&Value> = chunks.iter().map(|c| &c["id"]).collect();
+    assert!(ids.iter().all(|id| *id == ids[0]), "one id per completion");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn chat_completions_wrap_the_messages_in_chatml() {
+    let s = start_with_gguf(config()).await;
+    let messages =
+        json!([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]);
+    let body = json!({"messages": messages, "max_tokens": 5, "temperature": 0});
+    let (status, answer) = s.post("/v1/chat/completions", body.clone()).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["object"], "chat.completion");
+    assert!(answer["id"].as_str().unwrap().starts_with("chatcmpl-"));
+    let choice = &answer["choices"][0];
+    assert_eq!(choice["message"]["role"], "assistant");
+    let reason = choice["finish_reason"].as_str().unwrap();
+    assert!(["stop", "length"].contains(&reason), "{reason}");
+    let usage = &answer["usage"];
+    assert_eq!(
+        usage["total_tokens"].as_u64(),
+        Some(
+            usage["prompt_tokens"].as_u64().unwrap() + usage["completion_tokens"].as_u64().unwrap()
+        )
+    );
+    // The same turn as a plain completion of the ChatML text (system, user, then assistant).
+    let chatml = "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n\
+                  <|im_start|>assistant\n";
+    let (_, plain) = s
+        .post(
+            "/v1/completions",
+            json!({"prompt": chatml, "max_tokens": 5, "temperature": 0}),
+        )
+        .await;
+    assert_eq!(usage["prompt_tokens"], plain["usage"]["prompt_tokens"]);
+    let content = choice["message"]["content"].as_str().unwrap();
+    assert!(
+        plain["choices"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with(content),
+        "{answer} {plain}"
+    );
+
+    let (_, data) = stream(&s, "/v1/chat/completions", body).await;
+    let chunks = chunks(&data);
+    assert_eq!(
+        chunks[0]["choices"][0]["delta"],
+        json!({"role": "assistant", "content": ""})
+    );
+    for c in &chunks {
+        assert_eq!(c["object"], "chat.completion.chunk");
+    }
+    let last = chunks.last().unwrap();
+    assert_eq!(last["choices"][0]["delta"], json!({}));
+    assert_eq!(last["choices"][0]["finish_reason"], reason);
+    let streamed: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(streamed, content);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn stop_strings_cut_the_completion_whole_and_streamed() {
+    let s = start_with_gguf(config()).await;
+    let full = greedy(&s, 8).await["choices"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // A stop string from the middle of the greedy text: the completion is what precedes its
+    // first occurrence.
+    let chars: Vec<char> = full.chars().collect();
+    assert!(chars.len() >= 4, "{full:?}");
+    let stop: String = chars[chars.len() / 2..chars.len() / 2 + 2].iter().collect();
+    let expected = &full[..full.find(&stop).unwrap()];
+    for stop_field in [json!(stop), json!(["never-there", stop])] {
+        let body = json!({"prompt": PROMPT, "max_tokens": 8, "temperature": 0, "stop": stop_field});
+        let (status, answer) = s.post("/v1/completions", body.clone()).await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["choices"][0]["text"], expected, "stop {stop:?}");
+        assert_eq!(answer["choices"][0]["finish_reason"], "stop");
+        assert!(answer["usage"]["completion_tokens"].as_u64().unwrap() < 8);
+        let (_, data) = stream(&s, "/v1/completions", body).await;
+        let chunks = chunks(&data);
+        let streamed: String = chunks
+            .iter()
+            .map(|c| c["choices"][0]["text"].as_str().unwrap())
+            .collect();
+        assert_eq!(streamed, expected, "no part of the stop string is streamed");
+        assert_eq!(
+            chunks.last().unwrap()["choices"][0]["finish_reason"],
+            "stop"
+        );
+    }
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_seed_reproduces_a_sampled_completion() {
+    let s = start_with_gguf(config()).await;
+    let sample = |seed: u64| {
+        let body = json!({"prompt": PROMPT, "max_tokens": 20, "temperature": 1.0, "seed": seed});
+        let s = &s;
+        async move {
+            let (status, answer) = s.post("/v1/completions", body).await;
+            assert_eq!(status, 200, "{answer}");
+            answer["choices"][0]["text"].as_str().unwrap().to_owned()
+        }
+    };
+    let first = sample(7).await;
+    assert_eq!(sample(7).await, first, "the same seed, the same text");
+    let mut others = Vec::new();
+    for seed in 1..=4 {
+        others.push(sample(seed).await);
+    }
+    assert!(
+        others.iter().any(|o| *o != first),
+        "other seeds sample other texts: {first:?} {others:?}"
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn max_tokens_ends_with_length_and_limits_are_checked() {
+    let s = start_with_gguf(ServeConfig {
+        max_tokens: 50,
+        ..config()
+    })
+    .await;
+    let answer = greedy(&s, 3).await;
+    assert_eq!(answer["choices"][0]["finish_reason"], "length");
+    assert_eq!(answer["usage"]["completion_tokens"], 3);
+
+    let cases = [
+        (
+            json!({"prompt": PROMPT, "max_tokens": 0}),
+            422,
+            "max_tokens 0",
+        ),
+        (
+            json!({"prompt": PROMPT, "max_tokens": 51}),
+            422,
+            "--max-tokens",
+        ),
+        (
+            json!({"prompt": "the ".repeat(100), "max_tokens": 50}),
+            422,
+            "room for",
+        ),
+        (
+            json!({"prompt": "the ".repeat(200)}),
+            413,
+            "context holds 128",
+        ),
+        (
+            json!({"prompt": PROMPT, "temperature": 2.5}),
+            422,
+            "temperature",
+        ),
+        (json!({"prompt": PROMPT, "n": 2}), 422, "n must be 1"),
+        (
+            json!({"prompt": PROMPT, "stop": ["a", "b", "c", "d", "e"]}),
+            422,
+            "at most 4",
+        ),
+        (json!({"prompt": PROMPT, "stop": ""}), 422, "empty"),
+        (json!({"prompt": ["a", "b"]}), 422, "one prompt per request"),
+        (json!({"prompt": ""}), 422, "no tokens"),
+        (json!({"prompt": 3}), 400, "string"),
+        (
+            json!({"prompt": PROMPT, "max_tokens": -1}),
+            400,
+            "expected u64",
+        ),
+    ];
+    for (body, status, reason) in cases {
+        let (got, e) = s.post("/v1/completions", body.clone()).await;
+        assert_eq!(got, status, "{body} -> {e}");
+        assert!(
+            e["error"].as_str().unwrap().contains(reason),
+            "{body} -> {e}"
+        );
+    }
+    for (body, status) in [
+        (json!({"messages": []}), 422),
+        (
+            json!({"messages": [{"role": "robot", "content": "hi"}]}),
+            400,
+        ),
+        (json!({"messages": "hi"}), 400),
+    ] {
+        let (got, e) = s.post("/v1/chat/completions", body.clone()).await;
+        assert_eq!(got, status, "{body} -> {e}");
+    }
+    s.stop().await;
+}
+
+/// The server's count of decoded tokens, from `/metrics`.
+async fn decoded_tokens(s: &TestServer) -> u64 {
+    let (_, metrics) = s.get("/metrics").await;
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("te_generation_tokens_total "))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_client_that_goes_away_stops_its_generation() {
+    // 20 ms a token: 100 tokens would take 2 s.
+    let s = start_with_gguf(ServeConfig {
+        generation_pause: Duration::from_millis(20),
+        ..config()
+    })
+    .await;
+    let body = json!({"prompt": PROMPT, "max_tokens": 100, "temperature": 0, "stream": true});
+    let mut r = s
+        .client
+        .post(format!("{}/v1/completions", s.base))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.chunk().await.unwrap().is_some(), "a first event");
+    drop(r);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after_stream = decoded_tokens(&s).await;
+    assert!(
+        after_stream < 50,
+        "{after_stream} tokens decoded: not stopped"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(decoded_tokens(&s).await, after_stream, "no more decoding");
+
+    // A whole-answer request given up by its client (a timeout) stops too.
+    let body = json!({"prompt": PROMPT, "max_tokens": 100, "temperature": 0});
+    let gone = s
+        .client
+        .post(format!("{}/v1/completions", s.base))
+        .timeout(Duration::from_millis(300))
+        .json(&body)
+        .send()
+        .await;
+    assert!(gone.is_err());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after_whole = decoded_tokens(&s).await;
+    assert!(
+        after_whole - after_stream < 50,
+        "{} tokens decoded: not stopped",
+        after_whole - after_stream
+    );
+    let (_, metrics) = s.get("/metrics").await;
+    assert!(
+        metrics.contains("te_generation_count{finish=\"cancelled\"} 2"),
+        "{metrics}"
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn beyond_the_generation_queue_is_429_at_once() {
+    let s = start_with_gguf(ServeConfig {
+        generation_pause: Duration::from_millis(25),
+        max_waiting_generations: 1,
+        ..config()
+    })
+    .await;
+    let body = json!({"prompt": PROMPT, "max_tokens": 30, "temperature": 0});
+    let send = |body: Value| {
+        let (client, url) = (s.client.clone(), format!("{}/v1/completions", s.base));
+        tokio::spawn(async move {
+            let r = client.post(url).json(&body).send().await.unwrap();
+            r.status().as_u16()
+        })
+    };
+    let running = send(body.clone());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let waiting = send(body.clone());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    let r = s
+        .client
+        .post(format!("{}/v1/completions", s.base))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "answered at once"
+    );
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["retry-after"], "1");
+    let e: Value = r.json().await.unwrap();
+    assert!(error_of(&e, "Overloaded").contains("--max-waiting-generations"));
+    let (_, metrics) = s.get("/metrics").await;
+    assert!(metrics.contains("te_generation_queue_size 2"), "{metrics}");
+    assert_eq!(running.await.unwrap(), 200);
+    assert_eq!(waiting.await.unwrap(), 200, "the waiting request is served");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn without_a_gguf_model_the_completion_routes_are_404() {
+    let s = start(Model::MaskedLm, config()).await;
+    for path in ["/v1/completions", "/v1/chat/completions"] {
+        let body = json!({"prompt": PROMPT, "messages": [{"role": "user", "content": "hi"}]});
+        let (status, e) = s.post(path, body).await;
+        assert_eq!(status, 404, "{path}");
+        assert!(error_of(&e, "NotFound").contains("--gguf"));
+    }
+    s.stop().await;
+}
