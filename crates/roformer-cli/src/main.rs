@@ -68,7 +68,8 @@ enum Command {
     Train(train::Command),
     /// Label texts with a fine-tuned classifier.
     Classify(classify::Args),
-    /// Serve the model over HTTP (embeddings, fill-mask, classification), with batching.
+    /// Serve the models over HTTP (embeddings, fill-mask, classification; completions with
+    /// --gguf), with batching, limits and metrics.
     Serve(serve::Args),
     /// The paper's training claims at small scale (results.json, figures, EXPERIMENTS.md
     /// sections).
