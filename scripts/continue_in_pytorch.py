@@ -45,6 +45,13 @@ process unless given an MPI hostfile):
     OMP_NUM_THREADS=1 torchrun --standalone --nproc_per_node 2 \\
         scripts/continue_in_pytorch.py --init RUN/checkpoint ... --batch 8
 
+From scratch, on a machine without the corpus (how the built-in model's first 120 M tokens were
+trained on a lent GPU; experiments/gpu-scaling/README.md): `--from-scratch` takes random weights
+of --init's config.json (seeded by --seed), `--blocks FILE.npy` trains on blocks packed
+beforehand by scripts/pack_poetry_blocks.py instead of --corpus, and `--eval-blocks FILE.npy`
+with `--eval-every N` logs {"event": "eval", "step", "tokens", "loss", "top1", "masked"} on
+held-out blocks with fixed masks.
+
 Then `roformer fill-mask --model RUN-pt "床前明月[MASK]，疑是地上霜。"` or
 `roformer eval mlm --model RUN-pt ...`.
 
