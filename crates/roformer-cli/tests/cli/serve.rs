@@ -2,83 +2,23 @@
 //! errors, and SIGTERM with requests in flight (none lost). A plain HTTP/1.1 client over a
 //! socket, one connection per request.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use crate::common::roformer;
+use crate::serve_child::ServeChild;
 
-/// A `roformer serve` child with its address and its stderr (the access log) collected.
-struct Server {
-    child: Child,
-    addr: String,
-    stderr: Arc<Mutex<String>>,
+/// `POST path` with a JSON body: the status and the body as JSON (null when it is not JSON).
+fn post_json(addr: &str, path: &str, body: Value) -> (u16, Value) {
+    let (status, text) = call(addr, "POST", path, Some(body));
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 
-impl Server {
-    fn start(args: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_roformer"))
-            .args(["serve", "--port", "0"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut first = String::new();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        stdout.read_line(&mut first).unwrap();
-        std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let (sink, mut pipe) = (stderr.clone(), child.stderr.take().unwrap());
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
-        let addr = first
-            .trim()
-            .strip_prefix("listening on http://")
-            .unwrap_or_else(|| panic!("first line {first:?}"))
-            .to_owned();
-        Server {
-            child,
-            addr,
-            stderr,
-        }
-    }
-
-    /// `METHOD path` with a JSON body: the status and the body.
-    fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, String) {
-        call(&self.addr, method, path, body)
-    }
-
-    fn json(&self, path: &str, body: Value) -> (u16, Value) {
-        let (status, text) = self.call("POST", path, Some(body));
-        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
-    }
-
-    fn log(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
+/// `METHOD path` with a JSON body: the status and the body.
 fn call(addr: &str, method: &str, path: &str, body: Option<Value>) -> (u16, String) {
     let body = body.map(|b| b.to_string()).unwrap_or_default();
     let mut s = TcpStream::connect(addr).unwrap();
@@ -101,9 +41,9 @@ fn call(addr: &str, method: &str, path: &str, body: Option<Value>) -> (u16, Stri
 
 #[test]
 fn serve_answers_every_route_family_with_the_built_in_model() {
-    let s = Server::start(&[]);
-    assert_eq!(s.call("GET", "/health", None), (200, String::new()));
-    let (status, info) = s.call("GET", "/info", None);
+    let s = ServeChild::start(&[]);
+    assert_eq!(call(s.addr(), "GET", "/health", None), (200, String::new()));
+    let (status, info) = call(s.addr(), "GET", "/info", None);
     assert_eq!(status, 200);
     let info: Value = serde_json::from_str(&info).unwrap();
     assert_eq!(info["model_id"], "<built-in poetry model>");
@@ -111,30 +51,34 @@ fn serve_answers_every_route_family_with_the_built_in_model() {
     assert_eq!(info["max_input_length"], 512);
 
     let text = "床前明[MASK]光";
-    let (status, fill) = s.json("/fill-mask", json!({"inputs": text}));
+    let (status, fill) = post_json(s.addr(), "/fill-mask", json!({"inputs": text}));
     assert_eq!(status, 200);
     assert_eq!(fill[0]["token_str"], "月", "{fill}");
     assert_eq!(fill[0]["sequence"], "床前明月光");
     assert_eq!(fill.as_array().unwrap().len(), 5);
 
-    let (status, v) = s.json("/embed", json!({"inputs": ["床前明月光", "疑是地上霜"]}));
+    let (status, v) = post_json(
+        s.addr(),
+        "/embed",
+        json!({"inputs": ["床前明月光", "疑是地上霜"]}),
+    );
     assert_eq!(status, 200);
     assert_eq!(v.as_array().unwrap().len(), 2);
     assert_eq!(v[0].as_array().unwrap().len(), 256);
-    let (status, o) = s.json("/v1/embeddings", json!({"input": "床前明月光"}));
+    let (status, o) = post_json(s.addr(), "/v1/embeddings", json!({"input": "床前明月光"}));
     assert_eq!(status, 200);
     assert_eq!(o["usage"]["prompt_tokens"], 7);
-    let (status, t) = s.json("/tokenize", json!({"inputs": "月光"}));
+    let (status, t) = post_json(s.addr(), "/tokenize", json!({"inputs": "月光"}));
     assert_eq!(status, 200);
     assert_eq!(t[0][1]["text"], "月");
     assert_eq!(
         (t[0][2]["start"].clone(), t[0][2]["stop"].clone()),
         (json!(3), json!(6))
     );
-    let (status, p) = s.json("/predict", json!({"inputs": "月"}));
+    let (status, p) = post_json(s.addr(), "/predict", json!({"inputs": "月"}));
     assert_eq!(status, 404);
     assert_eq!(p["error_type"], "NotFound");
-    let (status, metrics) = s.call("GET", "/metrics", None);
+    let (status, metrics) = call(s.addr(), "GET", "/metrics", None);
     assert_eq!(status, 200);
     assert!(metrics.contains("te_request_count{route=\"/fill-mask\",status=\"200\"} 1"));
 
@@ -154,9 +98,9 @@ fn serve_with_gguf_answers_completions_beside_the_built_in_model() {
         env!("CARGO_MANIFEST_DIR"),
         "/../llama/tests/fixtures/tiny-llama/tiny.gguf"
     );
-    let s = Server::start(&["--gguf", gguf, "--max-tokens", "16"]);
+    let s = ServeChild::start(&["--gguf", gguf, "--max-tokens", "16"]);
     let body = json!({"prompt": "hello there, the end.", "max_tokens": 4, "temperature": 0});
-    let (status, answer) = s.json("/v1/completions", body.clone());
+    let (status, answer) = post_json(s.addr(), "/v1/completions", body.clone());
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["object"], "text_completion");
     assert_eq!(answer["choices"][0]["finish_reason"], "length");
@@ -166,7 +110,7 @@ fn serve_with_gguf_answers_completions_beside_the_built_in_model() {
     );
     let mut streamed = body;
     streamed["stream"] = json!(true);
-    let (status, events) = s.call("POST", "/v1/completions", Some(streamed));
+    let (status, events) = call(s.addr(), "POST", "/v1/completions", Some(streamed));
     assert_eq!(status, 200);
     // The body is chunked (this client does not undo the chunk sizes): look for the events.
     assert!(
@@ -176,16 +120,17 @@ fn serve_with_gguf_answers_completions_beside_the_built_in_model() {
     let last = events.rfind("data: ").unwrap();
     assert!(events[last..].starts_with("data: [DONE]\n\n"), "{events}");
     let chat = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
-    let (status, answer) = s.json("/v1/chat/completions", chat);
+    let (status, answer) = post_json(s.addr(), "/v1/chat/completions", chat);
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["object"], "chat.completion");
-    let (status, e) = s.json(
+    let (status, e) = post_json(
+        s.addr(),
         "/v1/completions",
         json!({"prompt": "hello", "max_tokens": 17}),
     );
     assert_eq!(status, 422);
     assert!(e["error"].as_str().unwrap().contains("--max-tokens"), "{e}");
-    let (status, fill) = s.json("/fill-mask", json!({"inputs": "床前明[MASK]光"}));
+    let (status, fill) = post_json(s.addr(), "/fill-mask", json!({"inputs": "床前明[MASK]光"}));
     assert_eq!(status, 200);
     assert_eq!(
         fill[0]["token_str"], "月",
@@ -221,10 +166,10 @@ fn serve_refuses_bad_flags_naming_them() {
 /// the process exits 0 soon after.
 #[test]
 fn serve_finishes_requests_in_flight_on_sigterm() {
-    let mut s = Server::start(&["--max-wait-ms", "1500"]);
+    let mut s = ServeChild::start(&["--max-wait-ms", "1500"]);
     let requests: Vec<_> = (0..8)
         .map(|i| {
-            let addr = s.addr.clone();
+            let addr = s.addr().to_owned();
             std::thread::spawn(move || {
                 let path = if i % 2 == 0 { "/embed" } else { "/fill-mask" };
                 call(

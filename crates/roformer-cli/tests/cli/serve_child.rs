@@ -1,16 +1,19 @@
 //! A `roformer serve` process for the tests that need a running server: started on port 0,
-//! its address read from the first line it prints, killed when dropped.
+//! its address read from the first line it prints, its stderr (the access log) collected,
+//! killed when dropped.
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 /// A running `roformer serve`.
 pub struct ServeChild {
-    child: Child,
+    /// The process (for its pid, signals and exit status).
+    pub child: Child,
     /// The base URL, `http://HOST:PORT`, from its `listening on` line.
     pub url: String,
+    stderr: Arc<Mutex<String>>,
 }
 
 impl ServeChild {
@@ -46,11 +49,30 @@ impl ServeChild {
                 panic!("roformer serve {args:?} did not print its address: {other:?}\n{err}");
             }
         };
-        // Drain stderr (access logs) in the background, for the same reason as stdout.
-        if let Some(mut stderr) = child.stderr.take() {
-            std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+        // Collect stderr (the access log) in the background; reading it also keeps the server
+        // from blocking on a full pipe.
+        let stderr = Arc::new(Mutex::new(String::new()));
+        if let Some(mut pipe) = child.stderr.take() {
+            let sink = stderr.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n @ 1..) = pipe.read(&mut buf) {
+                    let text = String::from_utf8_lossy(&buf[..n]);
+                    sink.lock().expect("the log lock").push_str(&text);
+                }
+            });
         }
-        ServeChild { child, url }
+        ServeChild { child, url, stderr }
+    }
+
+    /// `HOST:PORT`, the URL without its scheme (for a plain socket).
+    pub fn addr(&self) -> &str {
+        self.url.trim_start_matches("http://")
+    }
+
+    /// What the server wrote to stderr so far.
+    pub fn log(&self) -> String {
+        self.stderr.lock().expect("the log lock").clone()
     }
 }
 
