@@ -111,6 +111,27 @@ impl TestServer {
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
+    /// POSTs `body` to `path` on a full server and asserts the refusal: at once (within
+    /// 500 ms), 429 with `Retry-After: 1` and an `Overloaded` error, whose message it returns.
+    pub async fn post_overloaded(&self, path: &str, body: &Value) -> String {
+        let started = std::time::Instant::now();
+        let r = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "answered at once"
+        );
+        assert_eq!(r.status(), 429);
+        assert_eq!(r.headers()["retry-after"], "1");
+        let e: Value = r.json().await.unwrap();
+        error_of(&e, "Overloaded")
+    }
+
     /// GETs `path`: the status and the body.
     pub async fn get(&self, path: &str) -> (u16, String) {
         let r = self
