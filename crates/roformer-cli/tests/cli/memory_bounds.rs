@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::common::{roformer, roformer_ok};
-use crate::train::{classify_examples, poetry, scratch, tiny_config, vocab};
+use crate::train::{classify_examples, poetry, scratch, set, tiny_config, vocab};
 
 /// Runs `args`, asserting that it fails within `limit` with a message holding each of `says`.
 fn refused_quickly(args: &[&str], says: &[&str], limit: Duration) {
@@ -49,10 +49,7 @@ fn mlm<'a>([config, vocab, corpus, out]: [&'a str; 4], extra: &[&'a str]) -> Vec
         "--quiet",
     ];
     for pair in extra.chunks(2) {
-        match args.iter().position(|a| *a == pair[0]) {
-            Some(i) => args[i + 1] = pair[1],
-            None => args.extend_from_slice(pair),
-        }
+        set(&mut args, pair[0], pair[1]);
     }
     args
 }
