@@ -47,6 +47,7 @@
 //! Logits that are not finite at a mask (weights that overflow f32) are an error naming the
 //! document and the token: a NaN would otherwise rank as a plain miss.
 
+mod agreement;
 mod famous;
 mod held_out;
 mod masked;
@@ -64,6 +65,7 @@ use roformer::{HeadModel, RoFormerForMaskedLM, RoFormerTokenizer};
 
 use crate::default_model;
 use crate::precision::PrecisionArg;
+use agreement::Agreement;
 use masked::{is_character, Masked};
 use neighbour::{Counts, NeighbourModel};
 use score::Part;
@@ -131,6 +133,10 @@ pub struct MlmArgs {
     /// (f32 where the CPU has no native bf16 dot product).
     #[arg(long, value_enum, default_value = "f32")]
     precision: PrecisionArg,
+    /// With --precision bf16: also run the model in f32 on the same batches and report how
+    /// often both rank the same token first at a mask, and the largest |logit difference|.
+    #[arg(long)]
+    against_f32: bool,
 }
 
 /// The baselines, counted from the training documents.
@@ -163,7 +169,12 @@ pub fn run(command: Command) -> anyhow::Result<()> {
     };
     let tokenizer = default_model::tokenizer(args.model.as_deref())?;
     let mask_id = tokenizer.mask_token_id()?;
-    let model = load_model(&args)?;
+    let model = load_model(&args, args.precision)?;
+    let reference = if args.against_f32 {
+        Some(load_model(&args, PrecisionArg::F32)?)
+    } else {
+        None
+    };
 
     let (train, held_out, originals) = split_corpus(&args)?;
     let masked = match &couplets {
@@ -180,8 +191,12 @@ pub fn run(command: Command) -> anyhow::Result<()> {
     drop(train);
 
     let pad = tokenizer.special_tokens().pad;
-    let (original, copies) = score_all(&model, &masked, &baselines, pad, mask_id, &args)?;
-    report::print(&args, &tokenizer, &baselines.unigram, &original, &copies)
+    let models = Models {
+        model: &model,
+        reference: reference.as_ref(),
+    };
+    let scores = score_all(models, &masked, &baselines, pad, mask_id, &args)?;
+    report::print(&args, &tokenizer, &baselines.unigram, &scores)
 }
 
 /// Checks the arguments that clap does not.
@@ -201,11 +216,15 @@ fn check_args(args: &MlmArgs) -> anyhow::Result<()> {
     );
     ensure!(args.seq_len >= 3, "--seq-len must be at least 3");
     ensure!(args.batch_size >= 1, "--batch-size must be at least 1");
+    ensure!(
+        !args.against_f32 || args.precision == PrecisionArg::Bf16,
+        "--against-f32 compares --precision bf16 with f32: give --precision bf16 with it"
+    );
     Ok(())
 }
 
-/// The masked LM, refused when the checkpoint has no masked-LM head.
-fn load_model(args: &MlmArgs) -> anyhow::Result<RoFormerForMaskedLM> {
+/// The masked LM at `precision`, refused when the checkpoint has no masked-LM head.
+fn load_model(args: &MlmArgs, precision: PrecisionArg) -> anyhow::Result<RoFormerForMaskedLM> {
     let dir = default_model::model_dir(args.model.as_deref())?;
     ensure!(
         dir.checkpoint.has_mlm_head(),
@@ -215,7 +234,7 @@ fn load_model(args: &MlmArgs) -> anyhow::Result<RoFormerForMaskedLM> {
     let mut model = dir
         .load::<RoFormerForMaskedLM>(DType::F32, &Device::Cpu)?
         .model;
-    model.set_precision(args.precision.resolve())?;
+    model.set_precision(precision.resolve())?;
     Ok(model)
 }
 
@@ -254,27 +273,54 @@ fn count_baselines(
     Ok(Baselines { unigram, neighbour })
 }
 
-/// Scores the model and both baselines at every mask: `(originals, simplified copies)`.
+/// The model evaluated, and with `--against-f32` the same model in f32.
+#[derive(Clone, Copy)]
+struct Models<'a> {
+    model: &'a RoFormerForMaskedLM,
+    reference: Option<&'a RoFormerForMaskedLM>,
+}
+
+/// What `score_all` measured.
+struct Scores {
+    /// The texts as read.
+    original: Part,
+    /// Their simplified copies (`--also-simplified`).
+    copies: Part,
+    /// With `--against-f32`: the model against its f32 self.
+    against_f32: Option<Agreement>,
+}
+
+/// Scores the model and both baselines at every mask, and with `--against-f32` compares the
+/// model's logits there with f32's.
 fn score_all(
-    model: &RoFormerForMaskedLM,
+    models: Models,
     masked: &[Masked],
     baselines: &Baselines,
     pad: u32,
     mask_id: u32,
     args: &MlmArgs,
-) -> anyhow::Result<(Part, Part)> {
+) -> anyhow::Result<Scores> {
     let (mut original, mut copies) = (Part::default(), Part::default());
+    let mut against_f32 = models.reference.map(|_| Agreement::default());
     for chunk in masked.chunks(args.batch_size) {
-        let ranks = model::ranks(model, chunk, pad)?;
-        for (item, item_ranks) in chunk.iter().zip(ranks) {
+        let rows = model::mask_logits(models.model, chunk, pad)?;
+        if let (Some(reference), Some(agreement)) = (models.reference, against_f32.as_mut()) {
+            let reference_rows = model::mask_logits(reference, chunk, pad)?;
+            for (a, b) in rows.iter().zip(&reference_rows) {
+                agreement.add(a, b);
+            }
+        }
+        let mut rows = rows.iter();
+        for item in chunk {
             let part = if item.copy {
                 &mut copies
             } else {
                 &mut original
             };
             part.documents += 1;
-            for (&(position, target), rank) in item.targets.iter().zip(item_ranks) {
-                part.model.add(rank);
+            for &(position, target) in &item.targets {
+                let row = rows.next().map_or(&[][..], Vec::as_slice);
+                part.model.add(model::rank(row, target));
                 part.unigram.add(baselines.unigram_rank(target));
                 let context = item.context(position, mask_id);
                 part.neighbour
@@ -282,5 +328,9 @@ fn score_all(
             }
         }
     }
-    Ok((original, copies))
+    Ok(Scores {
+        original,
+        copies,
+        against_f32,
+    })
 }

@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use roformer::RoFormerTokenizer;
 use serde::Serialize;
 
-use super::score::{Part, Rates};
-use super::MlmArgs;
+use super::agreement::AgreementSummary;
+use super::score::Rates;
+use super::{MlmArgs, Scores};
 use crate::{default_model, json};
 
 /// The `--json` object. The fields up to `simplified_copies` are those of the first version;
@@ -31,6 +32,11 @@ struct Summary<'a> {
     famous_file: Option<&'a Path>,
     /// The neighbour baseline's add-k.
     baseline_k: f64,
+    /// The precision of the model's matrix products: `"f32"` or `"bf16"` (as asked; bf16
+    /// falls back to f32 where the CPU lacks it, said on stderr).
+    precision: &'static str,
+    /// With `--against-f32`: the model against itself in f32, else `null`.
+    against_f32: Option<AgreementSummary>,
 }
 
 /// Prints the scores of the originals, their simplified copies and both together.
@@ -41,9 +47,10 @@ pub(super) fn print(
     args: &MlmArgs,
     tokenizer: &RoFormerTokenizer,
     unigram: &[u32],
-    original: &Part,
-    copies: &Part,
+    scores: &Scores,
 ) -> anyhow::Result<()> {
+    let (original, copies) = (&scores.original, &scores.copies);
+    let against_f32 = scores.against_f32.as_ref().map(|a| a.summary());
     let unigram_chars: Vec<&str> = unigram
         .iter()
         .take(5)
@@ -73,6 +80,8 @@ pub(super) fn print(
             set,
             famous_file: args.famous.then_some(args.famous_file.as_path()),
             baseline_k: args.baseline_k,
+            precision: args.precision.name(),
+            against_f32,
         };
         writeln!(out, "{}", json::to_string(&summary)?)?;
     } else {
@@ -121,6 +130,18 @@ pub(super) fn print(
                 r.neighbour_top5,
                 ratio(r.model_over_neighbour_top1),
                 ratio(r.model_over_neighbour_top5)
+            )?;
+        }
+        if let Some(a) = against_f32 {
+            writeln!(
+                out,
+                "{} against f32: the same top-1 at {} of {} masks ({:.2} %); largest |logit \
+                 difference| {:.3e}",
+                args.precision.name(),
+                a.same_top1,
+                a.masks,
+                100.0 * a.same_top1_share,
+                a.max_abs_logit_diff
             )?;
         }
     }

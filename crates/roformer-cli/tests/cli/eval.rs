@@ -81,6 +81,55 @@ fn the_neighbour_baseline_reads_both_neighbours() {
     }
 }
 
+/// `--against-f32` runs the same batches in f32 beside bf16 and reports their agreement at the
+/// masks. The share is at least 0.9 on any machine: bf16 logits of the built-in model differ
+/// from f32's by a few hundredths, which reorders only near-ties (and on a CPU without bf16
+/// both runs are f32: share 1, difference 0).
+#[test]
+fn against_f32_reports_the_agreement_of_bf16_with_f32() {
+    let dir = scratch("eval-against-f32");
+    let corpus = cycle_corpus(&dir);
+    let corpus = corpus.to_str().unwrap();
+    let base = ["--corpus", corpus, "--validation", "0.5"];
+    let plain = eval_json(&base);
+    assert!(plain["against_f32"].is_null(), "{plain}");
+    assert_eq!(plain["precision"], "f32");
+
+    let mut args = base.to_vec();
+    args.extend(["--precision", "bf16", "--against-f32"]);
+    let report = eval_json(&args);
+    assert_eq!(report["precision"], "bf16");
+    let a = &report["against_f32"];
+    let masks = a["masks"].as_u64().unwrap();
+    assert_eq!(masks, report["all"]["masked"].as_u64().unwrap(), "{report}");
+    let same = a["same_top1"].as_u64().unwrap();
+    assert!(same <= masks);
+    assert!((rate(a, "same_top1_share") - same as f64 / masks as f64).abs() < 1e-12);
+    assert!(rate(a, "same_top1_share") >= 0.9, "{report}");
+    let diff = rate(a, "max_abs_logit_diff");
+    assert!(diff.is_finite() && diff >= 0.0, "{report}");
+    // The masks and the f32 baselines do not depend on the precision.
+    assert_eq!(report["all"]["masked"], plain["all"]["masked"]);
+    assert_eq!(
+        report["all"]["neighbour_top1"],
+        plain["all"]["neighbour_top1"]
+    );
+
+    let mut table_args = vec!["eval", "mlm"];
+    table_args.extend(&args);
+    let table = ok(&table_args);
+    assert!(
+        table.contains("bf16 against f32: the same top-1 at"),
+        "{table}"
+    );
+
+    let stderr = fails(&["eval", "mlm", "--corpus", corpus, "--against-f32"]);
+    assert!(
+        stderr.contains("--against-f32") && stderr.contains("--precision bf16"),
+        "{stderr}"
+    );
+}
+
 /// Three poems in the layout of `tangshisanbaishou.json`, with a note to strip: 6 couplets.
 const FAMOUS: &str = r#"{"title": "唐詩三百首", "content": [
   {"type": "五言絕句", "content": [
