@@ -396,3 +396,57 @@ async fn without_a_gguf_model_the_completion_routes_are_404() {
     }
     s.stop().await;
 }
+
+#[tokio::test]
+async fn info_and_models_describe_the_gguf_model() {
+    let s = start_with_gguf(ServeConfig {
+        max_tokens: 50,
+        max_waiting_generations: 3,
+        ..config()
+    })
+    .await;
+    let (status, info) = s.get("/info").await;
+    assert_eq!(status, 200);
+    let info: Value = serde_json::from_str(&info).unwrap();
+    let g = &info["generation_model"];
+    // The fixture's header (scripts/make_tiny_llama.py): general.file_type 7, 15 Q8_0 matrices
+    // and 5 f32 norms.
+    assert_eq!(g["file_name"], "tiny.gguf", "{g}");
+    assert!(g["model_id"].as_str().unwrap().ends_with("tiny.gguf"));
+    assert_eq!(g["name"], "tiny-llama");
+    assert_eq!(g["architecture"], "llama");
+    assert_eq!(g["quantization"], "Q8_0");
+    assert_eq!(g["tensor_types"], json!({"F32": 5, "Q8_0": 15}));
+    assert_eq!(g["context_length"], 128);
+    assert_eq!(g["vocab_size"], 64);
+    assert_eq!(g["layers"], 2);
+    assert_eq!(g["hidden_size"], 64);
+    assert_eq!(g["intermediate_size"], 128);
+    assert_eq!(g["heads"], 4);
+    assert_eq!(g["kv_heads"], 2);
+    assert_eq!(g["rope_base"], 10000.0);
+    assert_eq!(g["chat"], true);
+    assert_eq!(g["max_tokens"], 50);
+    assert_eq!(g["max_waiting_generations"], 3);
+    // Embeddings 64 x 64 (tied to the output); per layer q and o 64 x 64, k and v 32 x 64, the
+    // three feed-forward matrices 128 x 64 and two norms of 64; the last norm of 64.
+    let per_layer = 64 * 64 * 2 + 32 * 64 * 2 + 3 * 128 * 64 + 2 * 64;
+    assert_eq!(g["parameters"], 64 * 64 + 2 * per_layer + 64, "{g}");
+    assert!(g["weight_bytes"].as_u64().unwrap() > 0);
+
+    let (status, models) = s.get("/v1/models").await;
+    assert_eq!(status, 200);
+    let models: Value = serde_json::from_str(&models).unwrap();
+    assert_eq!(models["object"], "list");
+    let data = models["data"].as_array().unwrap();
+    let ids: Vec<&Value> = data.iter().map(|m| &m["id"]).collect();
+    assert_eq!(ids, [&info["model_id"], &g["model_id"]], "{models}");
+    for m in data {
+        assert_eq!(m["object"], "model");
+        assert_eq!(m["owned_by"], "roformer-serve");
+        assert!(m["created"].as_u64().unwrap() > 1_600_000_000);
+    }
+    // The id is the name completions answer with.
+    assert_eq!(greedy(&s, 1).await["model"], g["model_id"]);
+    s.stop().await;
+}
