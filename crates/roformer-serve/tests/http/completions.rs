@@ -450,3 +450,74 @@ async fn info_and_models_describe_the_gguf_model() {
     assert_eq!(greedy(&s, 1).await["model"], g["model_id"]);
     s.stop().await;
 }
+
+#[tokio::test]
+async fn a_completion_past_the_request_timeout_ends_and_frees_the_model() {
+    // 20 ms a token: 100 tokens would take 2 s; the limit is 400 ms.
+    let limit = Duration::from_millis(400);
+    let s = start_with_gguf(ServeConfig {
+        generation_pause: Duration::from_millis(20),
+        request_timeout: limit,
+        ..config()
+    })
+    .await;
+    let chat = json!([{"role": "user", "content": "hi"}]);
+    for (path, body) in [
+        (
+            "/v1/completions",
+            json!({"prompt": PROMPT, "max_tokens": 100, "temperature": 0}),
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": chat, "max_tokens": 100, "temperature": 0}),
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let (_, data) = stream(&s, path, body).await;
+        let took = started.elapsed();
+        // The stream ends at the limit, not at 2 s (1.5 s of slack for a loaded machine).
+        assert!(took >= limit && took < limit * 4, "{path}: {took:?}");
+        let (last, pieces) = data.split_last().unwrap();
+        let last: Value = serde_json::from_str(last).unwrap();
+        let message = error_of(&last, "Timeout");
+        assert!(
+            message.contains("400 ms (--request-timeout-s)"),
+            "{message}"
+        );
+        assert!(!data.iter().any(|d| d == "[DONE]"), "{data:?}");
+        assert!(
+            pieces.len() >= 3,
+            "text was streamed before the end: {data:?}"
+        );
+        for piece in pieces {
+            let chunk: Value = serde_json::from_str(piece).unwrap();
+            assert_eq!(chunk["choices"][0]["finish_reason"], Value::Null, "{chunk}");
+        }
+    }
+    // The decoding stopped: no more tokens once the stream has ended.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let stopped = decoded_tokens(&s).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(decoded_tokens(&s).await, stopped, "no more decoding");
+    let (_, metrics) = s.get("/metrics").await;
+    assert!(
+        metrics.contains("te_generation_count{finish=\"cancelled\"} 2"),
+        "{metrics}"
+    );
+
+    // A whole answer past the limit is a 504, and stops too.
+    let body = json!({"prompt": PROMPT, "max_tokens": 100, "temperature": 0});
+    let (status, e) = s.post("/v1/completions", body).await;
+    assert_eq!(status, 504, "{e}");
+    error_of(&e, "Timeout");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        decoded_tokens(&s).await - stopped < 50,
+        "stopped at the limit"
+    );
+
+    // The model is free: a short completion (3 tokens, 60 ms) is answered within the limit.
+    let answer = greedy(&s, 3).await;
+    assert_eq!(answer["choices"][0]["finish_reason"], "length");
+    s.stop().await;
+}
