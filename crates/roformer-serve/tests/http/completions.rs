@@ -521,3 +521,27 @@ async fn a_completion_past_the_request_timeout_ends_and_frees_the_model() {
     assert_eq!(answer["choices"][0]["finish_reason"], "length");
     s.stop().await;
 }
+
+#[tokio::test]
+async fn ignore_eos_runs_the_completion_to_max_tokens() {
+    let s = start_with_gguf(config()).await;
+    // Greedy, the fixture ends this completion with its end token (<|im_end|>) after 78 tokens.
+    let mut body = json!({"prompt": PROMPT, "max_tokens": 100, "temperature": 0});
+    let (status, natural) = s.post("/v1/completions", body.clone()).await;
+    assert_eq!(status, 200, "{natural}");
+    assert_eq!(natural["choices"][0]["finish_reason"], "stop", "{natural}");
+    let produced = natural["usage"]["completion_tokens"].as_u64().unwrap();
+    assert!(produced < 100, "{natural}");
+    body["ignore_eos"] = json!(true);
+    let (status, forced) = s.post("/v1/completions", body).await;
+    assert_eq!(status, 200, "{forced}");
+    assert_eq!(forced["choices"][0]["finish_reason"], "length", "{forced}");
+    assert_eq!(forced["usage"]["completion_tokens"], 100);
+    let text = forced["choices"][0]["text"].as_str().unwrap();
+    let before = natural["choices"][0]["text"].as_str().unwrap();
+    assert!(
+        text.starts_with(&format!("{before}<|im_end|>")),
+        "the end token is kept as text and decoding goes on: {text:?}"
+    );
+    s.stop().await;
+}
