@@ -8,6 +8,9 @@ use roformer::Precision;
 
 use crate::error::ServeError;
 
+/// The longest `--request-timeout-s` accepted: a week (a deadline must stay on the clock).
+pub const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
+
 /// Everything the server is told at start. [`ServeConfig::default`] gives every flag's
 /// default; `max_input_length` `None` means the model's `max_position_embeddings`.
 #[derive(Debug, Clone)]
@@ -32,7 +35,9 @@ pub struct ServeConfig {
     pub max_input_length: Option<usize>,
     /// Largest request body (`--max-body-bytes`, default 2 MB).
     pub max_body_bytes: usize,
-    /// Per-request time limit, queueing included (`--request-timeout-s`, default 30 s).
+    /// Per-request time limit, from arrival to the end of the answer, queueing and a whole
+    /// stream included (`--request-timeout-s`, default 30 s, at most
+    /// [`MAX_REQUEST_TIMEOUT`]).
     pub request_timeout: Duration,
     /// How long shutdown waits for admitted requests (`--shutdown-timeout-s`, default 30 s).
     pub shutdown_timeout: Duration,
@@ -85,7 +90,7 @@ impl Default for ServeConfig {
 
 impl ServeConfig {
     /// Checks the limits: every count at least 1, `max_input_length` at least 2 (`[CLS]` and
-    /// `[SEP]`), an API key that is not empty, a CORS origin that is a valid header value.
+    /// `[SEP]`), a request timeout of more than zero and at most a week, an API key that is not empty, a CORS origin that is a valid header value.
     ///
     /// # Errors
     /// [`ServeError::Config`] naming the flag, the value and what is accepted.
@@ -109,6 +114,16 @@ impl ServeConfig {
         if let Some(n) = self.max_input_length {
             at_least("--max-input-length", n, 2)?;
         }
+        if self.request_timeout.is_zero() || self.request_timeout > MAX_REQUEST_TIMEOUT {
+            return Err(ServeError::Config {
+                flag: "--request-timeout-s",
+                value: self.request_timeout.as_secs_f64().to_string(),
+                accepted: format!(
+                    "more than 0 and at most {} seconds (a week)",
+                    MAX_REQUEST_TIMEOUT.as_secs()
+                ),
+            });
+        }
         if self.api_key.as_deref().is_some_and(str::is_empty) {
             return Err(ServeError::Config {
                 flag: "--api-key",
@@ -126,5 +141,24 @@ impl ServeConfig {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_request_timeout_is_more_than_zero_and_at_most_a_week() {
+        let with = |request_timeout| ServeConfig {
+            request_timeout,
+            ..ServeConfig::default()
+        };
+        assert!(with(Duration::from_millis(1)).validate().is_ok());
+        assert!(with(MAX_REQUEST_TIMEOUT).validate().is_ok());
+        for bad in [Duration::ZERO, MAX_REQUEST_TIMEOUT + Duration::from_secs(1)] {
+            let e = with(bad).validate().unwrap_err().to_string();
+            assert!(e.contains("--request-timeout-s"), "{e}");
+        }
     }
 }

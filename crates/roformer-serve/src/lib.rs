@@ -1,10 +1,10 @@
 //! `roformer serve`: RoFormer models as an HTTP service.
 //!
 //! Routes (shapes of TEI, OpenAI and the Hugging Face inference API, so their clients work):
-//! `GET /health`, `GET /info`, `GET /metrics`, `GET /`, `POST /embed`, `POST /v1/embeddings`,
-//! `POST /fill-mask`, `POST /predict`, `POST /tokenize`, and with a GGUF LLaMA
-//! ([`Models::generator`]) `POST /v1/completions` and `POST /v1/chat/completions`, decoded one
-//! at a time behind a bounded queue ([`generate`]). Texts are admitted up to
+//! `GET /health`, `GET /info`, `GET /metrics`, `GET /`, `GET /v1/models`, `POST /embed`,
+//! `POST /v1/embeddings`, `POST /fill-mask`, `POST /predict`, `POST /tokenize`, and with a GGUF
+//! LLaMA ([`Models::generator`]) `POST /v1/completions` and `POST /v1/chat/completions`, decoded
+//! one at a time behind a bounded queue ([`generate`]). Texts are admitted up to
 //! `--max-concurrent-requests` (429 beyond), encoded and checked in the handler, and queued
 //! to one batcher thread ([`batcher`]) that runs the model on batches formed by a token budget
 //! and a short wait. Errors are JSON `{"error", "error_type"}` ([`error::ApiError`]).
@@ -39,6 +39,7 @@ use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::{header, HeaderValue, Method};
@@ -140,6 +141,9 @@ impl Server {
             draining: AtomicBool::new(false),
             max_input_length,
             log,
+            started_unix: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
         });
         Ok(Server {
             state,
@@ -206,6 +210,7 @@ pub fn router(state: AppState) -> Router {
         .route("/health", get(routes::info::health))
         .route("/info", get(routes::info::info))
         .route("/metrics", get(routes::info::metrics))
+        .route("/v1/models", get(routes::models::models))
         .route("/embed", post(routes::embed::embed))
         .route("/v1/embeddings", post(routes::openai::embeddings))
         .route("/fill-mask", post(routes::fill_mask::fill_mask))

@@ -37,6 +37,8 @@ pub struct Shared {
     pub max_input_length: usize,
     /// Where access log lines go.
     pub log: LogSink,
+    /// When the server started, in Unix seconds (`created` of `/v1/models`).
+    pub started_unix: u64,
 }
 
 impl AppState {

@@ -1,6 +1,6 @@
 //! `roformer bench serve`: a bounded loopback load generator for `roformer serve` (and, with
 //! `--target peer`, for the FastAPI peer `scripts/serve_peer_fastapi.py`, with the same request
-//! shapes).
+//! shapes; with `--target llama-cpp`, for llama-cpp-python's server on `/v1/completions`).
 //!
 //! Per route (`/embed`, `/fill-mask`, and `/v1/completions` with `--gguf`) and per concurrency
 //! level (default 1, 8, 64): `--warmup` untimed requests, then N client threads each send one
@@ -8,7 +8,13 @@
 //! `--seconds` have passed. Every run is bounded: a count of at most 1,000,000 or a duration of
 //! at most an hour, and a client timeout per request. Reported: successful requests per second
 //! of wall time, p50/p95/p99 latency of the successful requests (nearest rank), the failures by
-//! status, and tokens/s for completions.
+//! status, and for completions the generated tokens per second of wall time, with the prompt and
+//! completion tokens the servers reported and how many answers fell short of `--max-tokens`.
+//!
+//! Completions are greedy and of a fixed length on both servers, so that tokens/s compares the
+//! same work: ours is asked `"ignore_eos": true`, llama-cpp-python `"min_tokens": max_tokens`
+//! (its way to hold back the end token) and `"repeat_penalty": 1.0` (its default is 1.1, which
+//! would change the greedy choice).
 //!
 //! Without `--url` the benchmark starts `roformer serve` of this binary on 127.0.0.1, port 0,
 //! with `--model`/`--gguf` when given (the built-in model otherwise), and stops it at the end.
@@ -23,6 +29,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use clap::ValueEnum;
 use reqwest::blocking::Client;
 
 use load::Stop;
@@ -41,6 +48,37 @@ pub enum Target {
     Ours,
     /// The FastAPI + transformers peer (`scripts/serve_peer_fastapi.py`): /embed and /fill-mask.
     Peer,
+    /// llama-cpp-python's server (`python -m llama_cpp.server`): /v1/completions.
+    LlamaCpp,
+}
+
+impl Target {
+    /// The name the report gives it.
+    fn name(self) -> &'static str {
+        match self {
+            Target::Ours => "roformer serve",
+            Target::Peer => "FastAPI peer",
+            Target::LlamaCpp => "llama-cpp-python server",
+        }
+    }
+
+    /// The route that answers 200 once the server is ready (llama-cpp-python's has no
+    /// `/health`).
+    fn ready_path(self) -> &'static str {
+        match self {
+            Target::Ours | Target::Peer => "/health",
+            Target::LlamaCpp => "/v1/models",
+        }
+    }
+
+    /// Whether it serves `route`.
+    fn serves(self, route: Route) -> bool {
+        match self {
+            Target::Ours => true,
+            Target::Peer => route != Route::Completions,
+            Target::LlamaCpp => route == Route::Completions,
+        }
+    }
 }
 
 /// Arguments of `roformer bench serve`.
@@ -58,7 +96,8 @@ pub struct Args {
     /// GGUF file for the server this benchmark starts; adds /v1/completions to the routes.
     #[arg(long, conflicts_with = "url")]
     gguf: Option<PathBuf>,
-    /// Routes to measure, comma-separated [default: embed,fill-mask, plus completions with --gguf]
+    /// Routes to measure, comma-separated [default: embed,fill-mask, plus completions with
+    /// --gguf; completions for --target llama-cpp]
     #[arg(long, value_enum, value_delimiter = ',')]
     routes: Vec<Route>,
     /// Concurrent clients, comma-separated levels (each 1 to 1024).
@@ -75,7 +114,8 @@ pub struct Args {
     /// Untimed requests per route before its first level.
     #[arg(long, default_value_t = 8)]
     warmup: u64,
-    /// Completion length of the /v1/completions requests.
+    /// Completion length of the /v1/completions requests: every answer is asked for exactly
+    /// this many tokens (greedy, the end token held back).
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=4096))]
     max_tokens: u32,
     /// Bearer key sent with every request (a server started with --api-key).
@@ -87,7 +127,8 @@ pub struct Args {
     timeout: f64,
     /// Print one JSON object: {"target", "url", "cpu", "cores", "bound", "records": [{"route",
     /// "concurrency", "requests", "ok", "errors": {status: count}, "seconds", "req_s", "p50_ms",
-    /// "p95_ms", "p99_ms", "tokens_s" (completions)}]}.
+    /// "p95_ms", "p99_ms", and for completions "tokens_s", "prompt_tokens",
+    /// "completion_tokens", "short_answers"}]}.
     #[arg(long)]
     json: bool,
 }
@@ -109,19 +150,30 @@ impl Args {
     fn routes(&self) -> Result<Vec<Route>> {
         let mut routes = self.routes.clone();
         if routes.is_empty() {
-            routes = vec![Route::Embed, Route::FillMask];
-            if self.gguf.is_some() {
-                routes.push(Route::Completions);
-            }
+            routes = match self.target {
+                Target::LlamaCpp => vec![Route::Completions],
+                _ if self.gguf.is_some() => vec![Route::Embed, Route::FillMask, Route::Completions],
+                _ => vec![Route::Embed, Route::FillMask],
+            };
         }
         routes.dedup();
-        if routes.contains(&Route::Completions) {
-            if self.target == Target::Peer {
-                bail!("--routes completions: the FastAPI peer serves only embed and fill-mask");
-            }
-            if self.url.is_none() && self.gguf.is_none() {
-                bail!("--routes completions needs --gguf FILE (or --url of a server started with --gguf)");
-            }
+        if let Some(&route) = routes.iter().find(|&&r| !self.target.serves(r)) {
+            let served = match self.target {
+                Target::LlamaCpp => "completions",
+                _ => "embed and fill-mask",
+            };
+            let name = route
+                .to_possible_value()
+                .map_or_else(String::new, |v| v.get_name().to_owned());
+            bail!(
+                "--routes {name}: the {} serves only {served}",
+                self.target.name()
+            );
+        }
+        if routes.contains(&Route::Completions) && self.url.is_none() && self.gguf.is_none() {
+            bail!(
+                "--routes completions needs --gguf FILE (or --url of a server started with --gguf)"
+            );
         }
         Ok(routes)
     }
@@ -150,11 +202,12 @@ pub fn run(args: Args) -> Result<()> {
             (server.url.clone(), Some(server))
         }
     };
-    spawn::wait_healthy(&client, &url).with_context(|| format!("--url {url}"))?;
+    spawn::wait_ready(&client, &url, args.target.ready_path())
+        .with_context(|| format!("--url {url}"))?;
     let key = args.api_key.as_deref();
     let mut records = Vec::new();
     for route in routes {
-        let work = RouteLoad::new(&url, route, args.max_tokens);
+        let work = RouteLoad::new(&url, route, args.target, args.max_tokens);
         if args.warmup > 0 {
             load::run(&client, &work, 1, Stop::Requests(args.warmup), key);
         }
@@ -168,11 +221,7 @@ pub fn run(args: Args) -> Result<()> {
             records.push(Record { route, summary });
         }
     }
-    let target = match args.target {
-        Target::Ours => "roformer serve",
-        Target::Peer => "FastAPI peer",
-    };
-    let report = Report::new(target, &url, bound, records);
+    let report = Report::new(args.target.name(), &url, bound, records);
     drop(own);
     report.print(args.json)
 }

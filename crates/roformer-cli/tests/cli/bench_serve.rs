@@ -1,7 +1,17 @@
-//! `roformer bench serve`: its refusals of unbounded or contradictory runs, and a short run
-//! against the `roformer serve` it starts itself (no timing asserts).
+//! `roformer bench serve`: its refusals of unbounded or contradictory runs, a short run
+//! against the `roformer serve` it starts itself, and completions of a fixed length against a
+//! server started with `--gguf`, as ours and as the llama-cpp-python target (no timing asserts).
+
+use serde_json::Value;
 
 use crate::common::{assert_each_fails, roformer_ok};
+use crate::serve_child::ServeChild;
+
+/// The tiny GGUF LLaMA of the llama crate's tests.
+const TINY_GGUF: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../llama/tests/fixtures/tiny-llama/tiny.gguf"
+);
 
 #[test]
 fn unbounded_or_contradictory_runs_are_refused() {
@@ -30,8 +40,75 @@ fn unbounded_or_contradictory_runs_are_refused() {
                 "--routes",
                 "completions",
             ],
+            &["--target", "llama-cpp"],
+            &[
+                "--url",
+                "http://127.0.0.1:9",
+                "--target",
+                "llama-cpp",
+                "--routes",
+                "embed",
+            ],
         ],
     );
+}
+
+/// The completion records of a `bench serve --json` report: each at its level, every request
+/// answered with exactly `max_tokens` generated tokens, counted as the server reported them.
+fn assert_exact_completions(report: &Value, levels: &[u64], requests: u64, max_tokens: u64) {
+    let records = report["records"].as_array().unwrap();
+    assert_eq!(records.len(), levels.len(), "{report}");
+    for (r, &level) in records.iter().zip(levels) {
+        assert_eq!(r["route"], "completions", "{r}");
+        assert_eq!(r["concurrency"], level, "{r}");
+        assert_eq!(r["ok"], requests, "{r}");
+        assert_eq!(r["completion_tokens"], requests * max_tokens, "{r}");
+        assert_eq!(r["short_answers"], 0, "{r}");
+        assert!(r["prompt_tokens"].as_u64().unwrap() >= requests, "{r}");
+        let tokens_s = r["tokens_s"].as_f64().unwrap();
+        let seconds = r["seconds"].as_f64().unwrap();
+        let want = (requests * max_tokens) as f64 / seconds;
+        assert!((tokens_s - want).abs() <= 1e-9 * want, "{r}");
+    }
+}
+
+#[test]
+fn completions_run_to_max_tokens_on_ours_and_as_the_llama_cpp_target() {
+    let args = [
+        "--routes",
+        "completions",
+        "--max-tokens",
+        "12",
+        "--requests",
+        "3",
+        "--concurrency",
+        "1,2",
+        "--warmup",
+        "1",
+        "--json",
+    ];
+    let mut ours = vec!["bench", "serve", "--gguf", TINY_GGUF];
+    ours.extend(args);
+    let report: Value = serde_json::from_slice(&roformer_ok(&ours).stdout).unwrap();
+    assert_eq!(report["target"], "roformer serve");
+    assert_exact_completions(&report, &[1, 2], 3, 12);
+
+    // The llama-cpp target's requests (min_tokens, repeat_penalty) against any OpenAI
+    // completions server: ours ignores those fields, and this prompt does not reach an end
+    // token in 12 greedy tokens.
+    let server = ServeChild::start(&["--gguf", TINY_GGUF]);
+    let mut peer = vec![
+        "bench",
+        "serve",
+        "--target",
+        "llama-cpp",
+        "--url",
+        &server.url,
+    ];
+    peer.extend(args);
+    let report: Value = serde_json::from_slice(&roformer_ok(&peer).stdout).unwrap();
+    assert_eq!(report["target"], "llama-cpp-python server");
+    assert_exact_completions(&report, &[1, 2], 3, 12);
 }
 
 #[test]

@@ -130,6 +130,16 @@ fn serve_with_gguf_answers_completions_beside_the_built_in_model() {
     );
     assert_eq!(status, 422);
     assert!(e["error"].as_str().unwrap().contains("--max-tokens"), "{e}");
+    let (status, info) = call(s.addr(), "GET", "/info", None);
+    assert_eq!(status, 200);
+    let info: Value = serde_json::from_str(&info).unwrap();
+    assert_eq!(info["generation_model"]["file_name"], "tiny.gguf", "{info}");
+    assert_eq!(info["generation_model"]["context_length"], 128, "{info}");
+    assert_eq!(info["generation_model"]["max_tokens"], 16, "{info}");
+    let (status, models) = call(s.addr(), "GET", "/v1/models", None);
+    assert_eq!(status, 200);
+    let models: Value = serde_json::from_str(&models).unwrap();
+    assert_eq!(models["data"][1]["id"], gguf, "{models}");
     let (status, fill) = post_json(s.addr(), "/fill-mask", json!({"inputs": "床前明[MASK]光"}));
     assert_eq!(status, 200);
     assert_eq!(
@@ -148,6 +158,13 @@ fn serve_refuses_bad_flags_naming_them() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("--api-key") && stderr.contains("non-empty"),
+        "{stderr}"
+    );
+    let out = roformer(&["serve", "--port", "0", "--request-timeout-s", "700000"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--request-timeout-s") && stderr.contains("604800"),
         "{stderr}"
     );
     let out = roformer(&["serve", "--model", "/nonexistent/dir"]);

@@ -6,6 +6,7 @@ use std::path::Path;
 use llama::gguf::GgufFile;
 use llama::{Llama, LoadOptions, Tokenizer};
 
+use super::describe::ModelCard;
 use crate::error::{ApiError, ServeError};
 
 /// ChatML's turn markers.
@@ -21,6 +22,8 @@ pub struct LlamaModel {
     tokenizer: Tokenizer,
     /// `<|im_end|>`'s id when the chat template is ChatML (else the chat route refuses).
     chat_end: Option<u32>,
+    /// What `/info` and `/v1/models` say about it.
+    card: ModelCard,
 }
 
 impl LlamaModel {
@@ -50,11 +53,13 @@ impl LlamaModel {
         let model = Llama::load(file, &LoadOptions::default()).map_err(err)?;
         let tokenizer = Tokenizer::from_gguf(file).map_err(err)?;
         let chat_end = chat_end(file, &tokenizer);
+        let card = ModelCard::read(file, model.config(), chat_end.is_some());
         Ok(LlamaModel {
             model_id,
             model,
             tokenizer,
             chat_end,
+            card,
         })
     }
 
@@ -66,6 +71,11 @@ impl LlamaModel {
     /// The tokenizer.
     pub fn tokenizer(&self) -> &Tokenizer {
         &self.tokenizer
+    }
+
+    /// Its description: file, architecture, sizes, quantization.
+    pub fn card(&self) -> &ModelCard {
+        &self.card
     }
 
     /// Tokens the model can hold: prompt and completion together.

@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::backend::Head;
 use crate::error::ApiError;
+use crate::generate::ModelCard;
 use crate::state::AppState;
 
 /// The page: one file, no build step, no external assets.
@@ -54,9 +55,20 @@ pub struct Info {
     max_batch_tokens: usize,
     max_client_batch_size: usize,
     version: &'static str,
+    generation_model: Option<GenerationModel>,
 }
 
-/// `GET /info`: the model and the limits.
+/// The GGUF model of `--gguf` in `/info` (`null` without one): its card and the completion
+/// routes' limits.
+#[derive(Debug, Serialize)]
+pub struct GenerationModel {
+    #[serde(flatten)]
+    card: ModelCard,
+    max_tokens: usize,
+    max_waiting_generations: usize,
+}
+
+/// `GET /info`: the model and the limits, and the GGUF model with its limits.
 pub async fn info(State(state): State<AppState>) -> Json<Info> {
     let backend = &state.backend;
     let model_type = match backend.head {
@@ -86,6 +98,11 @@ pub async fn info(State(state): State<AppState>) -> Json<Info> {
         max_batch_tokens: state.config.max_batch_tokens,
         max_client_batch_size: state.config.max_client_batch_size,
         version: env!("CARGO_PKG_VERSION"),
+        generation_model: state.generator.as_ref().map(|g| GenerationModel {
+            card: g.model().card().clone(),
+            max_tokens: state.config.max_tokens,
+            max_waiting_generations: state.config.max_waiting_generations,
+        }),
     })
 }
 

@@ -4,6 +4,7 @@ pub mod completions;
 pub mod embed;
 pub mod fill_mask;
 pub mod info;
+pub mod models;
 pub mod openai;
 pub mod predict;
 pub mod tokenize;

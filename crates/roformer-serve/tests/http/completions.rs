@@ -396,3 +396,152 @@ async fn without_a_gguf_model_the_completion_routes_are_404() {
     }
     s.stop().await;
 }
+
+#[tokio::test]
+async fn info_and_models_describe_the_gguf_model() {
+    let s = start_with_gguf(ServeConfig {
+        max_tokens: 50,
+        max_waiting_generations: 3,
+        ..config()
+    })
+    .await;
+    let (status, info) = s.get("/info").await;
+    assert_eq!(status, 200);
+    let info: Value = serde_json::from_str(&info).unwrap();
+    let g = &info["generation_model"];
+    // The fixture's header (scripts/make_tiny_llama.py): general.file_type 7, 15 Q8_0 matrices
+    // and 5 f32 norms.
+    assert_eq!(g["file_name"], "tiny.gguf", "{g}");
+    assert!(g["model_id"].as_str().unwrap().ends_with("tiny.gguf"));
+    assert_eq!(g["name"], "tiny-llama");
+    assert_eq!(g["architecture"], "llama");
+    assert_eq!(g["quantization"], "Q8_0");
+    assert_eq!(g["tensor_types"], json!({"F32": 5, "Q8_0": 15}));
+    assert_eq!(g["context_length"], 128);
+    assert_eq!(g["vocab_size"], 64);
+    assert_eq!(g["layers"], 2);
+    assert_eq!(g["hidden_size"], 64);
+    assert_eq!(g["intermediate_size"], 128);
+    assert_eq!(g["heads"], 4);
+    assert_eq!(g["kv_heads"], 2);
+    assert_eq!(g["rope_base"], 10000.0);
+    assert_eq!(g["chat"], true);
+    assert_eq!(g["max_tokens"], 50);
+    assert_eq!(g["max_waiting_generations"], 3);
+    // Embeddings 64 x 64 (tied to the output); per layer q and o 64 x 64, k and v 32 x 64, the
+    // three feed-forward matrices 128 x 64 and two norms of 64; the last norm of 64.
+    let per_layer = 64 * 64 * 2 + 32 * 64 * 2 + 3 * 128 * 64 + 2 * 64;
+    assert_eq!(g["parameters"], 64 * 64 + 2 * per_layer + 64, "{g}");
+    assert!(g["weight_bytes"].as_u64().unwrap() > 0);
+
+    let (status, models) = s.get("/v1/models").await;
+    assert_eq!(status, 200);
+    let models: Value = serde_json::from_str(&models).unwrap();
+    assert_eq!(models["object"], "list");
+    let data = models["data"].as_array().unwrap();
+    let ids: Vec<&Value> = data.iter().map(|m| &m["id"]).collect();
+    assert_eq!(ids, [&info["model_id"], &g["model_id"]], "{models}");
+    for m in data {
+        assert_eq!(m["object"], "model");
+        assert_eq!(m["owned_by"], "roformer-serve");
+        assert!(m["created"].as_u64().unwrap() > 1_600_000_000);
+    }
+    // The id is the name completions answer with.
+    assert_eq!(greedy(&s, 1).await["model"], g["model_id"]);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_completion_past_the_request_timeout_ends_and_frees_the_model() {
+    // 20 ms a token: 100 tokens would take 2 s; the limit is 400 ms.
+    let limit = Duration::from_millis(400);
+    let s = start_with_gguf(ServeConfig {
+        generation_pause: Duration::from_millis(20),
+        request_timeout: limit,
+        ..config()
+    })
+    .await;
+    let chat = json!([{"role": "user", "content": "hi"}]);
+    for (path, body) in [
+        (
+            "/v1/completions",
+            json!({"prompt": PROMPT, "max_tokens": 100, "temperature": 0}),
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": chat, "max_tokens": 100, "temperature": 0}),
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let (_, data) = stream(&s, path, body).await;
+        let took = started.elapsed();
+        // The stream ends at the limit, not at 2 s (1.5 s of slack for a loaded machine).
+        assert!(took >= limit && took < limit * 4, "{path}: {took:?}");
+        let (last, pieces) = data.split_last().unwrap();
+        let last: Value = serde_json::from_str(last).unwrap();
+        let message = error_of(&last, "Timeout");
+        assert!(
+            message.contains("400 ms (--request-timeout-s)"),
+            "{message}"
+        );
+        assert!(!data.iter().any(|d| d == "[DONE]"), "{data:?}");
+        assert!(
+            pieces.len() >= 3,
+            "text was streamed before the end: {data:?}"
+        );
+        for piece in pieces {
+            let chunk: Value = serde_json::from_str(piece).unwrap();
+            assert_eq!(chunk["choices"][0]["finish_reason"], Value::Null, "{chunk}");
+        }
+    }
+    // The decoding stopped: no more tokens once the stream has ended.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let stopped = decoded_tokens(&s).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(decoded_tokens(&s).await, stopped, "no more decoding");
+    let (_, metrics) = s.get("/metrics").await;
+    assert!(
+        metrics.contains("te_generation_count{finish=\"cancelled\"} 2"),
+        "{metrics}"
+    );
+
+    // A whole answer past the limit is a 504, and stops too.
+    let body = json!({"prompt": PROMPT, "max_tokens": 100, "temperature": 0});
+    let (status, e) = s.post("/v1/completions", body).await;
+    assert_eq!(status, 504, "{e}");
+    error_of(&e, "Timeout");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        decoded_tokens(&s).await - stopped < 50,
+        "stopped at the limit"
+    );
+
+    // The model is free: a short completion (3 tokens, 60 ms) is answered within the limit.
+    let answer = greedy(&s, 3).await;
+    assert_eq!(answer["choices"][0]["finish_reason"], "length");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn ignore_eos_runs_the_completion_to_max_tokens() {
+    let s = start_with_gguf(config()).await;
+    // Greedy, the fixture ends this completion with its end token (<|im_end|>) after 78 tokens.
+    let mut body = json!({"prompt": PROMPT, "max_tokens": 100, "temperature": 0});
+    let (status, natural) = s.post("/v1/completions", body.clone()).await;
+    assert_eq!(status, 200, "{natural}");
+    assert_eq!(natural["choices"][0]["finish_reason"], "stop", "{natural}");
+    let produced = natural["usage"]["completion_tokens"].as_u64().unwrap();
+    assert!(produced < 100, "{natural}");
+    body["ignore_eos"] = json!(true);
+    let (status, forced) = s.post("/v1/completions", body).await;
+    assert_eq!(status, 200, "{forced}");
+    assert_eq!(forced["choices"][0]["finish_reason"], "length", "{forced}");
+    assert_eq!(forced["usage"]["completion_tokens"], 100);
+    let text = forced["choices"][0]["text"].as_str().unwrap();
+    let before = natural["choices"][0]["text"].as_str().unwrap();
+    assert!(
+        text.starts_with(&format!("{before}<|im_end|>")),
+        "the end token is kept as text and decoding goes on: {text:?}"
+    );
+    s.stop().await;
+}

@@ -30,6 +30,15 @@ async fn health_info_metrics_and_the_page() {
     assert_eq!(info["max_client_batch_size"], 32);
     assert_eq!(info["max_concurrent_requests"], 512);
     assert!(info["model_id"].as_str().unwrap().ends_with("mlm_rotary"));
+    assert_eq!(info["generation_model"], Value::Null, "no --gguf");
+    let (status, models) = s.get("/v1/models").await;
+    assert_eq!(status, 200);
+    let models: Value = serde_json::from_str(&models).unwrap();
+    assert_eq!(models["object"], "list");
+    let data = models["data"].as_array().unwrap();
+    assert_eq!(data.len(), 1, "{models}");
+    assert_eq!(data[0]["id"], info["model_id"]);
+    assert_eq!(data[0]["object"], "model");
     let r = s.client.get(format!("{}/", s.base)).send().await.unwrap();
     assert_eq!(r.status(), 200);
     assert!(r.headers()["content-type"]

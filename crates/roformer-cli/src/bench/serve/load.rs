@@ -24,10 +24,20 @@ pub trait Workload: Sync {
     fn url(&self) -> &str;
     /// The JSON body of request number `i`.
     fn body(&self, i: u64) -> String;
-    /// Whether the route generates tokens (then tokens/s is reported).
-    fn generates(&self) -> bool;
-    /// Generated tokens in a successful answer.
-    fn tokens(&self, answer: &[u8]) -> u64;
+    /// Tokens each answer is asked to generate, for a route that generates (then tokens/s is
+    /// reported, and the answers that fell short are counted); `None` for the others.
+    fn wanted_tokens(&self) -> Option<u64>;
+    /// The tokens a successful answer reports.
+    fn tokens(&self, answer: &[u8]) -> Tokens;
+}
+
+/// Token counts of one answer, as the server reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tokens {
+    /// Tokens of the prompt.
+    pub prompt: u64,
+    /// Tokens generated.
+    pub completion: u64,
 }
 
 /// What one request gave.
@@ -36,7 +46,7 @@ struct Sample {
     latency: Duration,
     /// The HTTP status; 0 when no answer came (connection error or client timeout).
     status: u16,
-    tokens: u64,
+    tokens: Tokens,
 }
 
 /// The figures of one run.
@@ -60,9 +70,20 @@ pub struct Summary {
     pub p95_ms: f64,
     /// 99th percentile latency, milliseconds.
     pub p99_ms: f64,
-    /// Generated tokens per second of wall time (completions only).
+    /// Generated tokens per second of wall time: `completion_tokens / seconds` (completions
+    /// only, as are the three counts below).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tokens_s: Option<f64>,
+    /// Prompt tokens of the successful answers, as the server counted them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u64>,
+    /// Generated tokens of the successful answers, as the server counted them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion_tokens: Option<u64>,
+    /// Successful answers with fewer generated tokens than asked for (0 when every answer
+    /// generated exactly the length asked, as a fair comparison needs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub short_answers: Option<u64>,
 }
 
 /// Runs `work` from `concurrency` threads until `stop`.
@@ -84,7 +105,7 @@ pub fn run(
             .flat_map(|w| w.join().unwrap_or_default())
             .collect()
     });
-    summarize(concurrency, &samples, start.elapsed(), work.generates())
+    summarize(concurrency, &samples, start.elapsed(), work.wanted_tokens())
 }
 
 /// One client thread: takes request numbers until `stop`, sends each, records the outcome.
@@ -116,14 +137,14 @@ fn worker(
                 let status = response.status();
                 // The body is read in full: the latency is that of the whole answer.
                 let body = response.bytes().unwrap_or_default();
-                let tokens = if status.is_success() && work.generates() {
+                let tokens = if status.is_success() && work.wanted_tokens().is_some() {
                     work.tokens(&body)
                 } else {
-                    0
+                    Tokens::default()
                 };
                 (status.as_u16(), tokens)
             }
-            Err(_) => (0, 0),
+            Err(_) => (0, Tokens::default()),
         };
         out.push(Sample {
             latency: t0.elapsed(),
@@ -134,19 +155,24 @@ fn worker(
     out
 }
 
-/// The figures of `samples`, gathered over `wall`.
-fn summarize(concurrency: u32, samples: &[Sample], wall: Duration, generates: bool) -> Summary {
+/// The figures of `samples`, gathered over `wall`; `wanted` is the length each answer was
+/// asked to generate, for a generating route.
+fn summarize(concurrency: u32, samples: &[Sample], wall: Duration, wanted: Option<u64>) -> Summary {
     let mut latencies: Vec<f64> = Vec::new();
     let mut errors = BTreeMap::new();
-    let mut tokens = 0;
+    let mut total = Tokens::default();
+    let mut short = 0;
     for s in samples {
         if (200..300).contains(&s.status) {
             latencies.push(s.latency.as_secs_f64() * 1e3);
-            tokens += s.tokens;
+            total.prompt += s.tokens.prompt;
+            total.completion += s.tokens.completion;
+            short += u64::from(wanted.is_some_and(|n| s.tokens.completion < n));
         } else {
             *errors.entry(s.status.to_string()).or_insert(0) += 1;
         }
     }
+    let generates = wanted.is_some();
     latencies.sort_by(f64::total_cmp);
     let seconds = wall.as_secs_f64().max(1e-9);
     Summary {
@@ -159,7 +185,10 @@ fn summarize(concurrency: u32, samples: &[Sample], wall: Duration, generates: bo
         p50_ms: percentile(&latencies, 0.50),
         p95_ms: percentile(&latencies, 0.95),
         p99_ms: percentile(&latencies, 0.99),
-        tokens_s: generates.then(|| tokens as f64 / seconds),
+        tokens_s: generates.then(|| total.completion as f64 / seconds),
+        prompt_tokens: generates.then_some(total.prompt),
+        completion_tokens: generates.then_some(total.completion),
+        short_answers: generates.then_some(short),
     }
 }
 
@@ -221,10 +250,19 @@ mod tests {
             }
             let mut body = vec![0; length];
             reader.read_exact(&mut body).unwrap();
-            let (status, answer) = if String::from_utf8_lossy(&body).contains("bad") {
+            let body = String::from_utf8_lossy(&body);
+            let (status, answer) = if body.contains("bad") {
                 ("422 Unprocessable Entity", "{}")
+            } else if body.contains("short") {
+                (
+                    "200 OK",
+                    r#"{"usage":{"prompt_tokens":2,"completion_tokens":1}}"#,
+                )
             } else {
-                ("200 OK", r#"{"usage":{"completion_tokens":3}}"#)
+                (
+                    "200 OK",
+                    r#"{"usage":{"prompt_tokens":2,"completion_tokens":3}}"#,
+                )
             };
             let head = format!(
                 "HTTP/1.1 {status}\r\nContent-Length: {}\r\n\r\n",
@@ -237,6 +275,8 @@ mod tests {
         }
     }
 
+    /// Every fifth request is refused (422); of the others, every tenth generates 1 token of
+    /// the 3 asked, the rest 3; each prompt is 2 tokens.
     struct EveryFifthBad(String);
 
     impl Workload for EveryFifthBad {
@@ -244,13 +284,22 @@ mod tests {
             &self.0
         }
         fn body(&self, i: u64) -> String {
-            if i % 5 == 4 { "bad" } else { "good" }.to_owned()
+            match (i % 5, i % 10) {
+                (4, _) => "bad",
+                (_, 0) => "short",
+                _ => "good",
+            }
+            .to_owned()
         }
-        fn generates(&self) -> bool {
-            true
+        fn wanted_tokens(&self) -> Option<u64> {
+            Some(3)
         }
-        fn tokens(&self, answer: &[u8]) -> u64 {
-            u64::from(String::from_utf8_lossy(answer).contains("completion_tokens"))
+        fn tokens(&self, answer: &[u8]) -> Tokens {
+            let v: serde_json::Value = serde_json::from_slice(answer).unwrap();
+            Tokens {
+                prompt: v["usage"]["prompt_tokens"].as_u64().unwrap(),
+                completion: v["usage"]["completion_tokens"].as_u64().unwrap(),
+            }
         }
     }
 
@@ -263,7 +312,11 @@ mod tests {
         assert_eq!(s.errors, BTreeMap::from([("422".to_owned(), 10)]));
         assert!(s.p50_ms > 0.0 && s.p50_ms <= s.p95_ms && s.p95_ms <= s.p99_ms);
         assert!(s.req_s > 0.0);
-        assert_eq!(s.tokens_s, Some(40.0 / s.seconds));
+        // 40 answers: 5 short ones of 1 token, 35 of 3.
+        assert_eq!(s.short_answers, Some(5));
+        assert_eq!(s.completion_tokens, Some(5 + 35 * 3));
+        assert_eq!(s.prompt_tokens, Some(40 * 2));
+        assert_eq!(s.tokens_s, Some(110.0 / s.seconds));
     }
 
     #[test]

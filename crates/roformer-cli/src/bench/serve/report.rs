@@ -95,6 +95,15 @@ impl Report {
                 tokens
             );
         }
+        for r in &self.records {
+            if let Some(short @ 1..) = r.summary.short_answers {
+                println!(
+                    "{} x{}: {short} answers generated fewer tokens than --max-tokens",
+                    r.route.path(),
+                    r.summary.concurrency
+                );
+            }
+        }
         for r in self.records.iter().filter(|r| !r.summary.errors.is_empty()) {
             println!(
                 "{} x{}: failures by status (0 = no answer): {}",

@@ -1,11 +1,14 @@
 //! The requests of `bench serve`: one body shape per route, the same for our server and the
 //! FastAPI peer (`scripts/serve_peer_fastapi.py`). Request `i` takes poem line `i % 8`; a
-//! fill-mask request masks one character of it, which one cycling with `i / 8`.
+//! fill-mask request masks one character of it, which one cycling with `i / 8`. A completion
+//! takes prompt `i % 4`, greedy, and asks for exactly `max_tokens` tokens in the words of its
+//! server: `ignore_eos` for ours, `min_tokens` for llama-cpp-python's.
 
 use serde::Serialize;
 use serde_json::json;
 
-use super::load::Workload;
+use super::load::{Tokens, Workload};
+use super::Target;
 
 /// A route that `bench serve` measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -15,7 +18,8 @@ pub enum Route {
     Embed,
     /// `POST /fill-mask` with one text holding one `[MASK]`, `top_k: 5`.
     FillMask,
-    /// `POST /v1/completions` (a server started with `--gguf`): greedy, `--max-tokens` tokens.
+    /// `POST /v1/completions` (a server started with `--gguf`, or llama-cpp-python's): greedy,
+    /// `--max-tokens` tokens.
     Completions,
 }
 
@@ -54,18 +58,39 @@ const PROMPTS: [&str; 4] = [
 pub struct RouteLoad {
     url: String,
     route: Route,
+    target: Target,
     max_tokens: u32,
 }
 
 impl RouteLoad {
-    /// Requests of `route` to the server at `base` (`http://HOST:PORT`); `max_tokens` is the
-    /// completion length.
-    pub fn new(base: &str, route: Route, max_tokens: u32) -> RouteLoad {
+    /// Requests of `route` to `target`'s server at `base` (`http://HOST:PORT`); `max_tokens` is
+    /// the completion length.
+    pub fn new(base: &str, route: Route, target: Target, max_tokens: u32) -> RouteLoad {
         RouteLoad {
             url: format!("{}{}", base.trim_end_matches('/'), route.path()),
             route,
+            target,
             max_tokens,
         }
+    }
+
+    /// A greedy completion of `prompt` of exactly `max_tokens` tokens, as `target` is asked
+    /// for one.
+    fn completion(&self, prompt: &str) -> serde_json::Value {
+        let mut body = json!({
+            "prompt": prompt,
+            "max_tokens": self.max_tokens,
+            "temperature": 0.0,
+            "seed": 0,
+        });
+        match self.target {
+            Target::Ours | Target::Peer => body["ignore_eos"] = json!(true),
+            Target::LlamaCpp => {
+                body["min_tokens"] = json!(self.max_tokens);
+                body["repeat_penalty"] = json!(1.0);
+            }
+        }
+        body
     }
 }
 
@@ -97,26 +122,26 @@ impl Workload for RouteLoad {
                 "inputs": masked(line, (i / LINES.len() as u64) as usize),
                 "parameters": { "top_k": 5 },
             }),
-            Route::Completions => json!({
-                "prompt": PROMPTS[(i % PROMPTS.len() as u64) as usize],
-                "max_tokens": self.max_tokens,
-                "temperature": 0.0,
-                "seed": 0,
-            }),
+            Route::Completions => self.completion(PROMPTS[(i % PROMPTS.len() as u64) as usize]),
         };
         value.to_string()
     }
 
-    fn generates(&self) -> bool {
-        self.route == Route::Completions
+    fn wanted_tokens(&self) -> Option<u64> {
+        (self.route == Route::Completions).then_some(u64::from(self.max_tokens))
     }
 
-    /// `usage.completion_tokens` of an OpenAI completion (0 when absent).
-    fn tokens(&self, answer: &[u8]) -> u64 {
-        serde_json::from_slice::<serde_json::Value>(answer)
-            .ok()
-            .and_then(|v| v["usage"]["completion_tokens"].as_u64())
-            .unwrap_or(0)
+    /// `usage.prompt_tokens` and `usage.completion_tokens` of an OpenAI completion (0 when
+    /// absent).
+    fn tokens(&self, answer: &[u8]) -> Tokens {
+        let usage = serde_json::from_slice::<serde_json::Value>(answer)
+            .map(|v| v["usage"].clone())
+            .unwrap_or_default();
+        let count = |key: &str| usage[key].as_u64().unwrap_or(0);
+        Tokens {
+            prompt: count("prompt_tokens"),
+            completion: count("completion_tokens"),
+        }
     }
 }
 
@@ -126,7 +151,7 @@ mod tests {
 
     #[test]
     fn fill_mask_bodies_hold_one_mask_and_cycle_through_the_characters() {
-        let load = RouteLoad::new("http://h:1/", Route::FillMask, 0);
+        let load = RouteLoad::new("http://h:1/", Route::FillMask, Target::Ours, 0);
         assert_eq!(load.url(), "http://h:1/fill-mask");
         let first: serde_json::Value = serde_json::from_str(&load.body(0)).unwrap();
         assert_eq!(first["inputs"], "[MASK]前明月光，疑是地上霜。");
@@ -140,16 +165,36 @@ mod tests {
 
     #[test]
     fn embed_and_completion_bodies() {
-        let embed = RouteLoad::new("http://h:1", Route::Embed, 0);
+        let embed = RouteLoad::new("http://h:1", Route::Embed, Target::Ours, 0);
         assert_eq!(
             embed.body(1),
             r#"{"inputs":"举头望明月，低头思故乡。","normalize":true}"#
         );
-        assert!(!embed.generates());
-        let gen = RouteLoad::new("http://h:1", Route::Completions, 16);
+        assert_eq!(embed.wanted_tokens(), None);
+        let gen = RouteLoad::new("http://h:1", Route::Completions, Target::Ours, 16);
         let body: serde_json::Value = serde_json::from_str(&gen.body(0)).unwrap();
         assert_eq!(body["max_tokens"], 16);
-        assert_eq!(gen.tokens(br#"{"usage":{"completion_tokens":16}}"#), 16);
-        assert_eq!(gen.tokens(b"not json"), 0);
+        assert_eq!(body["temperature"], 0.0);
+        assert_eq!(body["ignore_eos"], true);
+        assert_eq!(gen.wanted_tokens(), Some(16));
+        let usage = br#"{"usage":{"prompt_tokens":5,"completion_tokens":16}}"#;
+        let tokens = gen.tokens(usage);
+        assert_eq!((tokens.prompt, tokens.completion), (5, 16));
+        let none = gen.tokens(b"not json");
+        assert_eq!((none.prompt, none.completion), (0, 0));
+    }
+
+    #[test]
+    fn llama_cpp_is_asked_for_the_same_greedy_fixed_length_completion() {
+        let ours = RouteLoad::new("http://h:1", Route::Completions, Target::Ours, 16);
+        let peer = RouteLoad::new("http://h:2", Route::Completions, Target::LlamaCpp, 16);
+        let ours: serde_json::Value = serde_json::from_str(&ours.body(3)).unwrap();
+        let peer: serde_json::Value = serde_json::from_str(&peer.body(3)).unwrap();
+        for key in ["prompt", "max_tokens", "temperature", "seed"] {
+            assert_eq!(ours[key], peer[key], "{key}");
+        }
+        assert_eq!(peer["min_tokens"], 16, "the end token held back to the end");
+        assert_eq!(peer["repeat_penalty"], 1.0, "no penalty: plain greedy");
+        assert!(peer.get("ignore_eos").is_none());
     }
 }

@@ -71,7 +71,7 @@ pub fn start(
         }
     };
     let server = OwnServer { child, url };
-    wait_healthy(client, &server.url)?;
+    wait_ready(client, &server.url, "/health")?;
     Ok(server)
 }
 
@@ -106,13 +106,14 @@ fn drain_stderr(child: &mut Child) -> mpsc::Receiver<String> {
     rx
 }
 
-/// Polls `GET /health` until it answers 200.
+/// Polls `GET {url}{path}` (`/health`, or a route that answers once the model is loaded) until
+/// it answers 200.
 ///
 /// # Errors
 /// No 200 within [`START_TIMEOUT`].
-pub fn wait_healthy(client: &Client, url: &str) -> anyhow::Result<()> {
+pub fn wait_ready(client: &Client, url: &str, path: &str) -> anyhow::Result<()> {
     let deadline = Instant::now() + START_TIMEOUT;
-    let health = format!("{}/health", url.trim_end_matches('/'));
+    let health = format!("{}{path}", url.trim_end_matches('/'));
     let mut last = String::from("no answer");
     while Instant::now() < deadline {
         match client.get(&health).send() {

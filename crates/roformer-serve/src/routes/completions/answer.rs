@@ -3,7 +3,10 @@
 //! `data: {json}` chunk per piece of text (`text_completion` with `choices[0].text`, or
 //! `chat.completion.chunk` with `choices[0].delta.content`), a last chunk with
 //! `finish_reason`, then `data: [DONE]`. A failure mid-stream is sent as one
-//! `data: {"error", "error_type"}` event that ends the stream (no `[DONE]`).
+//! `data: {"error", "error_type"}` event that ends the stream (no `[DONE]`); OpenAI's clients
+//! raise an error on an event with an `error` field. So is the end of a stream that runs past
+//! the request's [`Deadline`] (`--request-timeout-s`, counted from the request's arrival):
+//! `error_type` `Timeout`, and the generation is stopped, which frees the model for the next.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -18,6 +21,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use crate::admission::Permit;
 use crate::error::ApiError;
 use crate::generate::{Event, Finish};
+use crate::timeout::Deadline;
 
 /// Which route answers: the two differ only in the names of their fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,6 +164,7 @@ struct Streaming {
     events: UnboundedReceiver<Event>,
     ready: VecDeque<String>,
     include_usage: bool,
+    deadline: Deadline,
     ended: bool,
     /// The request counts against `--max-concurrent-requests` until its stream ends.
     _admitted: Permit,
@@ -188,27 +193,36 @@ impl Streaming {
                 self.ready.push_back("[DONE]".into());
                 self.ended = true;
             }
-            Some(Event::Failed(e)) => {
-                let body = json!({"error": e.to_string(), "error_type": e.error_type()});
-                self.ready.push_back(json(body));
-                self.ended = true;
-            }
-            None => {
-                let e = ApiError::Backend("the generation ended without an answer".into());
-                let body = json!({"error": e.to_string(), "error_type": e.error_type()});
-                self.ready.push_back(json(body));
-                self.ended = true;
-            }
+            Some(Event::Failed(e)) => self.fail(&e),
+            None => self.fail(&ApiError::Backend(
+                "the generation ended without an answer".into(),
+            )),
         }
+    }
+
+    /// Ends the stream with an error event.
+    fn fail(&mut self, e: &ApiError) {
+        let body = json!({"error": e.to_string(), "error_type": e.error_type()});
+        self.ready.push_back(body.to_string());
+        self.ended = true;
+    }
+
+    /// Ends the stream at its deadline: stops the decoding (closing the channel, which the
+    /// decoding thread checks before each token) and sends the timeout as the last event.
+    fn time_out(&mut self) {
+        self.events.close();
+        self.fail(&self.deadline.error());
     }
 }
 
-/// The events as server-sent events, holding the request's admission until the end. Dropping
-/// the stream (the client went away) drops the receiver, which stops the decoding.
+/// The events as server-sent events, holding the request's admission until the end, and
+/// ending at `deadline` if the generation has not. Dropping the stream (the client went away)
+/// drops the receiver, which stops the decoding.
 pub fn stream(
     header: Header,
     events: UnboundedReceiver<Event>,
     include_usage: bool,
+    deadline: Deadline,
     admitted: Permit,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let mut ready = VecDeque::new();
@@ -220,6 +234,7 @@ pub fn stream(
         events,
         ready,
         include_usage,
+        deadline,
         ended: false,
         _admitted: admitted,
     };
@@ -231,8 +246,10 @@ pub fn stream(
             if state.ended {
                 return None;
             }
-            let event = state.events.recv().await;
-            state.take(event);
+            match tokio::time::timeout_at(state.deadline.at, state.events.recv()).await {
+                Ok(event) => state.take(event),
+                Err(_) => state.time_out(),
+            }
         }
     }))
 }

@@ -4,7 +4,9 @@
 //!
 //! A client that goes away stops its generation: the handler's future (whole answers) or the
 //! event stream (streams) owns the receiving end of the generator's channel, and the decoding
-//! thread checks it before each new token.
+//! thread checks it before each new token. So does a request that runs past
+//! `--request-timeout-s`: a whole answer is dropped by the timeout middleware with the handler,
+//! a stream ends itself at the request's [`Deadline`].
 
 pub mod answer;
 pub mod request;
@@ -20,21 +22,30 @@ use crate::error::ApiError;
 use crate::generate::Generator;
 use crate::request::JsonBody;
 use crate::state::AppState;
+use crate::timeout::Deadline;
 use answer::{Header, Shape};
 use request::{ChatRequest, CompletionRequest, Options};
 
 /// `POST /v1/completions`.
 pub async fn completions(
     State(state): State<AppState>,
+    Extension(deadline): Extension<Deadline>,
     JsonBody(req): JsonBody<CompletionRequest>,
 ) -> Result<Response, ApiError> {
     let prompt = req.prompt_text()?.to_owned();
-    complete(&state, Shape::Completion, prompt, req.model, &req.options).await
+    let asked = Asked {
+        shape: Shape::Completion,
+        prompt,
+        model_name: req.model,
+        deadline,
+    };
+    complete(&state, asked, &req.options).await
 }
 
 /// `POST /v1/chat/completions` (ChatML models only).
 pub async fn chat_completions(
     State(state): State<AppState>,
+    Extension(deadline): Extension<Deadline>,
     JsonBody(req): JsonBody<ChatRequest>,
 ) -> Result<Response, ApiError> {
     let generator = generator(&state)?;
@@ -45,8 +56,25 @@ pub async fn chat_completions(
                 .into(),
         ));
     }
-    let prompt = req.prompt_text()?;
-    complete(&state, Shape::Chat, prompt, req.model, &req.options).await
+    let asked = Asked {
+        shape: Shape::Chat,
+        prompt: req.prompt_text()?,
+        model_name: req.model,
+        deadline,
+    };
+    complete(&state, asked, &req.options).await
+}
+
+/// What a request asks for, beside its options.
+struct Asked {
+    /// Which route.
+    shape: Shape,
+    /// The text to continue (a chat already in ChatML).
+    prompt: String,
+    /// The `model` field, echoed.
+    model_name: Option<String>,
+    /// When the answer, streamed or whole, must have ended.
+    deadline: Deadline,
 }
 
 /// The generator, or 404 without `--gguf`.
@@ -56,14 +84,14 @@ fn generator(state: &AppState) -> Result<&Generator, ApiError> {
     })
 }
 
-/// Tokenizes `prompt`, checks the options, admits and queues the job, and answers.
-async fn complete(
-    state: &AppState,
-    shape: Shape,
-    prompt: String,
-    model_name: Option<String>,
-    options: &Options,
-) -> Result<Response, ApiError> {
+/// Tokenizes the prompt, checks the options, admits and queues the job, and answers.
+async fn complete(state: &AppState, asked: Asked, options: &Options) -> Result<Response, ApiError> {
+    let Asked {
+        shape,
+        prompt,
+        model_name,
+        deadline,
+    } = asked;
     let generator = generator(state)?;
     let model = generator.model();
     let ids = model.encode(&prompt)?;
@@ -92,7 +120,7 @@ async fn complete(
     let events = generator.start(job).await?;
     if options.stream {
         let include_usage = options.stream_options.is_some_and(|o| o.include_usage);
-        let sse = answer::stream(header, events, include_usage, permit);
+        let sse = answer::stream(header, events, include_usage, deadline, permit);
         Ok((Extension(usage), sse).into_response())
     } else {
         let body = answer::collect(&header, events).await?;

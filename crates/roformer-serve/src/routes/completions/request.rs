@@ -53,6 +53,11 @@ pub struct Options {
     pub stream_options: Option<StreamOptions>,
     /// Completions per prompt: only 1.
     pub n: Option<u64>,
+    /// Let the end tokens (end of sequence, and `<|im_end|>` in a chat) not end the completion:
+    /// they become part of its text, and it runs to `max_tokens` or a stop string (vLLM's
+    /// extension of OpenAI's fields; for benchmarks that need a fixed length).
+    #[serde(default)]
+    pub ignore_eos: bool,
 }
 
 /// The body of `POST /v1/completions`.
@@ -190,7 +195,11 @@ impl Options {
                 seed: self.seed.map_or(fresh_seed, |s| s as u64),
             },
             stops: self.stops()?,
-            stop_ids: model.stop_ids(chat),
+            stop_ids: if self.ignore_eos {
+                Vec::new()
+            } else {
+                model.stop_ids(chat)
+            },
             prompt,
         })
     }
