@@ -3,8 +3,11 @@
 
 use candle_core::{DType, Tensor, D};
 
+use crate::autograd::cross_entropy::cross_entropy as fused_cross_entropy;
+use crate::cpu::tensor::all_f32_on_cpu;
 use crate::error::{ModelError, Result};
 use crate::mode::Mode;
+use crate::plan::{Kernels, Plan};
 use crate::tasks::{HeadModel, RoFormerForMaskedLM, RoFormerForSequenceClassification};
 
 /// The label that marks a token as not predicted (PyTorch's `ignore_index`).
@@ -40,10 +43,16 @@ pub struct BatchInputs<'a> {
 /// # Errors
 /// Candle errors only.
 pub fn cross_entropy(logits: &Tensor, targets: &[u32]) -> Result<LossOutput> {
+    cross_entropy_with(logits, targets, all_f32_on_cpu(&[logits]))
+}
+
+/// [`cross_entropy`], through the fused op when `fused` (f32 logits on the CPU; a
+/// [`Kernels::Cpu`] plan), of candle's ops otherwise.
+fn cross_entropy_with(logits: &Tensor, targets: &[u32], fused: bool) -> Result<LossOutput> {
     let n = targets.len();
-    if super::ops::all_cpu_f32(&[logits]) {
+    if fused {
         // One fused op (the loss and its backward in one pass each), with the arg-max.
-        let (loss, predictions) = super::ops::cross_entropy::cross_entropy(logits, targets)?;
+        let (loss, predictions) = fused_cross_entropy(logits, targets)?;
         let correct = predictions
             .iter()
             .zip(targets)
@@ -126,14 +135,15 @@ pub fn mlm_loss(
             "the batch has no predicted token (every label is -100)".into(),
         ));
     }
-    let hidden = roformer.forward_batch(&batch, mode)?; // [b, t, h]
+    let plan = roformer.plan(mode);
+    let hidden = roformer.forward_batch(&batch, plan)?; // [b, t, h]
     let h = hidden.dim(D::Minus1)?;
     let rows = Tensor::from_vec(rows, targets.len(), hidden.device())?;
     let picked = hidden
         .reshape((batch.batch * batch.seq, h))?
         .index_select(&rows, 0)?; // [n, h]
-    let logits = model.head().forward(&picked, mode)?; // [n, vocab]
-    cross_entropy(&logits, &targets)
+    let logits = model.head().forward(&picked, plan)?; // [n, vocab]
+    cross_entropy_with(&logits, &targets, cpu_kernels(plan))
 }
 
 /// The sequence classification loss: cross entropy of the logits `[batch, num_labels]`
@@ -155,12 +165,13 @@ pub fn classification_loss(
             "label {l} is out of range: the model has {num_labels} labels"
         )));
     }
+    let plan = model.roformer().plan(mode);
     let out = model.forward_mode(
         inputs.input_ids,
         inputs.token_type_ids,
         inputs.attention_mask,
         None,
-        mode,
+        plan,
     )?;
     if out.logits.dim(0)? != labels.len() {
         return Err(ModelError::Input(format!(
@@ -169,5 +180,10 @@ pub fn classification_loss(
             out.logits.dim(0)?
         )));
     }
-    cross_entropy(&out.logits, labels)
+    cross_entropy_with(&out.logits, labels, cpu_kernels(plan))
+}
+
+/// Whether `plan` runs the CPU layer's kernels.
+fn cpu_kernels(plan: Plan<'_>) -> bool {
+    matches!(plan.kernels(), Kernels::Cpu(_))
 }

@@ -12,8 +12,8 @@ use std::sync::OnceLock;
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
-use super::{f32_slice, tensor, with_f32};
-use crate::fused::math::{exp_approx, multiversion};
+use crate::cpu::math::{exp_approx, multiversion, LANES};
+use crate::cpu::tensor::{f32_slice, tensor, with_f32};
 
 /// The mean cross entropy of `logits` (`[n, classes]`, CPU f32) against `targets` (`n`
 /// classes), a differentiable scalar, and the arg-max class of each row.
@@ -70,7 +70,6 @@ multiversion! {
                 arg = j;
             }
         }
-        const LANES: usize = 16;
         let mut lanes = [0f32; LANES];
         let mut chunks = row.chunks_exact(LANES);
         for chunk in &mut chunks {

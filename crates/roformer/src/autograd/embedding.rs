@@ -13,10 +13,9 @@
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
-use super::{f32_slice, tensor, with_f32, SharedOut};
-
-/// Columns per task of the backward scatter.
-const COLUMN_BLOCK: usize = 64;
+use crate::cpu::policy::SCATTER_COLUMNS;
+use crate::cpu::tensor::{f32_slice, tensor, with_f32};
+use crate::cpu::SharedOut;
 
 /// `word[ids] + types[type_ids]`, shaped `[b, t, e]` for `ids` of `b * t` tokens (row-major);
 /// `type_ids` `None` means type 0 everywhere. CPU f32 tables.
@@ -68,11 +67,11 @@ struct EmbeddingOp {
 fn scatter(g: &[f32], ids: &[u32], rows: usize, width: usize) -> Vec<f32> {
     let mut table = vec![0f32; rows * width];
     let out = SharedOut::new(&mut table);
-    (0..width.div_ceil(COLUMN_BLOCK))
+    (0..width.div_ceil(SCATTER_COLUMNS))
         .into_par_iter()
         .for_each(|block| {
-            let c0 = block * COLUMN_BLOCK;
-            let cols = COLUMN_BLOCK.min(width - c0);
+            let c0 = block * SCATTER_COLUMNS;
+            let cols = SCATTER_COLUMNS.min(width - c0);
             for (n, &id) in ids.iter().enumerate() {
                 // SAFETY: this task alone writes columns c0..c0 + cols (of any row), inside
                 // the table: ids were checked against `rows`.
