@@ -51,35 +51,6 @@ impl Mode<'_> {
         matches!(self, Mode::Train { .. })
     }
 
-    /// `x` with dropout of probability `p` in training (the identity at inference, or when
-    /// `p` is 0 or the generator is disabled).
-    ///
-    /// # Errors
-    /// Candle errors only.
-    pub fn dropout(&self, x: &Tensor, p: f64) -> candle_core::Result<Tensor> {
-        match self {
-            Mode::Inference => Ok(x.clone()),
-            Mode::Train { dropout: d, .. } => d.apply(x, p),
-        }
-    }
-
-    /// `Dropout(y) + residual`: [`Dropout::apply_add`] in training, `y + residual` at
-    /// inference.
-    ///
-    /// # Errors
-    /// Shapes that differ, and candle errors.
-    pub fn dropout_add(
-        &self,
-        y: &Tensor,
-        residual: &Tensor,
-        p: f64,
-    ) -> candle_core::Result<Tensor> {
-        match self {
-            Mode::Inference => y + residual,
-            Mode::Train { dropout: d, .. } => d.apply_add(y, residual, p),
-        }
-    }
-
     /// The keep mask of a dropout of probability `p` over `n` elements: `None` at inference
     /// and whenever nothing is dropped (see [`Dropout::keep_mask`]).
     pub fn keep_mask(&self, n: usize, p: f64) -> Option<KeepMask> {
@@ -206,30 +177,5 @@ mod tests {
         // 4096 Bernoulli(0.25) draws: standard deviation 0.0068, so +-0.04 is ~6 sigma.
         assert!((dropped - 0.25).abs() < 0.04, "{dropped}");
         assert!(a.iter().all(|&v| v == 0.0 || (v - 4.0 / 3.0).abs() < 1e-6));
-    }
-
-    #[test]
-    fn inference_and_disabled_are_identity() {
-        let x = Tensor::arange(0f32, 10.0, &Device::Cpu).unwrap();
-        let d = Dropout::disabled();
-        for y in [
-            Mode::Inference.dropout(&x, 0.5).unwrap(),
-            Mode::Train {
-                dropout: &d,
-                precision: Precision::F32,
-            }
-            .dropout(&x, 0.5)
-            .unwrap(),
-            Mode::Train {
-                dropout: &Dropout::seeded(1),
-                precision: Precision::F32,
-            }
-            .dropout(&x, 0.0)
-            .unwrap(),
-        ] {
-            assert_eq!(y.to_vec1::<f32>().unwrap(), x.to_vec1::<f32>().unwrap());
-        }
-        let zeros = Dropout::seeded(1).apply(&x, 1.0).unwrap();
-        assert!(zeros.to_vec1::<f32>().unwrap().iter().all(|&v| v == 0.0));
     }
 }

@@ -106,3 +106,57 @@ impl<'a> Plan<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mode::Dropout;
+
+    /// The plan of a pass over f32 CPU tensors.
+    fn plan(mode: Mode<'_>) -> Plan<'_> {
+        Plan::new(mode, &Device::Cpu, DType::F32)
+    }
+
+    #[test]
+    fn inference_and_disabled_are_identity() {
+        let x = Tensor::arange(0f32, 10.0, &Device::Cpu).unwrap();
+        let d = Dropout::disabled();
+        for y in [
+            plan(Mode::Inference).dropout(&x, 0.5).unwrap(),
+            plan(Mode::Train {
+                dropout: &d,
+                precision: Precision::F32,
+            })
+            .dropout(&x, 0.5)
+            .unwrap(),
+            plan(Mode::Train {
+                dropout: &Dropout::seeded(1),
+                precision: Precision::F32,
+            })
+            .dropout(&x, 0.0)
+            .unwrap(),
+        ] {
+            assert_eq!(y.to_vec1::<f32>().unwrap(), x.to_vec1::<f32>().unwrap());
+        }
+        let zeros = Dropout::seeded(1).apply(&x, 1.0).unwrap();
+        assert!(zeros.to_vec1::<f32>().unwrap().iter().all(|&v| v == 0.0));
+    }
+
+    #[test]
+    fn kernels_follow_device_and_dtype_and_fast_paths_follow_the_mode() {
+        let d = Dropout::disabled();
+        let train = Mode::Train {
+            dropout: &d,
+            precision: Precision::Bf16,
+        };
+        assert_eq!(plan(train).kernels(), Kernels::Cpu(Precision::Bf16));
+        assert_eq!(plan(train).fused_training(), Some(Precision::Bf16));
+        assert!(!plan(train).fused_encoder());
+        assert!(plan(Mode::Inference).fused_encoder());
+        assert_eq!(plan(Mode::Inference).fused_training(), None);
+        let f64_train = Plan::new(train, &Device::Cpu, DType::F64);
+        assert_eq!(f64_train.kernels(), Kernels::Candle);
+        assert_eq!(f64_train.fused_training(), None);
+        assert!(!Plan::new(Mode::Inference, &Device::Cpu, DType::BF16).fused_encoder());
+    }
+}
