@@ -15,7 +15,7 @@ use candle_core::{Device, Tensor, D};
 use candle_nn::{Embedding, Linear, Module, VarBuilder};
 
 use crate::attention::dense;
-use crate::autograd::embedding::embed;
+use crate::autograd::embedding::{embed, embed_slow};
 use crate::config::{PositionEmbeddingType, RoFormerConfig};
 use crate::error::{ModelError, Result};
 use crate::norm::Norm;
@@ -179,15 +179,7 @@ impl Embeddings {
             };
             embed(word, types, ids, type_ids, (b, t))?
         } else {
-            let words = self.word.forward(input_ids)?;
-            let types = match token_type_ids {
-                Some(t) => self.token_type.forward(t)?,
-                None => {
-                    let e = types.dim(D::Minus1)?;
-                    types.narrow(0, 0, 1)?.reshape((1, 1, e))?
-                }
-            };
-            words.broadcast_add(&types)?
+            embed_slow(&self.word, &self.token_type, input_ids, token_type_ids)?
         };
         if let Some(p) = self.position_embeddings(positions, b, t, input_ids.device())? {
             sum = sum.broadcast_add(&p.to_dtype(sum.dtype())?)?;

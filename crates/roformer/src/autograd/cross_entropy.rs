@@ -9,7 +9,7 @@
 
 use std::sync::OnceLock;
 
-use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor, D};
 use rayon::prelude::*;
 
 use crate::cpu::math::{exp_approx, multiversion, LANES};
@@ -45,6 +45,27 @@ pub(crate) fn cross_entropy(
         .get()
         .map(|s: &Stats| s.argmax.clone())
         .ok_or_else(|| candle_core::Error::Msg("cross entropy: no forward".into()))?;
+    Ok((loss, predictions))
+}
+
+/// [`cross_entropy`] of candle ops (log-softmax, gather, arg-max) on any device and dtype,
+/// without its checks of the targets.
+///
+/// # Errors
+/// Candle errors (a target past the classes among them).
+pub(crate) fn cross_entropy_slow(
+    logits: &Tensor,
+    targets: &[u32],
+) -> candle_core::Result<(Tensor, Vec<u32>)> {
+    let n = targets.len();
+    let target = Tensor::from_slice(targets, n, logits.device())?;
+    let log_probs = candle_nn::ops::log_softmax(logits, D::Minus1)?;
+    let picked = log_probs.gather(&target.unsqueeze(1)?, 1)?; // [n, 1]
+    let loss = (picked.sum_all()? * (-1.0 / n as f64))?;
+    let predictions = logits
+        .argmax(D::Minus1)?
+        .to_dtype(DType::U32)?
+        .to_vec1::<u32>()?;
     Ok((loss, predictions))
 }
 

@@ -10,7 +10,8 @@
 //! gradient table is zeroed once and the rows of `g` are added into it, on the threads by
 //! blocks of columns (every block in token order: the same sums on any thread count).
 
-use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor, D};
+use candle_nn::{Embedding, Module};
 use rayon::prelude::*;
 
 use crate::cpu::policy::SCATTER_COLUMNS;
@@ -55,6 +56,29 @@ pub(crate) fn embed(
             shape: Shape::from((b, t, e)),
         },
     )
+}
+
+/// [`embed`] of candle ops on any device and dtype: `word[input_ids] + types[token_type_ids]`
+/// (`[b, t]` ids; `None` adds row 0 of `types` to every token), `[b, t, e]`.
+///
+/// # Errors
+/// An id past its table; candle errors.
+pub(crate) fn embed_slow(
+    word: &Embedding,
+    types: &Embedding,
+    input_ids: &Tensor,
+    token_type_ids: Option<&Tensor>,
+) -> candle_core::Result<Tensor> {
+    let words = word.forward(input_ids)?;
+    let types = match token_type_ids {
+        Some(t) => types.forward(t)?,
+        None => {
+            let table = types.embeddings();
+            let e = table.dim(D::Minus1)?;
+            table.narrow(0, 0, 1)?.reshape((1, 1, e))?
+        }
+    };
+    words.broadcast_add(&types)
 }
 
 struct EmbeddingOp {

@@ -1,9 +1,9 @@
 //! The training losses: masked-LM cross entropy over the labelled tokens, and sequence
 //! classification cross entropy.
 
-use candle_core::{DType, Tensor, D};
+use candle_core::{Tensor, D};
 
-use crate::autograd::cross_entropy::cross_entropy as fused_cross_entropy;
+use crate::autograd::cross_entropy::{cross_entropy as cross_entropy_fast, cross_entropy_slow};
 use crate::cpu::tensor::all_f32_on_cpu;
 use crate::error::{ModelError, Result};
 use crate::mode::Mode;
@@ -49,31 +49,12 @@ pub fn cross_entropy(logits: &Tensor, targets: &[u32]) -> Result<LossOutput> {
 /// [`cross_entropy`], through the fused op when `fused` (f32 logits on the CPU; a
 /// [`Kernels::Cpu`] plan), of candle's ops otherwise.
 fn cross_entropy_with(logits: &Tensor, targets: &[u32], fused: bool) -> Result<LossOutput> {
-    let n = targets.len();
-    if fused {
-        // One fused op (the loss and its backward in one pass each), with the arg-max.
-        let (loss, predictions) = fused_cross_entropy(logits, targets)?;
-        let correct = predictions
-            .iter()
-            .zip(targets)
-            .filter(|(p, t)| p == t)
-            .count();
-        return Ok(LossOutput {
-            loss,
-            count: n,
-            correct,
-            predictions,
-        });
-    }
-    let device = logits.device();
-    let target = Tensor::from_slice(targets, n, device)?;
-    let log_probs = candle_nn::ops::log_softmax(logits, D::Minus1)?;
-    let picked = log_probs.gather(&target.unsqueeze(1)?, 1)?; // [n, 1]
-    let loss = (picked.sum_all()? * (-1.0 / n as f64))?;
-    let predictions = logits
-        .argmax(D::Minus1)?
-        .to_dtype(DType::U32)?
-        .to_vec1::<u32>()?;
+    // The fused op computes the loss and its backward in one pass each, with the arg-max.
+    let (loss, predictions) = if fused {
+        cross_entropy_fast(logits, targets)?
+    } else {
+        cross_entropy_slow(logits, targets)?
+    };
     let correct = predictions
         .iter()
         .zip(targets)
@@ -81,7 +62,7 @@ fn cross_entropy_with(logits: &Tensor, targets: &[u32], fused: bool) -> Result<L
         .count();
     Ok(LossOutput {
         loss,
-        count: n,
+        count: targets.len(),
         correct,
         predictions,
     })
