@@ -18,23 +18,24 @@
 //! With `attention_type: linear` in the config, [`crate::linear_attention`] takes it (eq. 19,
 //! on unrotated q and k, which it rotates after the feature map).
 //!
-//! In training on the CPU in f32, softmax attention runs as one fused op from the token-major
-//! projections to the token-major context (rotation, scores, mask, softmax, dropout and context
-//! per (sequence, head, tile of query rows), with its own backward; see `train::ops`), and
-//! the dense layers as fused ops too ([`dense`]).
+//! In training on the CPU in f32 (as the pass's [`Plan`] says), softmax attention runs as one
+//! fused op from the token-major projections to the token-major context (rotation, scores,
+//! mask, softmax, dropout and context per (sequence, head, tile of query rows), with its own
+//! backward; see `autograd::attention`), and the dense layers as fused ops too ([`dense`]).
 
 use candle_core::{Tensor, D};
-use candle_nn::{Linear, Module, VarBuilder};
+use candle_nn::{Linear, VarBuilder};
 use rotary::{rotate_tensor, Coefficients, Direction, Order};
 
 use crate::activation::Activation;
 use crate::autograd;
+use crate::autograd::attention::{mask_fits, FusedAttention};
+use crate::autograd::linear::{linear, linear_slow};
 use crate::config::{AttentionType, RoFormerConfig};
 use crate::linear_attention::{key_mask_from_additive, LinearAttention, Masking};
 use crate::mode::Mode;
 use crate::norm::Norm;
-use crate::train;
-use crate::train::ops::attention::{mask_fits, FusedAttention};
+use crate::plan::Plan;
 
 /// A dense layer `x W^T + b` of the encoder: with a bias unless the config has
 /// `use_bias: false` (RoFormer-V2).
@@ -54,8 +55,9 @@ pub(crate) fn encoder_linear(
     }
 }
 
-/// `act(layer(x))`: in training the fused dense op (one node of the gradient graph, see
-/// `train::ops::linear`), at inference candle-nn's layer then the activation.
+/// `act(layer(x))`: the fused dense op where the plan runs the fused training ops (one node
+/// of the gradient graph, see `autograd::linear`), otherwise candle-nn's layer then the
+/// activation.
 ///
 /// # Errors
 /// Shapes that do not fit the layer; candle errors.
@@ -63,15 +65,11 @@ pub(crate) fn dense(
     layer: &Linear,
     x: &Tensor,
     activation: Option<Activation>,
-    mode: Mode<'_>,
+    plan: Plan<'_>,
 ) -> candle_core::Result<Tensor> {
-    if mode.is_train() {
-        return train::ops::linear::linear(x, layer, activation, mode.precision());
-    }
-    let y = layer.forward(x)?;
-    match activation {
-        Some(a) => a.forward(&y),
-        None => Ok(y),
+    match plan.fused_training() {
+        Some(precision) => linear(x, layer, activation, precision),
+        None => linear_slow(x, layer, activation),
     }
 }
 
@@ -114,40 +112,41 @@ impl SelfAttention {
     }
 
     /// Projects `x` (`[b, t, hidden]`) to heads `[b, t, h, d]` (token-major, contiguous).
-    fn heads_of(&self, layer: &Linear, x: &Tensor, mode: Mode<'_>) -> candle_core::Result<Tensor> {
+    fn heads_of(&self, layer: &Linear, x: &Tensor, plan: Plan<'_>) -> candle_core::Result<Tensor> {
         let (b, t, _) = x.dims3()?;
-        dense(layer, x, None, mode)?.reshape((b, t, self.heads, self.head_dim))
+        dense(layer, x, None, plan)?.reshape((b, t, self.heads, self.head_dim))
     }
 
-    /// The fused training path ([`train::ops::attention`]): softmax attention on the CPU in
-    /// f32 with a mask it can read. `None` when it does not apply.
+    /// The fused training path (`autograd::attention`): softmax attention where the plan runs
+    /// the fused training ops, with a mask of a shape it reads. `None` when it does not apply.
     fn forward_fused(
         &self,
         x: &Tensor,
         rope: Option<&Coefficients>,
         mask: Option<&Tensor>,
-        mode: Mode<'_>,
+        plan: Plan<'_>,
     ) -> candle_core::Result<Option<Tensor>> {
         let (b, t, _) = x.dims3()?;
-        let applies = mode.is_train()
-            && self.attention_type == AttentionType::Softmax
-            && train::ops::all_cpu_f32(&[x])
-            && mask.is_none_or(|m| train::ops::all_cpu_f32(&[m]) && mask_fits(m, b, t));
-        if !applies {
+        let Some(precision) = plan.fused_training() else {
+            return Ok(None);
+        };
+        if self.attention_type != AttentionType::Softmax
+            || mask.is_some_and(|m| !mask_fits(m, b, t))
+        {
             return Ok(None);
         }
-        let q = dense(&self.query, x, None, mode)?;
-        let k = dense(&self.key, x, None, mode)?;
-        let v = dense(&self.value, x, None, mode)?;
+        let q = dense(&self.query, x, None, plan)?;
+        let k = dense(&self.key, x, None, plan)?;
+        let v = dense(&self.value, x, None, plan)?;
         let spec = FusedAttention {
             heads: self.heads,
             rope: rope.cloned(),
             rotary_value: self.rotary_value,
             mask: mask.cloned(),
-            dropout: mode.keep_mask(b * self.heads * t * t, self.dropout),
-            precision: mode.precision(),
+            dropout: plan.mode().keep_mask(b * self.heads * t * t, self.dropout),
+            precision,
         };
-        train::ops::attention::attention(&q, &k, &v, spec).map(Some)
+        autograd::attention::attention(&q, &k, &v, spec).map(Some)
     }
 
     /// Rotates token-major heads `[b, t, h, d]` and returns them head-major `[b, h, t, d]`.
@@ -177,23 +176,23 @@ impl SelfAttention {
         x: &Tensor,
         rope: Option<&Coefficients>,
         mask: Option<&Tensor>,
-        mode: Mode<'_>,
+        plan: Plan<'_>,
     ) -> candle_core::Result<Tensor> {
-        if let Some(context) = self.forward_fused(x, rope, mask, mode)? {
+        if let Some(context) = self.forward_fused(x, rope, mask, plan)? {
             return Ok(context);
         }
         let (b, t, hidden) = x.dims3()?;
-        let q = self.heads_of(&self.query, x, mode)?;
-        let k = self.heads_of(&self.key, x, mode)?;
-        let v = self.heads_of(&self.value, x, mode)?;
+        let q = self.heads_of(&self.query, x, plan)?;
+        let k = self.heads_of(&self.key, x, plan)?;
+        let v = self.heads_of(&self.value, x, plan)?;
         let v = Self::positioned(&v, rope.filter(|_| self.rotary_value))?;
         let context = match self.attention_type {
-            AttentionType::Softmax => softmax_attention(
+            AttentionType::Softmax => attend(
                 &Self::positioned(&q, rope)?,
                 &Self::positioned(&k, rope)?,
                 &v,
                 mask,
-                mode,
+                plan,
                 self.dropout,
             )?,
             // Eq. 19 rotates phi(q), phi(k): it takes them unrotated, head-major. It has no
@@ -227,14 +226,33 @@ pub fn softmax_attention(
     mode: Mode<'_>,
     dropout: f64,
 ) -> candle_core::Result<Tensor> {
+    attend(
+        q,
+        k,
+        v,
+        mask,
+        Plan::new(mode, q.device(), q.dtype()),
+        dropout,
+    )
+}
+
+/// [`softmax_attention`] in a pass of plan `plan`.
+fn attend(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    plan: Plan<'_>,
+    dropout: f64,
+) -> candle_core::Result<Tensor> {
     let d = q.dim(D::Minus1)?;
     let scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?; // [b, h, t, t]
     let scores = match mask {
         Some(m) => scores.broadcast_add(m)?,
         None => scores,
     };
-    let probs = if mode.is_train() {
-        mode.dropout(&autograd::softmax_last_dim(&scores)?, dropout)?
+    let probs = if plan.is_train() {
+        plan.dropout(&autograd::softmax_last_dim(&scores)?, dropout)?
     } else {
         candle_nn::ops::softmax_last_dim(&scores)?
     };
@@ -274,11 +292,11 @@ impl Attention {
         x: &Tensor,
         rope: Option<&Coefficients>,
         mask: Option<&Tensor>,
-        mode: Mode<'_>,
+        plan: Plan<'_>,
     ) -> candle_core::Result<Tensor> {
-        let context = self.self_attention.forward(x, rope, mask, mode)?;
-        let projected = dense(&self.dense, &context, None, mode)?;
+        let context = self.self_attention.forward(x, rope, mask, plan)?;
+        let projected = dense(&self.dense, &context, None, plan)?;
         self.norm
-            .forward(&mode.dropout_add(&projected, x, self.dropout)?, mode)
+            .forward(&plan.dropout_add(&projected, x, self.dropout)?, plan)
     }
 }

@@ -15,11 +15,11 @@ use candle_core::{Device, Tensor, D};
 use candle_nn::{Embedding, Linear, Module, VarBuilder};
 
 use crate::attention::dense;
+use crate::autograd::embedding::{embed, embed_slow};
 use crate::config::{PositionEmbeddingType, RoFormerConfig};
 use crate::error::{ModelError, Result};
-use crate::mode::Mode;
 use crate::norm::Norm;
-use crate::train;
+use crate::plan::Plan;
 
 /// The positions table added to the word embeddings, if any.
 #[derive(Debug, Clone)]
@@ -166,35 +166,27 @@ impl Embeddings {
         input_ids: &Tensor,
         token_type_ids: Option<&Tensor>,
         positions: Option<&[u32]>,
-        mode: Mode<'_>,
+        plan: Plan<'_>,
     ) -> Result<Tensor> {
         let (b, t) = input_ids.dims2()?;
         let (word, types) = (self.word.embeddings(), self.token_type.embeddings());
-        let mut sum = if mode.is_train() && train::ops::all_cpu_f32(&[word, types]) {
+        let mut sum = if plan.fused_training().is_some() {
             // One op, whose backward scatters into each table once.
             let ids = input_ids.flatten_all()?.to_vec1::<u32>()?;
             let type_ids = match token_type_ids {
                 Some(t) => Some(t.flatten_all()?.to_vec1::<u32>()?),
                 None => None,
             };
-            train::ops::embedding::embed(word, types, ids, type_ids, (b, t))?
+            embed(word, types, ids, type_ids, (b, t))?
         } else {
-            let words = self.word.forward(input_ids)?;
-            let types = match token_type_ids {
-                Some(t) => self.token_type.forward(t)?,
-                None => {
-                    let e = types.dim(D::Minus1)?;
-                    types.narrow(0, 0, 1)?.reshape((1, 1, e))?
-                }
-            };
-            words.broadcast_add(&types)?
+            embed_slow(&self.word, &self.token_type, input_ids, token_type_ids)?
         };
         if let Some(p) = self.position_embeddings(positions, b, t, input_ids.device())? {
             sum = sum.broadcast_add(&p.to_dtype(sum.dtype())?)?;
         }
-        let e = mode.dropout(&self.norm.forward(&sum, mode)?, self.dropout)?;
+        let e = plan.dropout(&self.norm.forward(&sum, plan)?, self.dropout)?;
         match &self.project {
-            Some(p) => Ok(dense(p, &e, None, mode)?),
+            Some(p) => Ok(dense(p, &e, None, plan)?),
             None => Ok(e),
         }
     }

@@ -7,11 +7,11 @@
 //! y = Norm(Dropout(act(a W1 + b1) W2 + b2) + a)     intermediate.dense, output.dense, output.LayerNorm
 //! ```
 //!
-//! At inference ([`Mode::Inference`]) on the CPU in f32 with rotary softmax attention the stack
-//! runs as the fused passes of `fused`; in training ([`Mode::Train`]), and elsewhere, layer by
-//! layer, as written above, every op carrying gradients (in training on the CPU in f32 through
-//! the fused training ops of `train::ops`: a dense layer with its activation, the attention,
-//! dropout with the residual add are one op each).
+//! Where the pass's [`Plan`] runs the fused encoder (inference on the CPU in f32) and the
+//! attention is rotary softmax, the stack runs as the fused passes of `fused`; in training, and
+//! elsewhere, layer by layer, as written above, every op carrying gradients (in training on
+//! the CPU in f32 through the fused training ops of `autograd`: a dense layer with its
+//! activation, the attention, dropout with the residual add are one op each).
 
 use std::sync::Arc;
 
@@ -25,8 +25,8 @@ use crate::config::{AttentionType, PositionEmbeddingType, RoFormerConfig};
 use crate::cpu::Precision;
 use crate::error::{ModelError, Result};
 use crate::fused::{self, LayerParts, PackedLayer};
-use crate::mode::Mode;
 use crate::norm::Norm;
+use crate::plan::Plan;
 
 /// One encoder layer (`encoder.layer.{i}`).
 #[derive(Debug, Clone)]
@@ -71,13 +71,13 @@ impl Layer {
         x: &Tensor,
         rope: Option<&rotary::Coefficients>,
         mask: Option<&Tensor>,
-        mode: Mode<'_>,
+        plan: Plan<'_>,
     ) -> candle_core::Result<Tensor> {
-        let a = self.attention.forward(x, rope, mask, mode)?;
-        let inner = dense(&self.intermediate, &a, Some(self.activation), mode)?;
-        let out = dense(&self.output, &inner, None, mode)?;
+        let a = self.attention.forward(x, rope, mask, plan)?;
+        let inner = dense(&self.intermediate, &a, Some(self.activation), plan)?;
+        let out = dense(&self.output, &inner, None, plan)?;
         self.norm
-            .forward(&mode.dropout_add(&out, &a, self.dropout)?, mode)
+            .forward(&plan.dropout_add(&out, &a, self.dropout)?, plan)
     }
 
     /// The layer's weights for [`fused::encoder_forward`], for softmax attention.
@@ -139,7 +139,7 @@ impl Encoder {
     /// Sets the precision of the fused inference path's matrix products: [`Precision::Bf16`]
     /// packs every layer's dense weights once as bf16 (on a CPU with a native bf16 dot
     /// product; elsewhere it stays f32), [`Precision::F32`] drops them. Training passes are
-    /// unaffected (their precision is [`Mode::Train`]'s).
+    /// unaffected (their precision is [`crate::Mode::Train`]'s).
     ///
     /// # Errors
     /// A weight that cannot be read as f32.
@@ -164,8 +164,8 @@ impl Encoder {
     }
 
     /// Runs every layer on `x` (`[b, t, hidden]`) with the tokens at `positions` and an
-    /// additive mask broadcastable to `[b, heads, t, t]`. At inference the fused CPU path runs
-    /// where it applies; in training never.
+    /// additive mask broadcastable to `[b, heads, t, t]`. The fused CPU path runs where the
+    /// plan says ([`Plan`]'s fused encoder) and the layers and mask fit it.
     ///
     /// # Errors
     /// Rotary errors for positions that do not fit the batch (as [`ModelError::Input`]), and
@@ -175,7 +175,7 @@ impl Encoder {
         x: &Tensor,
         positions: Positions<'_>,
         mask: Option<&Tensor>,
-        mode: Mode<'_>,
+        plan: Plan<'_>,
     ) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
         let coefficients = match &self.rope {
@@ -185,7 +185,7 @@ impl Encoder {
             ),
             None => None,
         };
-        if let (Mode::Inference, Some(c)) = (mode, &coefficients) {
+        if let (true, Some(c)) = (plan.fused_encoder(), &coefficients) {
             if let Some(parts) = self
                 .layers
                 .iter()
@@ -197,7 +197,7 @@ impl Encoder {
                 }
             }
         }
-        self.forward_ops(x, coefficients.as_ref(), mask, mode)
+        self.forward_ops(x, coefficients.as_ref(), mask, plan)
     }
 
     /// The layers op by op, on any device and dtype: the reference of the fused path, and the
@@ -207,11 +207,11 @@ impl Encoder {
         x: &Tensor,
         coefficients: Option<&rotary::Coefficients>,
         mask: Option<&Tensor>,
-        mode: Mode<'_>,
+        plan: Plan<'_>,
     ) -> Result<Tensor> {
         let mut h = x.clone();
         for layer in &self.layers {
-            h = layer.forward(&h, coefficients, mask, mode)?;
+            h = layer.forward(&h, coefficients, mask, plan)?;
         }
         Ok(h)
     }

@@ -7,8 +7,8 @@ use crate::activation::Activation;
 use crate::attention::dense as dense_op;
 use crate::config::{NormType, RoFormerConfig};
 use crate::error::{ModelError, Result};
-use crate::mode::Mode;
 use crate::norm::Norm;
+use crate::plan::Plan;
 
 /// The masked-LM head `cls.predictions`.
 ///
@@ -81,14 +81,14 @@ impl MlmHead {
     ///
     /// # Errors
     /// Candle errors only.
-    pub fn forward(&self, hidden: &Tensor, mode: Mode<'_>) -> candle_core::Result<Tensor> {
+    pub fn forward(&self, hidden: &Tensor, plan: Plan<'_>) -> candle_core::Result<Tensor> {
         let x = match &self.transform {
             Some((layer, act, norm)) => {
-                norm.forward(&dense_op(layer, hidden, Some(*act), mode)?, mode)?
+                norm.forward(&dense_op(layer, hidden, Some(*act), plan)?, plan)?
             }
             None => hidden.clone(),
         };
-        dense_op(&self.decoder, &x, None, mode)
+        dense_op(&self.decoder, &x, None, plan)
     }
 }
 
@@ -150,7 +150,7 @@ impl ClassificationHead {
     ///
     /// # Errors
     /// Candle errors only.
-    pub fn forward(&self, hidden: &Tensor, mode: Mode<'_>) -> candle_core::Result<Tensor> {
+    pub fn forward(&self, hidden: &Tensor, plan: Plan<'_>) -> candle_core::Result<Tensor> {
         let first = hidden.narrow(1, 0, 1)?.squeeze(1)?;
         match self {
             ClassificationHead::RoFormer {
@@ -161,19 +161,19 @@ impl ClassificationHead {
             } => {
                 let x = dense_op(
                     dense,
-                    &mode.dropout(&first, *dropout)?,
+                    &plan.dropout(&first, *dropout)?,
                     Some(*activation),
-                    mode,
+                    plan,
                 )?;
-                dense_op(out_proj, &mode.dropout(&x, *dropout)?, None, mode)
+                dense_op(out_proj, &plan.dropout(&x, *dropout)?, None, plan)
             }
             ClassificationHead::Bert {
                 pooler,
                 classifier,
                 dropout,
             } => {
-                let pooled = dense_op(pooler, &first, None, mode)?.tanh()?;
-                dense_op(classifier, &mode.dropout(&pooled, *dropout)?, None, mode)
+                let pooled = dense_op(pooler, &first, None, plan)?.tanh()?;
+                dense_op(classifier, &plan.dropout(&pooled, *dropout)?, None, plan)
             }
         }
     }

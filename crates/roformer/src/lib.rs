@@ -19,6 +19,7 @@ pub mod model;
 pub mod norm;
 pub mod optim;
 pub mod pipeline;
+pub mod plan;
 pub mod shapes;
 pub mod tasks;
 pub mod tokenizer;
@@ -31,6 +32,7 @@ pub use cpu::Precision;
 pub use error::{ModelError, WeightProblem, WeightProblems};
 pub use mode::{Dropout, KeepMask, Mode};
 pub use model::{load_from_dir, Architecture, ModelDir, RoFormerModel};
+pub use plan::{Kernels, Plan};
 pub use tasks::{
     HeadModel, HeadOutput, RoFormerForMaskedLM, RoFormerForSequenceClassification,
     RoFormerForTokenClassification,

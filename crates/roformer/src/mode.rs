@@ -11,6 +11,9 @@ use std::sync::Mutex;
 
 use candle_core::Tensor;
 
+use crate::autograd::dropout;
+pub use crate::autograd::dropout::KeepMask;
+use crate::cpu::tensor::all_f32_on_cpu;
 use crate::cpu::Precision;
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -46,35 +49,6 @@ impl Mode<'_> {
     /// Whether gradients must flow through this pass.
     pub fn is_train(&self) -> bool {
         matches!(self, Mode::Train { .. })
-    }
-
-    /// `x` with dropout of probability `p` in training (the identity at inference, or when
-    /// `p` is 0 or the generator is disabled).
-    ///
-    /// # Errors
-    /// Candle errors only.
-    pub fn dropout(&self, x: &Tensor, p: f64) -> candle_core::Result<Tensor> {
-        match self {
-            Mode::Inference => Ok(x.clone()),
-            Mode::Train { dropout: d, .. } => d.apply(x, p),
-        }
-    }
-
-    /// `Dropout(y) + residual`: [`Dropout::apply_add`] in training, `y + residual` at
-    /// inference.
-    ///
-    /// # Errors
-    /// Shapes that differ, and candle errors.
-    pub fn dropout_add(
-        &self,
-        y: &Tensor,
-        residual: &Tensor,
-        p: f64,
-    ) -> candle_core::Result<Tensor> {
-        match self {
-            Mode::Inference => y + residual,
-            Mode::Train { dropout: d, .. } => d.apply_add(y, residual, p),
-        }
     }
 
     /// The keep mask of a dropout of probability `p` over `n` elements: `None` at inference
@@ -117,7 +91,8 @@ impl Dropout {
     pub fn apply(&self, x: &Tensor, p: f64) -> candle_core::Result<Tensor> {
         match self.keep_mask(x.elem_count(), p) {
             None => Ok(x.clone()),
-            Some(mask) => crate::train::ops::dropout::dropout(x, mask),
+            Some(mask) if all_f32_on_cpu(&[x]) => dropout::dropout(x, mask),
+            Some(mask) => dropout::dropout_slow(x, mask),
         }
     }
 
@@ -129,7 +104,8 @@ impl Dropout {
     pub fn apply_add(&self, y: &Tensor, residual: &Tensor, p: f64) -> candle_core::Result<Tensor> {
         match self.keep_mask(y.elem_count(), p) {
             None => y + residual,
-            Some(mask) => crate::train::ops::dropout::dropout_add(y, residual, mask),
+            Some(mask) if all_f32_on_cpu(&[y, residual]) => dropout::dropout_add(y, residual, mask),
+            Some(mask) => dropout::dropout_add_slow(y, residual, mask),
         }
     }
 
@@ -151,11 +127,7 @@ impl Dropout {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .fill_bytes(&mut key);
         if p >= 1.0 {
-            return Some(KeepMask {
-                bits: vec![0; n.div_ceil(64)],
-                len: n,
-                scale: 0.0,
-            });
+            return Some(KeepMask::new(vec![0; n.div_ceil(64)], n, 0.0));
         }
         // p < 1, so the threshold fits a u32.
         let threshold = (p * 4_294_967_296.0) as u32;
@@ -176,87 +148,12 @@ impl Dropout {
                         .fold(0u64, |acc, (j, &r)| acc | (u64::from(r >= threshold) << j));
                 }
             });
-        Some(KeepMask {
-            bits,
-            len: n,
-            scale: (1.0 / (1.0 - p)) as f32,
-        })
+        Some(KeepMask::new(bits, n, (1.0 / (1.0 - p)) as f32))
     }
 }
 
 /// Elements per task when a keep mask is drawn on the threads (a multiple of 64).
 const MASK_CHUNK: usize = 1 << 16;
-
-/// Which elements of a tensor a dropout keeps, packed 64 to a word (bit `i % 64` of word
-/// `i / 64` for element `i`, row-major), and the factor `1 / (1 - p)` of the kept ones.
-#[derive(Debug, Clone)]
-pub struct KeepMask {
-    bits: Vec<u64>,
-    len: usize,
-    scale: f32,
-}
-
-impl KeepMask {
-    /// The number of elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the mask covers no element.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The factor of a kept element, `1 / (1 - p)` (0 when `p >= 1`).
-    pub fn scale(&self) -> f32 {
-        self.scale
-    }
-
-    /// Whether element `i` is kept.
-    pub fn keeps(&self, i: usize) -> bool {
-        i < self.len && (self.bits[i / 64] >> (i % 64)) & 1 == 1
-    }
-
-    /// The factor of each element: the scale where kept, 0 where dropped.
-    pub fn factors(&self) -> Vec<f32> {
-        (0..self.len)
-            .map(|i| if self.keeps(i) { self.scale } else { 0.0 })
-            .collect()
-    }
-
-    /// `out[j] = x[j] * factor(start + j)` for the elements `start..start + x.len()`.
-    pub(crate) fn scale_into(&self, start: usize, x: &[f32], out: &mut [f32]) {
-        self.for_each_factor(start, x.len(), |j, f| out[j] = x[j] * f);
-    }
-
-    /// `x[j] *= factor(start + j)` for the elements `start..start + x.len()`.
-    pub(crate) fn scale_in_place(&self, start: usize, x: &mut [f32]) {
-        self.for_each_factor(start, x.len(), |j, f| x[j] *= f);
-    }
-
-    /// Calls `f(j, factor(start + j))` for `j` in `0..n`, a word of bits at a time.
-    #[inline(always)]
-    fn for_each_factor(&self, start: usize, n: usize, mut f: impl FnMut(usize, f32)) {
-        let mut j = 0;
-        while j < n {
-            let i = start + j;
-            let (word, bit) = (i / 64, i % 64);
-            let run = (64 - bit).min(n - j);
-            let bits = self.bits[word] >> bit;
-            for r in 0..run {
-                f(
-                    j + r,
-                    if (bits >> r) & 1 == 1 {
-                        self.scale
-                    } else {
-                        0.0
-                    },
-                );
-            }
-            j += run;
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -280,30 +177,5 @@ mod tests {
         // 4096 Bernoulli(0.25) draws: standard deviation 0.0068, so +-0.04 is ~6 sigma.
         assert!((dropped - 0.25).abs() < 0.04, "{dropped}");
         assert!(a.iter().all(|&v| v == 0.0 || (v - 4.0 / 3.0).abs() < 1e-6));
-    }
-
-    #[test]
-    fn inference_and_disabled_are_identity() {
-        let x = Tensor::arange(0f32, 10.0, &Device::Cpu).unwrap();
-        let d = Dropout::disabled();
-        for y in [
-            Mode::Inference.dropout(&x, 0.5).unwrap(),
-            Mode::Train {
-                dropout: &d,
-                precision: Precision::F32,
-            }
-            .dropout(&x, 0.5)
-            .unwrap(),
-            Mode::Train {
-                dropout: &Dropout::seeded(1),
-                precision: Precision::F32,
-            }
-            .dropout(&x, 0.0)
-            .unwrap(),
-        ] {
-            assert_eq!(y.to_vec1::<f32>().unwrap(), x.to_vec1::<f32>().unwrap());
-        }
-        let zeros = Dropout::seeded(1).apply(&x, 1.0).unwrap();
-        assert!(zeros.to_vec1::<f32>().unwrap().iter().all(|&v| v == 0.0));
     }
 }

@@ -13,6 +13,7 @@ use crate::encoder::Encoder;
 use crate::error::{ModelError, Result, WeightProblems};
 use crate::input::{additive_mask, validate, Batch};
 use crate::mode::{Dropout, Mode};
+use crate::plan::Plan;
 use crate::shapes::{self, ModelKind};
 use crate::weights::{Checkpoint, Loaded};
 
@@ -128,7 +129,7 @@ impl RoFormerModel {
         position_ids: Option<&Tensor>,
     ) -> Result<Tensor> {
         let batch = self.validate(input_ids, token_type_ids, attention_mask, position_ids)?;
-        self.forward_batch(&batch, Mode::Inference)
+        self.forward_batch(&batch, self.plan(Mode::Inference))
     }
 
     /// [`RoFormerModel::forward`] in training mode: the differentiable op-by-op path, with
@@ -149,26 +150,31 @@ impl RoFormerModel {
         let batch = self.validate(input_ids, token_type_ids, attention_mask, position_ids)?;
         self.forward_batch(
             &batch,
-            Mode::Train {
+            self.plan(Mode::Train {
                 dropout,
                 precision: crate::cpu::Precision::F32,
-            },
+            }),
         )
     }
 
-    pub(crate) fn forward_batch(&self, batch: &Batch, mode: Mode<'_>) -> Result<Tensor> {
+    /// The plan of a pass in `mode` over this model's tensors ([`Plan::new`]).
+    pub fn plan<'a>(&self, mode: Mode<'a>) -> Plan<'a> {
+        Plan::new(mode, &self.device, self.dtype)
+    }
+
+    pub(crate) fn forward_batch(&self, batch: &Batch, plan: Plan<'_>) -> Result<Tensor> {
         let h0 = self.embeddings.forward(
             &batch.input_ids,
             batch.token_type_ids.as_ref(),
             batch.positions.as_deref(),
-            mode,
+            plan,
         )?;
         let mask = additive_mask(batch, self.config.is_decoder, self.dtype, &self.device)?;
         let positions = match &batch.positions {
             Some(p) => Positions::Explicit(p),
             None => Positions::START,
         };
-        self.encoder.forward(&h0, positions, mask.as_ref(), mode)
+        self.encoder.forward(&h0, positions, mask.as_ref(), plan)
     }
 
     pub(crate) fn validate(

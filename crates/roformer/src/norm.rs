@@ -5,7 +5,7 @@ use candle_nn::VarBuilder;
 
 use crate::autograd;
 use crate::config::{NormType, RoFormerConfig};
-use crate::mode::Mode;
+use crate::plan::Plan;
 
 /// A normalisation over the last dimension.
 #[derive(Debug, Clone)]
@@ -65,15 +65,15 @@ impl Norm {
     ///
     /// # Errors
     /// Candle errors only.
-    pub fn forward(&self, x: &Tensor, mode: Mode<'_>) -> candle_core::Result<Tensor> {
+    pub fn forward(&self, x: &Tensor, plan: Plan<'_>) -> candle_core::Result<Tensor> {
         match self {
-            Norm::Layer { weight, bias, eps } if mode.is_train() => {
+            Norm::Layer { weight, bias, eps } if plan.is_train() => {
                 autograd::layer_norm(x, weight, bias, *eps)
             }
             Norm::Layer { weight, bias, eps } => {
                 candle_nn::ops::layer_norm(&x.contiguous()?, weight, bias, *eps as f32)
             }
-            Norm::Rms { eps } if mode.is_train() => autograd::rms_norm(x, *eps),
+            Norm::Rms { eps } if plan.is_train() => autograd::rms_norm(x, *eps),
             Norm::Rms { eps } => {
                 let dtype = x.dtype();
                 let x = match dtype {

@@ -12,6 +12,7 @@ use crate::error::Result;
 use crate::heads::{ClassificationHead, MlmHead};
 use crate::mode::{Dropout, Mode};
 use crate::model::{load_from_dir, Architecture, RoFormerModel};
+use crate::plan::Plan;
 use crate::shapes::ModelKind;
 
 /// What a head model returns.
@@ -39,7 +40,7 @@ pub trait HeadModel: Architecture {
     ///
     /// # Errors
     /// As [`crate::encoder::Encoder::set_precision`].
-    fn set_precision(&mut self, precision: crate::Precision) -> Result<()> {
+    fn set_precision(&mut self, precision: crate::cpu::Precision) -> Result<()> {
         self.roformer_mut().encoder_mut().set_precision(precision)
     }
 
@@ -47,7 +48,7 @@ pub trait HeadModel: Architecture {
     ///
     /// # Errors
     /// Candle errors only.
-    fn head_forward(&self, hidden: &Tensor, mode: Mode<'_>) -> candle_core::Result<Tensor>;
+    fn head_forward(&self, hidden: &Tensor, plan: Plan<'_>) -> candle_core::Result<Tensor>;
 
     /// The Hugging Face class name of the model, e.g. `RoFormerForMaskedLM` (`BertFor...` with
     /// absolute positions): what `config.json`'s `architectures` names.
@@ -69,7 +70,7 @@ pub trait HeadModel: Architecture {
             token_type_ids,
             attention_mask,
             position_ids,
-            Mode::Inference,
+            self.roformer().plan(Mode::Inference),
         )
     }
 
@@ -90,14 +91,14 @@ pub trait HeadModel: Architecture {
             token_type_ids,
             attention_mask,
             position_ids,
-            Mode::Train {
+            self.roformer().plan(Mode::Train {
                 dropout,
                 precision: crate::cpu::Precision::F32,
-            },
+            }),
         )
     }
 
-    /// Encoder and head in the given mode.
+    /// Encoder and head in a pass of plan `plan` ([`RoFormerModel::plan`]).
     ///
     /// # Errors
     /// As [`RoFormerModel::forward`].
@@ -107,13 +108,13 @@ pub trait HeadModel: Architecture {
         token_type_ids: Option<&Tensor>,
         attention_mask: Option<&Tensor>,
         position_ids: Option<&Tensor>,
-        mode: Mode<'_>,
+        plan: Plan<'_>,
     ) -> Result<HeadOutput> {
         let batch =
             self.roformer()
                 .validate(input_ids, token_type_ids, attention_mask, position_ids)?;
-        let last_hidden_state = self.roformer().forward_batch(&batch, mode)?;
-        let logits = self.head_forward(&last_hidden_state, mode)?;
+        let last_hidden_state = self.roformer().forward_batch(&batch, plan)?;
+        let logits = self.head_forward(&last_hidden_state, plan)?;
         Ok(HeadOutput {
             last_hidden_state,
             logits,
@@ -177,8 +178,8 @@ impl HeadModel for RoFormerForMaskedLM {
         &mut self.roformer
     }
 
-    fn head_forward(&self, hidden: &Tensor, mode: Mode<'_>) -> candle_core::Result<Tensor> {
-        self.head.forward(hidden, mode)
+    fn head_forward(&self, hidden: &Tensor, plan: Plan<'_>) -> candle_core::Result<Tensor> {
+        self.head.forward(hidden, plan)
     }
 
     fn architecture_name(&self) -> String {
@@ -224,8 +225,8 @@ impl HeadModel for RoFormerForSequenceClassification {
         &mut self.roformer
     }
 
-    fn head_forward(&self, hidden: &Tensor, mode: Mode<'_>) -> candle_core::Result<Tensor> {
-        self.head.forward(hidden, mode)
+    fn head_forward(&self, hidden: &Tensor, plan: Plan<'_>) -> candle_core::Result<Tensor> {
+        self.head.forward(hidden, plan)
     }
 
     fn architecture_name(&self) -> String {
@@ -273,8 +274,8 @@ impl HeadModel for RoFormerForTokenClassification {
         &mut self.roformer
     }
 
-    fn head_forward(&self, hidden: &Tensor, mode: Mode<'_>) -> candle_core::Result<Tensor> {
-        self.head.forward(&mode.dropout(hidden, self.dropout)?)
+    fn head_forward(&self, hidden: &Tensor, plan: Plan<'_>) -> candle_core::Result<Tensor> {
+        self.head.forward(&plan.dropout(hidden, self.dropout)?)
     }
 
     fn architecture_name(&self) -> String {

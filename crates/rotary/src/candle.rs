@@ -101,7 +101,7 @@ pub fn apply_rope(
     let shape = shape_of(x, order)?;
     if shape.head_dim != rope.head_dim() {
         return Err(candle_core::Error::wrap(
-            crate::RopeError::HeadDimMismatch {
+            crate::error::RopeError::HeadDimMismatch {
                 what: "x",
                 expected: rope.head_dim(),
                 got: shape.head_dim,
@@ -158,7 +158,7 @@ pub fn rotate_slow(
     let rows = view.rows();
     if r > shape.head_dim {
         return Err(candle_core::Error::wrap(
-            crate::RopeError::RotaryDimTooLarge {
+            crate::error::RopeError::RotaryDimTooLarge {
                 rotary_dim: r,
                 head_dim: shape.head_dim,
             },
@@ -169,12 +169,12 @@ pub fn rotate_slow(
     } else if Some(rows) == shape.batch.checked_mul(shape.seq) {
         true
     } else {
-        return Err(candle_core::Error::wrap(crate::RopeError::TableMismatch(
-            format!(
+        return Err(candle_core::Error::wrap(
+            crate::error::RopeError::TableMismatch(format!(
                 "{rows} rows given for batch {} x seq {}: need seq or batch * seq rows",
                 shape.batch, shape.seq
-            ),
-        )));
+            )),
+        ));
     };
     let b = if per_sequence { shape.batch } else { 1 };
     let table_shape = match order {

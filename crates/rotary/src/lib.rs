@@ -45,6 +45,7 @@ pub mod freqs;
 pub mod kernel;
 pub mod layout;
 pub mod nd;
+mod parallel;
 pub mod positions;
 pub mod rope;
 pub mod scaling;

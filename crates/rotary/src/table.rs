@@ -351,7 +351,7 @@ impl CosSin {
 /// Tables below this many values are expanded by [`CosSin::from_pair_tables`] on the calling
 /// thread: a copy is cheaper than computing angles, so it takes the threshold of the rotation
 /// itself rather than [`PARALLEL_FILL_MIN`].
-const PARALLEL_EXPAND_MIN: usize = crate::apply::PARALLEL_MIN_ELEMENTS;
+const PARALLEL_EXPAND_MIN: usize = crate::parallel::PARALLEL_MIN_ELEMENTS;
 
 /// Expands one row of per-pair values (`pairs` each) into `rotary_dim = 2 * pairs` kernel
 /// coefficients.

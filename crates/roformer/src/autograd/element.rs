@@ -9,6 +9,8 @@ use candle_core::{CpuStorage, DType, Layout, Tensor, WithDType};
 use half::{bf16, f16};
 use rayon::prelude::*;
 
+use crate::cpu::math::exp_approx;
+
 /// The float type a kernel computes in (f32 or f64).
 pub(crate) trait Real:
     Copy
@@ -28,8 +30,8 @@ pub(crate) trait Real:
     /// -inf, the identity of `max`.
     const NEG_INFINITY: Self;
     /// `e^self` for `self <= 0` (or NaN, which it returns), as softmax needs after subtracting
-    /// the row maximum; f32 rounds to within a few ulps and flushes results below about
-    /// `e^-87` (the smallest normal f32) to 0.
+    /// the row maximum; f32 is the CPU layer's [`exp_approx`] (within a few ulps, 0 below
+    /// about `e^-87.3`, the smallest normal f32).
     fn exp_nonpositive(self) -> Self;
     /// `sqrt(self)`.
     fn sqrt(self) -> Self;
@@ -42,7 +44,7 @@ impl Real for f32 {
     const ONE: f32 = 1.0;
     const NEG_INFINITY: f32 = f32::NEG_INFINITY;
     fn exp_nonpositive(self) -> f32 {
-        exp_nonpositive_f32(self)
+        exp_approx(self)
     }
     fn sqrt(self) -> f32 {
         f32::sqrt(self)
@@ -65,49 +67,6 @@ impl Real for f64 {
     }
     fn from_f64(v: f64) -> f64 {
         v
-    }
-}
-
-/// `e^x` for `x <= 0` in f32, branch-free so that loops over rows vectorise (the libm call
-/// does not).
-///
-/// `x = n ln2 + r` with `n = round(x / ln2)` and `|r| <= ln2 / 2` (`n ln2` subtracted in two
-/// parts, Cody and Waite, so that `r` is accurate); `e^r` by its Taylor polynomial of degree 7
-/// (truncation `|r|^8 / 8! < 6e-9`, below half an f32 ulp); `2^n` built from its exponent
-/// bits. `x < -87` gives 0 (`e^-87` is about the smallest normal f32) and NaN stays NaN.
-#[inline]
-fn exp_nonpositive_f32(x: f32) -> f32 {
-    /// `1.5 * 2^23`: adding it rounds an f32 of magnitude below 2^22 to an integer.
-    const ROUND: f32 = 12_582_912.0;
-    /// `ln 2` in two parts: a high part with few significant bits (so `n * LN2_HI` is exact)
-    /// and the remainder.
-    const LN2_HI: f32 = 355.0 / 512.0;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    const LOWEST: f32 = -87.0;
-    let underflow = x < LOWEST;
-    let xc = if underflow { LOWEST } else { x };
-    let shifted = xc * std::f32::consts::LOG2_E + ROUND;
-    let n = shifted - ROUND;
-    let r = xc - n * LN2_HI - n * LN2_LO;
-    let mut p = 1.0 / 5040.0;
-    for c in [
-        1.0 / 720.0,
-        1.0 / 120.0,
-        1.0 / 24.0,
-        1.0 / 6.0,
-        0.5,
-        1.0,
-        1.0,
-    ] {
-        p = p * r + c;
-    }
-    // The integer n (in -126..=0) sits in the low mantissa bits of `shifted`.
-    let k = shifted.to_bits().wrapping_sub(ROUND.to_bits());
-    let scale = f32::from_bits(k.wrapping_add(127) << 23);
-    if underflow {
-        0.0
-    } else {
-        p * scale
     }
 }
 
@@ -341,31 +300,4 @@ pub(crate) fn input<'a, T>(
         .get(i)
         .copied()
         .ok_or_else(|| candle_core::Error::Msg(format!("{name}: input {i} missing")))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::exp_nonpositive_f32;
-
-    /// Within 2 ulps (relative 2.4e-7) of the f64 exponential over [-87, 0], 0 below -87,
-    /// exactly 1 at 0, NaN for NaN.
-    #[test]
-    fn exp_nonpositive_f32_accuracy() {
-        let mut worst = 0f64;
-        for i in 0..=2_000_000 {
-            let x = -87.0 * f64::from(i) / 2e6;
-            let x32 = x as f32;
-            let got = f64::from(exp_nonpositive_f32(x32));
-            let exact = f64::from(x32).exp();
-            worst = worst.max((got - exact).abs() / exact);
-        }
-        assert!(
-            worst < 2.0 * f64::from(f32::EPSILON),
-            "relative error {worst:e}"
-        );
-        assert_eq!(exp_nonpositive_f32(0.0), 1.0);
-        assert_eq!(exp_nonpositive_f32(-88.0), 0.0);
-        assert_eq!(exp_nonpositive_f32(f32::NEG_INFINITY), 0.0);
-        assert!(exp_nonpositive_f32(f32::NAN).is_nan());
-    }
 }

@@ -1,8 +1,11 @@
-//! Differentiable versions of the ops the model needs for training.
+//! Differentiable ops: each fast op beside its slow reference (the same formula composed of
+//! candle's differentiable primitives) and its hand-written backward, tested against both.
 //!
 //! In candle 0.11, `candle_nn::ops::softmax_last_dim` and the fused `candle_nn::ops::layer_norm`
 //! (behind `candle_nn::LayerNorm::forward` on contiguous input) have no backward: gradients stop
-//! there silently. The ops here compute the same values and carry gradients:
+//! there silently. These ops compute the same values and carry gradients, on any device and
+//! dtype (on the CPU as fused kernels: f32 and f64 natively, f16 and bf16 computed in f32;
+//! elsewhere their `*_slow` version):
 //!
 //! - [`softmax_last_dim`]: `y_i = exp(x_i - max x) / sum_k exp(x_k - max x)`,
 //!   `dx = y (g - sum(g y))`;
@@ -10,20 +13,46 @@
 //!   gradients for `x`, `w` and `b`;
 //! - [`rms_norm`]: `y = x / sqrt(mean(x^2) + eps)` (RoFormer-V2's weightless norm).
 //!
-//! On the CPU each runs as a candle custom op with fused kernels for the forward and the
-//! backward (f32 and f64 natively, f16 and bf16 computed in f32; rows spread over rayon's
-//! threads when the tensor is large). On other devices each falls back to its `*_slow`
-//! version, the same formula composed of candle's differentiable primitives, which the tests
-//! also use as the reference.
+//! The training path's heavy steps are fused ops for f32 tensors on the CPU (crate-private;
+//! the pass's [`crate::plan::Plan`] picks them or their `*_slow` twin once). candle's backward
+//! pays for every node of the graph: each gradient is accumulated into a zero tensor made for
+//! it (`zeros_like`, then `add`), whatever the node (a reshape, a transpose, a broadcast bias,
+//! the mask multiply of a dropout), and a product over a broadcast weight (`candle_nn::Linear`
+//! on 3D input) runs as one small product per sequence and sums the weight gradient over the
+//! batch. These ops replace whole chains of nodes by one node each, whose backward writes every
+//! gradient in one pass:
+//!
+//! - `linear`: `act(x W^T + b)`, the bias preloaded into the output (the product accumulates
+//!   onto it), one 2D product over all rows, the erf GELU fused (pre-activation kept for the
+//!   backward); backward: `du = g act'(u)`, `dx = du W`, `dW = du^T x`, `db = sum du`;
+//! - `attention`: scaled dot-product attention from token-major q, k, v (rotary rotation,
+//!   mask, softmax, dropout on the probabilities, context) per (sequence, head, tile of query
+//!   rows), without any `[b, h, t, t]` tensor: the backward recomputes the scores of a tile
+//!   from q and k and the saved row statistics (its slow reference is the model's own
+//!   projections and [`crate::attention::softmax_attention`]);
+//! - `dropout`: dropout from a packed [`KeepMask`], alone or fused with the residual add;
+//! - `cross_entropy`: mean cross entropy over rows of logits with targets, and the arg-max,
+//!   in one pass; backward `(softmax - onehot) / n`;
+//! - `embedding`: the word and token-type lookups and their sum; backward one scatter of the
+//!   rows' gradients into each (zeroed) table.
+//!
+//! Their plumbing (matrix views, products, row maths, tiling) is the CPU layer's
+//! ([`crate::cpu`]). A new fused op goes here, beside its slow twin, with a test against it.
 
+pub(crate) mod attention;
+pub(crate) mod cross_entropy;
+pub(crate) mod dropout;
 mod element;
+pub(crate) mod embedding;
 mod layer_norm;
+pub(crate) mod linear;
 mod rms_norm;
 mod softmax;
 
 #[cfg(test)]
 mod tests;
 
+pub use dropout::KeepMask;
 pub use layer_norm::{layer_norm, layer_norm_slow};
 pub use rms_norm::{rms_norm, rms_norm_slow};
 pub use softmax::{softmax_last_dim, softmax_last_dim_backward, softmax_last_dim_slow};

@@ -1,6 +1,14 @@
-//! The CPU layer under both fast paths (the fused inference encoder and the fused training
-//! ops): strided matrix views, an output buffer shared by tasks that write disjoint elements,
-//! and the matrix product in the precision the caller asks for.
+//! The CPU layer under both fast paths (the fused inference encoder, [`crate::fused`], and the
+//! fused training ops of [`crate::autograd`]): the one owner of their plumbing.
+//!
+//! - [`tensor`]: the layer's domain (f32 tensors on the CPU) and tensors' data as slices;
+//! - [`mat`]: strided matrix views, and an output buffer shared by tasks that write disjoint
+//!   elements;
+//! - [`product`] and [`dense`]: the matrix product in the precision the caller asks for, and
+//!   dense layers' `x W^T` over the threads; [`bf16`]: the bf16 kernels and packed weights;
+//! - [`math`]: vectorised row maths (`exp`, erf GELU, softmax row steps, layer and RMS norm);
+//! - [`rows`]: outputs built block by block on the threads; [`mask`]: additive masks as rows;
+//! - [`policy`]: how work is cut into tasks and tiles.
 //!
 //! ```text
 //! product:  C = (accumulate ? C : 0) + alpha * A B
@@ -9,12 +17,23 @@
 //! ```
 //!
 //! Everything else (norms, softmax, losses, the optimiser) stays f32 whatever the precision,
-//! as under PyTorch's `torch.autocast(dtype=torch.bfloat16)` on the CPU.
+//! as under PyTorch's `torch.autocast(dtype=torch.bfloat16)` on the CPU. A new precision is a
+//! [`Precision`] variant and a kernel beside [`bf16`], chosen in [`product`].
+//!
+//! This layer imports nothing of the model: only candle, gemm, rayon and std.
 
 pub(crate) mod bf16;
-mod mat;
+pub(crate) mod dense;
+pub(crate) mod mask;
+pub(crate) mod mat;
+pub(crate) mod math;
+pub(crate) mod policy;
 mod precision;
-mod product;
+pub(crate) mod product;
+pub(crate) mod rows;
+pub(crate) mod tensor;
+#[cfg(test)]
+mod tests;
 
 pub(crate) use mat::{Dst, Mat, SharedOut};
 pub use precision::Precision;

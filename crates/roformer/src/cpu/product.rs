@@ -2,9 +2,9 @@
 
 use gemm::{gemm, Parallelism};
 
-use super::bf16;
-use super::mat::span_fits;
-use super::{Dst, Mat, Precision};
+use super::bf16::{self, Packed};
+use super::mat::{span_fits, Dst, Mat};
+use super::precision::Precision;
 
 /// `dst = (accumulate ? dst : 0) + alpha * a b` for an `m x k` `a` and a `k x n` `b`, with
 /// `dst`'s element `(i, j)` at `offset + i * rs + j`; on the threads when `parallel`, else on
@@ -92,6 +92,53 @@ pub(crate) fn product(
             false,
             false,
             parallelism,
+        );
+    }
+    Ok(())
+}
+
+/// [`product`] in bf16 with `b` (`k x n`) packed once (a weight packed at load):
+/// `dst = (accumulate ? dst : 0) + alpha * bf16(a) b`, on the threads when `parallel`. Every
+/// operand is checked to lie inside its buffer.
+///
+/// # Errors
+/// An operand or the destination that does not fit its buffer, or `a`'s `k` not `b`'s; a CPU
+/// without a native bf16 kernel ([`bf16::native`]; callers check it and run f32 instead).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn product_packed(
+    m: usize,
+    mut dst: Dst<'_>,
+    (offset, rs): (usize, usize),
+    accumulate: bool,
+    a: Mat<'_>,
+    b: Packed<'_>,
+    alpha: f32,
+    parallel: bool,
+) -> candle_core::Result<()> {
+    let (n, k) = (b.n(), b.k());
+    let (ptr, len) = dst.raw();
+    if !(span_fits(len, offset, (rs, 1), (m, n)) && a.fits(m, k)) {
+        return Err(candle_core::Error::Msg(format!(
+            "matrix product: a {m}x{k} by packed {k}x{n} product does not fit its buffers"
+        )));
+    }
+    let Some(kernel) = bf16::native() else {
+        return Err(candle_core::Error::Msg(
+            "matrix product: a packed bf16 operand on a CPU without a bf16 kernel".into(),
+        ));
+    };
+    // SAFETY: the destination was checked above, is exclusive to this call (a `&mut` slice, or
+    // a shared buffer whose writers use disjoint elements) and does not overlap `a` or `b`.
+    unsafe {
+        bf16::product_packed(
+            kernel,
+            m,
+            (ptr.add(offset), rs),
+            accumulate,
+            a,
+            b,
+            alpha,
+            parallel,
         );
     }
     Ok(())

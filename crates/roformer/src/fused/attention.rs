@@ -2,13 +2,11 @@
 
 use rayon::prelude::*;
 
+use super::held::Geometry;
 use super::layer::Step;
-use super::math::{add_mask_max, exp_sum};
-use super::Geometry;
+use crate::cpu::math::{add_mask_max, exp_sum};
+use crate::cpu::policy::{query_tile, INFERENCE_SCORE_TILE};
 use crate::cpu::{product, Dst, Mat, SharedOut};
-
-/// Elements of the score tile one attention task holds (1 MiB of f32: in L2 cache).
-const SCORE_TILE_ELEMENTS: usize = 1 << 18;
 
 impl Step<'_> {
     /// The context `[n * t, hidden]` of rotated `qk` (`[n * t, 2 * hidden]`) and `v`
@@ -16,7 +14,7 @@ impl Step<'_> {
     pub(super) fn attention(&self, qk: &[f32], v: &[f32]) -> candle_core::Result<Vec<f32>> {
         let Geometry { t, h, heads, d, .. } = *self.geometry;
         let n = self.sequences.len();
-        let tile = (SCORE_TILE_ELEMENTS / t.max(1)).clamp(1, t.max(1));
+        let tile = query_tile(t, INFERENCE_SCORE_TILE);
         let tiles = t.div_ceil(tile);
         let mut context = vec![0f32; n * t * h];
         let out = SharedOut::new(&mut context);

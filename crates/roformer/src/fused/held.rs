@@ -1,32 +1,76 @@
-//! The layers' tensors, read-locked, and their data as plain slices and numbers.
+//! The layers' parts and packed weights, their tensors read-locked, and their data as plain
+//! slices and numbers.
 
-use candle_core::{CpuStorage, Layout, Storage, StorageRef, Tensor};
+use candle_core::DType;
 use candle_nn::Linear;
 
-use super::{Geometry, LayerParts};
 use crate::activation::Activation;
-use crate::cpu::bf16::{Packed, PackedB};
+use crate::cpu::bf16::PackedB;
+use crate::cpu::dense::Dense;
+use crate::cpu::math::RowNorm;
+use crate::cpu::tensor::Held;
+use crate::cpu::Mat;
 use crate::norm::Norm;
 
-/// A tensor's storage, read-locked for as long as its data is in use.
-pub(super) struct Held<'a> {
-    storage: StorageRef<'a>,
-    layout: &'a Layout,
+/// Sizes shared by every layer.
+pub(super) struct Geometry {
+    pub(super) t: usize,
+    pub(super) h: usize,
+    pub(super) heads: usize,
+    pub(super) d: usize,
+    pub(super) inter: usize,
 }
 
-impl<'a> Held<'a> {
-    pub(super) fn new(t: &'a Tensor) -> Self {
-        let (storage, layout) = t.storage_and_layout();
-        Held { storage, layout }
-    }
+/// The parts of one encoder layer the fused path reads.
+pub(crate) struct LayerParts<'a> {
+    pub query: &'a Linear,
+    pub key: &'a Linear,
+    pub value: &'a Linear,
+    pub heads: usize,
+    pub rotary_value: bool,
+    pub attention_dense: &'a Linear,
+    pub attention_norm: &'a Norm,
+    pub intermediate: &'a Linear,
+    pub activation: Activation,
+    pub output: &'a Linear,
+    pub output_norm: &'a Norm,
+    /// The epsilon of the layer norms (`layer_norm_eps`).
+    pub layer_norm_eps: f64,
+    /// The weights packed for bf16 products, when the model runs in bf16.
+    pub packed: Option<&'a PackedLayer>,
+}
 
-    /// The elements, if the tensor is contiguous f32 on the CPU.
-    pub(super) fn f32s(&self) -> Option<&[f32]> {
-        let Storage::Cpu(CpuStorage::F32(data)) = &*self.storage else {
-            return None;
+/// A layer's dense weights packed once for the bf16 products (`W^T`, `in x out`).
+#[derive(Debug)]
+pub(crate) struct PackedLayer {
+    pub(crate) query: PackedB,
+    pub(crate) key: PackedB,
+    pub(crate) value: PackedB,
+    pub(crate) dense: PackedB,
+    pub(crate) intermediate: PackedB,
+    pub(crate) output: PackedB,
+}
+
+impl PackedLayer {
+    /// Packs the dense weights of `parts` (each must be a contiguous f32 CPU tensor).
+    ///
+    /// # Errors
+    /// A weight that is not f32 on the CPU.
+    pub(crate) fn new(parts: &LayerParts<'_>) -> candle_core::Result<PackedLayer> {
+        let pack = |layer: &Linear| -> candle_core::Result<PackedB> {
+            let (out, inp) = layer.weight().dims2()?;
+            let w = layer.weight().to_dtype(DType::F32)?.contiguous()?;
+            let data = w.flatten_all()?.to_vec1::<f32>()?;
+            Ok(PackedB::new(Mat::rows(&data, inp).t(), inp, out, true))
         };
-        let (start, end) = self.layout.contiguous_offsets()?;
-        data.get(start..end)
+        Ok(PackedLayer {
+            query: pack(parts.query)?,
+            key: pack(parts.key)?,
+            value: pack(parts.value)?,
+            dense: pack(parts.attention_dense)?,
+            intermediate: pack(parts.intermediate)?,
+            output: pack(parts.output)?,
+        })
     }
 }
 
@@ -70,18 +114,6 @@ fn held_norm(norm: &Norm) -> Option<(Held<'_>, Held<'_>)> {
         Norm::Layer { weight, bias, .. } => Some((Held::new(weight), Held::new(bias))),
         Norm::Rms { .. } => None,
     }
-}
-
-/// A normalisation as plain numbers.
-pub(super) enum RowNorm<'a> {
-    Layer {
-        weight: &'a [f32],
-        bias: &'a [f32],
-        eps: f32,
-    },
-    Rms {
-        eps: f32,
-    },
 }
 
 /// The norm as numbers; `layer_norm_eps` is the epsilon a layer norm was built with.
@@ -151,14 +183,6 @@ impl<'a> HeldLayer<'a> {
     }
 }
 
-/// A dense layer as slices: `W` `[out, in]` row-major, the bias, and `W^T` packed for the
-/// bf16 products when the model runs in bf16.
-pub(super) struct Dense<'a> {
-    pub(super) weight: &'a [f32],
-    pub(super) bias: Option<&'a [f32]>,
-    pub(super) bf16: Option<Packed<'a>>,
-}
-
 /// One layer's weights as slices.
 pub(super) struct LayerPlan<'a> {
     pub(super) query: Dense<'a>,
@@ -171,37 +195,4 @@ pub(super) struct LayerPlan<'a> {
     pub(super) output: Dense<'a>,
     pub(super) output_norm: RowNorm<'a>,
     pub(super) rotary_value: bool,
-}
-
-/// An additive mask `[mb, 1, mq, t]` (`mb` 1 or the batch, `mq` 1 or `t`) as rows of keys.
-#[derive(Clone, Copy)]
-pub(crate) struct MaskView<'a> {
-    data: &'a [f32],
-    per_sequence: bool,
-    per_query: bool,
-    t: usize,
-}
-
-impl<'a> MaskView<'a> {
-    pub(crate) fn new(data: &'a [f32], dims: &[usize], b: usize, t: usize) -> Option<Self> {
-        let [mb, 1, mq, mt] = *dims else {
-            return None;
-        };
-        let ok = (mb == 1 || mb == b) && (mq == 1 || mq == t) && mt == t;
-        (ok && data.len() == mb * mq * t).then_some(MaskView {
-            data,
-            per_sequence: mb != 1,
-            per_query: mq != 1,
-            t,
-        })
-    }
-
-    /// The additive mask over keys for query `i` of sequence `s` (of the whole batch).
-    pub(crate) fn row(&self, s: usize, i: usize) -> &'a [f32] {
-        let mq = if self.per_query { self.t } else { 1 };
-        let s = if self.per_sequence { s } else { 0 };
-        let i = if self.per_query { i } else { 0 };
-        let start = (s * mq + i) * self.t;
-        &self.data[start..start + self.t]
-    }
 }

@@ -2,15 +2,17 @@
 
 use std::ops::Range;
 
+use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 use rotary::{rotate_inplace, CosSinView, Direction, Shape};
 
-use super::buffers::{build_rows, filled};
-use super::held::{LayerPlan, MaskView};
-use super::math::{activate, gelu_erf, normalize_rows, normalize_rows_par, PASS_CHUNK};
-use super::products::{product_xwt, product_xwt_split};
-use super::Geometry;
+use super::held::{Geometry, LayerPlan};
 use crate::activation::Activation;
+use crate::cpu::dense::{product_xwt, product_xwt_split};
+use crate::cpu::mask::MaskView;
+use crate::cpu::math::{gelu_erf, normalize_rows, normalize_rows_par};
+use crate::cpu::policy::PASS_CHUNK;
+use crate::cpu::rows::{build_rows, filled};
 
 /// One layer applied to some sequences.
 pub(super) struct Step<'a> {
@@ -158,4 +160,20 @@ impl Step<'_> {
         }
         Ok(())
     }
+}
+
+/// Applies the activation to `[rows, width]` values: in place for the erf GELU, through
+/// [`Activation::forward`] for the others.
+fn activate(
+    mut x: Vec<f32>,
+    rows: usize,
+    width: usize,
+    activation: Activation,
+) -> candle_core::Result<Vec<f32>> {
+    if activation == Activation::Gelu {
+        gelu_erf(&mut x);
+        return Ok(x);
+    }
+    let t = Tensor::from_vec(x, (rows, width), &Device::Cpu)?;
+    activation.forward(&t)?.flatten_all()?.to_vec1()
 }

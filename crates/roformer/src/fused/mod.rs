@@ -26,101 +26,36 @@
 //!   attention works on rows independently), then attention tasks per (sequence, head, tile);
 //! - for few rows, products split by output columns instead, so that each weight is read once.
 //!
-//! It runs when the input and every weight are contiguous f32 on the CPU; otherwise
+//! It runs where the pass's [`crate::plan::Plan`] says (inference on the CPU in f32) and the
+//! input, mask and every weight are contiguous f32 of the expected shapes; otherwise
 //! [`encoder_forward`] returns `None` and the encoder runs op by op, which stays the reference
-//! (the tests below compare the two).
+//! (the tests below compare the two). Its plumbing (products, row maths, buffers, tiling) is
+//! the CPU layer's ([`crate::cpu`]).
 
 mod attention;
-mod buffers;
-pub(crate) mod held;
+mod held;
 mod layer;
-pub(crate) mod math;
-mod products;
 #[cfg(test)]
 mod tests;
 
 use std::ops::Range;
 
-use candle_core::{DType, Device, Tensor};
-use candle_nn::Linear;
+use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 use rotary::CosSinView;
 
-use crate::activation::Activation;
-use crate::cpu::bf16::PackedB;
-use crate::cpu::{Mat, Precision};
-use crate::norm::Norm;
-use held::{Held, HeldLayer, LayerPlan, MaskView};
+use crate::cpu::mask::MaskView;
+use crate::cpu::policy::{column_mode, row_blocks, sequences_per_task};
+use crate::cpu::tensor::Held;
+use crate::cpu::Precision;
+use held::{Geometry, HeldLayer, LayerPlan};
+pub(crate) use held::{LayerParts, PackedLayer};
 use layer::Step;
-
-/// Rows a task of sequences should have at least, so that its products stay efficient.
-const MIN_TASK_ROWS: usize = 512;
-
-/// Bounds of the row blocks of a batch spread over the threads.
-const MIN_BLOCK_ROWS: usize = 64;
-const MAX_BLOCK_ROWS: usize = 512;
-
-/// Below this many rows a batch spread over the threads splits its products by output
-/// columns instead of rows: each weight is then read once, not once per row block.
-const COLUMN_MODE_ROWS: usize = 1024;
-
-/// The parts of one encoder layer the fused path reads.
-pub(crate) struct LayerParts<'a> {
-    pub query: &'a Linear,
-    pub key: &'a Linear,
-    pub value: &'a Linear,
-    pub heads: usize,
-    pub rotary_value: bool,
-    pub attention_dense: &'a Linear,
-    pub attention_norm: &'a Norm,
-    pub intermediate: &'a Linear,
-    pub activation: Activation,
-    pub output: &'a Linear,
-    pub output_norm: &'a Norm,
-    /// The epsilon of the layer norms (`layer_norm_eps`).
-    pub layer_norm_eps: f64,
-    /// The weights packed for bf16 products, when the model runs in bf16.
-    pub packed: Option<&'a PackedLayer>,
-}
-
-/// A layer's dense weights packed once for the bf16 products (`W^T`, `in x out`).
-#[derive(Debug)]
-pub(crate) struct PackedLayer {
-    pub(crate) query: PackedB,
-    pub(crate) key: PackedB,
-    pub(crate) value: PackedB,
-    pub(crate) dense: PackedB,
-    pub(crate) intermediate: PackedB,
-    pub(crate) output: PackedB,
-}
-
-impl PackedLayer {
-    /// Packs the dense weights of `parts` (each must be a contiguous f32 CPU tensor).
-    ///
-    /// # Errors
-    /// A weight that is not f32 on the CPU.
-    pub(crate) fn new(parts: &LayerParts<'_>) -> candle_core::Result<PackedLayer> {
-        let pack = |layer: &Linear| -> candle_core::Result<PackedB> {
-            let (out, inp) = layer.weight().dims2()?;
-            let w = layer.weight().to_dtype(DType::F32)?.contiguous()?;
-            let data = w.flatten_all()?.to_vec1::<f32>()?;
-            Ok(PackedB::new(Mat::rows(&data, inp).t(), inp, out, true))
-        };
-        Ok(PackedLayer {
-            query: pack(parts.query)?,
-            key: pack(parts.key)?,
-            value: pack(parts.value)?,
-            dense: pack(parts.attention_dense)?,
-            intermediate: pack(parts.intermediate)?,
-            output: pack(parts.output)?,
-        })
-    }
-}
 
 /// Runs the layers on `x` (`[b, t, hidden]`) with the tokens' rotary coefficients (`t` rows,
 /// or `b * t` rows, one per token) and an additive mask of shape `[1 or b, 1, 1 or t, t]`.
-/// `None` when this path does not apply (not contiguous f32 on the CPU, mismatched sizes, a
-/// mask of another shape).
+/// `None` when this path does not apply (a tensor that is not contiguous f32 on the CPU,
+/// mismatched sizes, a mask of another shape).
 ///
 /// # Errors
 /// Candle and rotary errors (as candle errors).
@@ -130,9 +65,6 @@ pub(crate) fn encoder_forward(
     rope: CosSinView<'_>,
     mask: Option<&Tensor>,
 ) -> candle_core::Result<Option<Tensor>> {
-    if !matches!(x.device(), Device::Cpu) || x.dtype() != DType::F32 {
-        return Ok(None);
-    }
     let (b, t, h) = x.dims3()?;
     let Some(first) = layers.first() else {
         return Ok(None);
@@ -195,33 +127,6 @@ pub(crate) fn encoder_forward(
     Ok(Some(Tensor::from_vec(y, (b, t, h), &Device::Cpu)?))
 }
 
-/// How many sequences one task runs through the whole stack: `b` (a single task, spread over
-/// the threads step by step) unless the tasks of whole sequences come out as a multiple of
-/// the threads, or many per thread.
-fn sequences_per_task(b: usize, t: usize, threads: usize) -> usize {
-    if threads <= 1 || b <= 1 {
-        return b.max(1);
-    }
-    let group = MIN_TASK_ROWS
-        .div_ceil(t.max(1))
-        .clamp(1, b.div_ceil(threads));
-    let tasks = b.div_ceil(group);
-    if tasks.is_multiple_of(threads) || tasks >= 4 * threads {
-        group
-    } else {
-        b
-    }
-}
-
-/// Sizes shared by every layer.
-struct Geometry {
-    t: usize,
-    h: usize,
-    heads: usize,
-    d: usize,
-    inter: usize,
-}
-
 /// The whole stack and its inputs.
 struct Stack<'a> {
     plans: &'a [LayerPlan<'a>],
@@ -259,7 +164,7 @@ impl Stack<'_> {
             rope,
             mask: self.mask,
             parallel: threads > 1,
-            columns: (threads > 1 && rows < COLUMN_MODE_ROWS).then_some(threads),
+            columns: column_mode(rows, threads),
             blocks: row_blocks(rows, threads),
         };
         let input = &self.x[seqs.start * t * h..seqs.end * t * h];
@@ -269,19 +174,4 @@ impl Stack<'_> {
         }
         Ok(hidden.unwrap_or_else(|| input.to_vec()))
     }
-}
-
-/// Splits `rows` into consecutive blocks, one for a single thread, about one per thread
-/// otherwise (within [`MIN_BLOCK_ROWS`]..=[`MAX_BLOCK_ROWS`] rows).
-fn row_blocks(rows: usize, threads: usize) -> Vec<Range<usize>> {
-    let len = if threads <= 1 {
-        rows
-    } else {
-        rows.div_ceil(threads).clamp(MIN_BLOCK_ROWS, MAX_BLOCK_ROWS)
-    }
-    .max(1);
-    (0..rows)
-        .step_by(len)
-        .map(|start| start..(start + len).min(rows))
-        .collect()
 }

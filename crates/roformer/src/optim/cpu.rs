@@ -99,17 +99,7 @@ impl<F: FnOnce(&mut [f32])> InplaceOp1 for WithSlice<F> {
     }
 
     fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> candle_core::Result<()> {
-        let CpuStorage::F32(data) = storage else {
-            return Err(candle_core::Error::Msg("in-place update: not f32".into()));
-        };
-        let Some((start, end)) = layout.contiguous_offsets() else {
-            return Err(candle_core::Error::Msg(
-                "in-place update: not contiguous".into(),
-            ));
-        };
-        let slice = data
-            .get_mut(start..end)
-            .ok_or_else(|| candle_core::Error::Msg("in-place update: bad layout".into()))?;
+        let slice = crate::cpu::tensor::f32_slice_mut(storage, layout, "in-place update")?;
         if let Some(f) = self.f.borrow_mut().take() {
             f(slice);
         }
@@ -125,7 +115,7 @@ impl<F: FnOnce(&mut [f32])> InplaceOp1 for WithSlice<F> {
 /// to a CPU `f32` buffer, `f` runs there, and the result is converted back to the variable's
 /// dtype and device and written with [`Var::set`] (a lower-precision dtype rounds the result).
 pub(crate) fn update_var(var: &Var, f: impl FnOnce(&mut [f32])) -> Result<()> {
-    if var.device().is_cpu() && var.dtype() == DType::F32 && var.is_contiguous() {
+    if crate::cpu::tensor::all_f32_on_cpu(&[var.as_tensor()]) && var.is_contiguous() {
         var.inplace_op1(&WithSlice {
             f: RefCell::new(Some(f)),
         })?;

@@ -3,7 +3,8 @@
 
 use candle_core::DType;
 
-use super::{first_non_finite, Padded, PipelineError};
+use super::batch::{first_non_finite, Padded};
+use super::error::PipelineError;
 use crate::{Encoding, HeadModel, RoFormerConfig, RoFormerForSequenceClassification};
 
 /// The logits `[num_labels]` of each text of `batch` (padded with `pad_id`), in batch order;

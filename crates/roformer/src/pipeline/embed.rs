@@ -10,7 +10,8 @@
 
 use candle_core::{DType, Tensor};
 
-use super::{first_non_finite, Padded, PipelineError};
+use super::batch::{first_non_finite, Padded};
+use super::error::PipelineError;
 use crate::{Encoding, RoFormerModel};
 
 /// How a text's token states become one vector.

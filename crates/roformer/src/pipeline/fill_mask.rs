@@ -7,7 +7,9 @@
 
 use candle_core::{DType, Tensor};
 
-use super::{first_non_finite, scores, Padded, PipelineError};
+use super::batch::{first_non_finite, Padded};
+use super::error::PipelineError;
+use super::scores;
 use crate::mode::Mode;
 use crate::{Encoding, HeadModel, RoFormerForMaskedLM};
 
@@ -66,7 +68,10 @@ pub fn fill_mask(
     let rows = Tensor::from_vec(rows, masks, device)?;
     let picked = hidden.reshape((b * t, h))?.index_select(&rows, 0)?; // [masks, hidden]
     let logits = model
-        .head_forward(&picked.unsqueeze(0)?, Mode::Inference)?
+        .head_forward(
+            &picked.unsqueeze(0)?,
+            model.roformer().plan(Mode::Inference),
+        )?
         .squeeze(0)?
         .to_dtype(DType::F32)?
         .to_vec2::<f32>()?; // [masks, vocab]

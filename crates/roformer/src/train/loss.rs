@@ -1,10 +1,13 @@
 //! The training losses: masked-LM cross entropy over the labelled tokens, and sequence
 //! classification cross entropy.
 
-use candle_core::{DType, Tensor, D};
+use candle_core::{Tensor, D};
 
+use crate::autograd::cross_entropy::{cross_entropy as cross_entropy_fast, cross_entropy_slow};
+use crate::cpu::tensor::all_f32_on_cpu;
 use crate::error::{ModelError, Result};
 use crate::mode::Mode;
+use crate::plan::{Kernels, Plan};
 use crate::tasks::{HeadModel, RoFormerForMaskedLM, RoFormerForSequenceClassification};
 
 /// The label that marks a token as not predicted (PyTorch's `ignore_index`).
@@ -40,31 +43,18 @@ pub struct BatchInputs<'a> {
 /// # Errors
 /// Candle errors only.
 pub fn cross_entropy(logits: &Tensor, targets: &[u32]) -> Result<LossOutput> {
-    let n = targets.len();
-    if super::ops::all_cpu_f32(&[logits]) {
-        // One fused op (the loss and its backward in one pass each), with the arg-max.
-        let (loss, predictions) = super::ops::cross_entropy::cross_entropy(logits, targets)?;
-        let correct = predictions
-            .iter()
-            .zip(targets)
-            .filter(|(p, t)| p == t)
-            .count();
-        return Ok(LossOutput {
-            loss,
-            count: n,
-            correct,
-            predictions,
-        });
-    }
-    let device = logits.device();
-    let target = Tensor::from_slice(targets, n, device)?;
-    let log_probs = candle_nn::ops::log_softmax(logits, D::Minus1)?;
-    let picked = log_probs.gather(&target.unsqueeze(1)?, 1)?; // [n, 1]
-    let loss = (picked.sum_all()? * (-1.0 / n as f64))?;
-    let predictions = logits
-        .argmax(D::Minus1)?
-        .to_dtype(DType::U32)?
-        .to_vec1::<u32>()?;
+    cross_entropy_with(logits, targets, all_f32_on_cpu(&[logits]))
+}
+
+/// [`cross_entropy`], through the fused op when `fused` (f32 logits on the CPU; a
+/// [`Kernels::Cpu`] plan), of candle's ops otherwise.
+fn cross_entropy_with(logits: &Tensor, targets: &[u32], fused: bool) -> Result<LossOutput> {
+    // The fused op computes the loss and its backward in one pass each, with the arg-max.
+    let (loss, predictions) = if fused {
+        cross_entropy_fast(logits, targets)?
+    } else {
+        cross_entropy_slow(logits, targets)?
+    };
     let correct = predictions
         .iter()
         .zip(targets)
@@ -72,7 +62,7 @@ pub fn cross_entropy(logits: &Tensor, targets: &[u32]) -> Result<LossOutput> {
         .count();
     Ok(LossOutput {
         loss,
-        count: n,
+        count: targets.len(),
         correct,
         predictions,
     })
@@ -126,14 +116,15 @@ pub fn mlm_loss(
             "the batch has no predicted token (every label is -100)".into(),
         ));
     }
-    let hidden = roformer.forward_batch(&batch, mode)?; // [b, t, h]
+    let plan = roformer.plan(mode);
+    let hidden = roformer.forward_batch(&batch, plan)?; // [b, t, h]
     let h = hidden.dim(D::Minus1)?;
     let rows = Tensor::from_vec(rows, targets.len(), hidden.device())?;
     let picked = hidden
         .reshape((batch.batch * batch.seq, h))?
         .index_select(&rows, 0)?; // [n, h]
-    let logits = model.head().forward(&picked, mode)?; // [n, vocab]
-    cross_entropy(&logits, &targets)
+    let logits = model.head().forward(&picked, plan)?; // [n, vocab]
+    cross_entropy_with(&logits, &targets, cpu_kernels(plan))
 }
 
 /// The sequence classification loss: cross entropy of the logits `[batch, num_labels]`
@@ -155,12 +146,13 @@ pub fn classification_loss(
             "label {l} is out of range: the model has {num_labels} labels"
         )));
     }
+    let plan = model.roformer().plan(mode);
     let out = model.forward_mode(
         inputs.input_ids,
         inputs.token_type_ids,
         inputs.attention_mask,
         None,
-        mode,
+        plan,
     )?;
     if out.logits.dim(0)? != labels.len() {
         return Err(ModelError::Input(format!(
@@ -169,5 +161,10 @@ pub fn classification_loss(
             out.logits.dim(0)?
         )));
     }
-    cross_entropy(&out.logits, labels)
+    cross_entropy_with(&out.logits, labels, cpu_kernels(plan))
+}
+
+/// Whether `plan` runs the CPU layer's kernels.
+fn cpu_kernels(plan: Plan<'_>) -> bool {
+    matches!(plan.kernels(), Kernels::Cpu(_))
 }

@@ -9,51 +9,24 @@
 
 use serde_json::{Map, Value};
 
+use super::error::ConfigError;
 use super::{Llama3, LongRope, RopeSpec, Scaling, Yarn};
 use crate::freqs::MAX_ROTARY_DIM;
 
-/// Base used when a config names none (transformers' `default_theta`).
-const DEFAULT_THETA: f64 = 10_000.0;
-
-/// A `config.json` this crate cannot interpret; every variant names the field, as a dotted path
-/// from the top of the file (`rope_scaling.factor`).
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// A field the schedule needs is absent or null.
-    #[error("config field `{field}` is missing")]
-    Missing {
-        /// Dotted path of the field.
-        field: String,
-    },
-    /// A field of the wrong type or out of range.
-    #[error("config field `{field}`: {problem}")]
-    Invalid {
-        /// Dotted path of the field.
-        field: String,
-        /// What is wrong with it.
-        problem: String,
-    },
-    /// A `rope_type` this crate does not implement.
-    #[error("config field `{field}`: unknown rope type {value:?} (known: default, linear, dynamic, yarn, llama3, longrope)")]
-    UnknownRopeType {
-        /// Dotted path of the field.
-        field: String,
-        /// The type found.
-        value: String,
-    },
-}
-
-impl ConfigError {
-    /// Dotted path of the offending field.
-    pub fn field(&self) -> &str {
-        match self {
-            ConfigError::Missing { field }
-            | ConfigError::Invalid { field, .. }
-            | ConfigError::UnknownRopeType { field, .. } => field,
-        }
+impl RopeSpec {
+    /// Reads the schedule from a transformers `config.json`: the legacy form (`rope_theta` and
+    /// `rope_scaling` with `type` or `rope_type`) or the newer `rope_parameters`, with
+    /// `head_dim` or `hidden_size / num_attention_heads`, and `partial_rotary_factor`.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the field that is missing, malformed or unknown.
+    pub fn from_hf_config(config: &serde_json::Value) -> std::result::Result<Self, ConfigError> {
+        parse(config)
     }
 }
+
+/// Base used when a config names none (transformers' `default_theta`).
+const DEFAULT_THETA: f64 = 10_000.0;
 
 type Result<T> = std::result::Result<T, ConfigError>;
 
@@ -237,7 +210,7 @@ fn first_positive<'a>(sections: &[Section<'a>], key: &str) -> Result<Option<(f64
     Ok(None)
 }
 
-pub(super) fn parse(config: &Value) -> Result<RopeSpec> {
+fn parse(config: &Value) -> Result<RopeSpec> {
     let top = Section {
         prefix: "",
         map: config.as_object(),

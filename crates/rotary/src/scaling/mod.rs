@@ -18,10 +18,11 @@
 //! of every cos and sin. [`xpos`] is the length-extrapolatable variant that scales q and k.
 
 mod compute;
+mod error;
 mod hf;
 pub mod xpos;
 
-pub use hf::ConfigError;
+pub use error::ConfigError;
 pub use xpos::Xpos;
 
 use crate::error::{Result, RopeError};
@@ -143,16 +144,6 @@ pub struct ScaledFreqs {
 }
 
 impl RopeSpec {
-    /// Reads the schedule from a transformers `config.json`: the legacy form (`rope_theta` and
-    /// `rope_scaling` with `type` or `rope_type`) or the newer `rope_parameters`, with
-    /// `head_dim` or `hidden_size / num_attention_heads`, and `partial_rotary_factor`.
-    ///
-    /// # Errors
-    /// A [`ConfigError`] naming the field that is missing, malformed or unknown.
-    pub fn from_hf_config(config: &serde_json::Value) -> std::result::Result<Self, ConfigError> {
-        hf::parse(config)
-    }
-
     /// Number of inverse frequencies, `ceil(dim / 2)`.
     pub fn pairs(&self) -> usize {
         self.dim.div_ceil(2)

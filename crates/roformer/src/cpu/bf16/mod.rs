@@ -36,7 +36,7 @@ use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
-use super::Mat;
+use super::mat::Mat;
 #[cfg(test)]
 use pack::round_bf16;
 pub(crate) use pack::{pack_panels, packed_len};

@@ -2,8 +2,8 @@
 
 use rayon::prelude::*;
 
-use crate::cpu::Mat;
-use crate::fused::math::multiversion;
+use crate::cpu::mat::Mat;
+use crate::cpu::math::multiversion;
 
 /// `x` rounded to bf16, to nearest with ties to even, as the upper 16 bits of an f32; a NaN
 /// stays a (quiet) NaN. Branch-free, so that loops over it vectorise.

@@ -1,4 +1,5 @@
-//! The fused training ops against the candle compositions they replace: values and gradients.
+//! The fused training ops against the candle compositions they replace (their slow twins and
+//! the model's op-by-op attention): values and gradients.
 
 use crate::cpu::Precision;
 use candle_core::{DType, Device, Tensor, Var, D};
@@ -7,12 +8,13 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rotary::{rotate_tensor, Direction, Layout, Order, Positions, Rope};
 
-use super::attention::{attention, FusedAttention};
-use super::cross_entropy::cross_entropy;
-use super::dropout::{dropout, dropout_add};
-use super::linear::linear;
 use crate::activation::Activation;
 use crate::attention::softmax_attention;
+use crate::autograd::attention::{attention, FusedAttention};
+use crate::autograd::cross_entropy::cross_entropy;
+use crate::autograd::dropout::{dropout, dropout_add, dropout_slow};
+use crate::autograd::embedding::embed;
+use crate::autograd::linear::linear;
 use crate::mode::{Dropout, Mode};
 
 fn random(rng: &mut StdRng, dims: &[usize]) -> Tensor {
@@ -247,10 +249,13 @@ fn dropout_ops_scale_by_the_mask_with_gradients() {
     assert!(max_diff(g.get(&r).unwrap(), &w) < 1e-6);
     let alone = dropout(y.as_tensor(), mask).unwrap();
     assert!(max_diff(&alone, &(y.as_tensor() * &factors).unwrap()) < 1e-6);
-    // The composite path (f64) uses the same factors.
+    // The slow path (here in f64) uses the same factors.
     let y64 = y.as_tensor().to_dtype(DType::F64).unwrap();
     let mask = Dropout::seeded(2).keep_mask(150, 0.4).unwrap();
-    let composite = dropout(&y64, mask).unwrap().to_dtype(DType::F32).unwrap();
+    let composite = dropout_slow(&y64, mask)
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap();
     assert!(max_diff(&composite, &alone) < 1e-6);
 }
 
@@ -286,7 +291,7 @@ fn embedding_matches_index_select_with_gradients() {
     // Repeated ids: their gradient rows add up.
     let ids: Vec<u32> = vec![4, 0, 10, 4, 4, 7];
     for type_ids in [None, Some(vec![0u32, 2, 1, 1, 0, 2])] {
-        let fused = super::embedding::embed(
+        let fused = embed(
             word.as_tensor(),
             types.as_tensor(),
             ids.clone(),
@@ -309,7 +314,7 @@ fn embedding_matches_index_select_with_gradients() {
             assert!(max_diff(gf.get(v).unwrap(), gr.get(v).unwrap()) < 1e-6);
         }
     }
-    let bad = super::embedding::embed(word.as_tensor(), types.as_tensor(), vec![11], None, (1, 1));
+    let bad = embed(word.as_tensor(), types.as_tensor(), vec![11], None, (1, 1));
     assert!(bad.is_err());
 }
 

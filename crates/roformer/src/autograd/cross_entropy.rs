@@ -9,11 +9,11 @@
 
 use std::sync::OnceLock;
 
-use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor, D};
 use rayon::prelude::*;
 
-use super::{f32_slice, tensor, with_f32};
-use crate::fused::math::{exp_approx, multiversion};
+use crate::cpu::math::{exp_approx, multiversion, LANES};
+use crate::cpu::tensor::{f32_slice, tensor, with_f32};
 
 /// The mean cross entropy of `logits` (`[n, classes]`, CPU f32) against `targets` (`n`
 /// classes), a differentiable scalar, and the arg-max class of each row.
@@ -48,6 +48,27 @@ pub(crate) fn cross_entropy(
     Ok((loss, predictions))
 }
 
+/// [`cross_entropy`] of candle ops (log-softmax, gather, arg-max) on any device and dtype,
+/// without its checks of the targets.
+///
+/// # Errors
+/// Candle errors (a target past the classes among them).
+pub(crate) fn cross_entropy_slow(
+    logits: &Tensor,
+    targets: &[u32],
+) -> candle_core::Result<(Tensor, Vec<u32>)> {
+    let n = targets.len();
+    let target = Tensor::from_slice(targets, n, logits.device())?;
+    let log_probs = candle_nn::ops::log_softmax(logits, D::Minus1)?;
+    let picked = log_probs.gather(&target.unsqueeze(1)?, 1)?; // [n, 1]
+    let loss = (picked.sum_all()? * (-1.0 / n as f64))?;
+    let predictions = logits
+        .argmax(D::Minus1)?
+        .to_dtype(DType::U32)?
+        .to_vec1::<u32>()?;
+    Ok((loss, predictions))
+}
+
 /// Per row: the log-sum-exp and the arg-max.
 struct Stats {
     lse: Vec<f32>,
@@ -70,7 +91,6 @@ multiversion! {
                 arg = j;
             }
         }
-        const LANES: usize = 16;
         let mut lanes = [0f32; LANES];
         let mut chunks = row.chunks_exact(LANES);
         for chunk in &mut chunks {

@@ -15,16 +15,17 @@ use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Storage, Tens
 use candle_nn::{Linear, Module};
 use rayon::prelude::*;
 
-use super::{all_cpu_f32, f32_slice, product, tensor, with_f32, Dst, Mat, PASS_CHUNK};
 use crate::activation::Activation;
-use crate::cpu::Precision;
-use crate::fused::math::{exp_approx, gelu_erf, multiversion};
+use crate::cpu::math::{gelu_backward, gelu_erf};
+use crate::cpu::policy::{PASS_CHUNK, SUM_ROWS};
+use crate::cpu::tensor::{f32_slice, tensor, with_f32};
+use crate::cpu::{product, Dst, Mat, Precision};
 
-/// `act(layer(x))`: one fused op on the CPU with f32 tensors (products in `precision`) (the erf GELU fused, other activations
-/// applied after it), candle-nn's `Linear` then [`Activation::forward`] elsewhere.
+/// `act(layer(x))` as one op on f32 CPU tensors, products in `precision` (the erf GELU fused,
+/// other activations applied after it).
 ///
 /// # Errors
-/// Shapes that do not fit the layer; candle errors.
+/// Shapes that do not fit the layer; candle errors (tensors that are not f32 on the CPU).
 pub(crate) fn linear(
     x: &Tensor,
     layer: &Linear,
@@ -32,14 +33,6 @@ pub(crate) fn linear(
     precision: Precision,
 ) -> candle_core::Result<Tensor> {
     let w = layer.weight();
-    let fused = all_cpu_f32(&[x, w]) && layer.bias().is_none_or(|b| all_cpu_f32(&[b]));
-    if !fused {
-        let y = layer.forward(x)?;
-        return match activation {
-            Some(a) => a.forward(&y),
-            None => Ok(y),
-        };
-    }
     let (out_dim, in_dim) = w.dims2()?;
     if x.dim(candle_core::D::Minus1)? != in_dim {
         return Err(candle_core::Error::Msg(format!(
@@ -62,6 +55,23 @@ pub(crate) fn linear(
     match activation {
         Some(a) if !gelu => a.forward(&y),
         _ => Ok(y),
+    }
+}
+
+/// `act(layer(x))` of candle ops (candle-nn's `Linear`, then [`Activation::forward`]) on any
+/// device and dtype: the reference of [`linear`].
+///
+/// # Errors
+/// Shapes that do not fit the layer; candle errors.
+pub(crate) fn linear_slow(
+    x: &Tensor,
+    layer: &Linear,
+    activation: Option<Activation>,
+) -> candle_core::Result<Tensor> {
+    let y = layer.forward(x)?;
+    match activation {
+        Some(a) => a.forward(&y),
+        None => Ok(y),
     }
 }
 
@@ -189,9 +199,6 @@ impl LinearOp {
     }
 }
 
-/// Rows per partial sum of [`column_sums`].
-const SUM_ROWS: usize = 64;
-
 /// The sum of each column of row-major `[rows, width]` values: partial sums of
 /// [`SUM_ROWS`] rows on the threads, added in order (the same result on any thread count).
 fn column_sums(x: &[f32], width: usize) -> Vec<f32> {
@@ -211,28 +218,6 @@ fn column_sums(x: &[f32], width: usize) -> Vec<f32> {
         total.iter_mut().zip(p).for_each(|(s, v)| *s += v);
     }
     total
-}
-
-multiversion! {
-    /// `d = g * gelu'(u)` with `gelu'(u) = Phi(u) + u phi(u)` (erf by Abramowitz and Stegun's
-    /// 7.1.26, absolute error below 1.5e-7, as the forward).
-    fn gelu_backward(d: &mut [f32], g: &[f32], u: &[f32]) {
-        const INV_SQRT_2PI: f32 = 0.398_942_3;
-        for ((d, &g), &x) in d.iter_mut().zip(g).zip(u) {
-            let z = x * std::f32::consts::FRAC_1_SQRT_2;
-            let a = z.abs();
-            let t = 1.0 / (1.0 + 0.327_591_1 * a);
-            let poly = ((((1.061_405_4 * t - 1.453_152) * t + 1.421_413_8) * t - 0.284_496_72)
-                * t
-                + 0.254_829_6)
-                * t;
-            let gauss = exp_approx(-a * a);
-            let erf_abs = 1.0 - poly * gauss;
-            let erf = if z < 0.0 { -erf_abs } else { erf_abs };
-            // exp(-x^2 / 2) = exp(-z^2), already computed.
-            *d = g * (0.5 * (1.0 + erf) + x * INV_SQRT_2PI * gauss);
-        }
-    }
 }
 
 impl CustomOp3 for LinearOp {

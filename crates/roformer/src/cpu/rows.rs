@@ -6,7 +6,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 /// The rows of one block of an output being built: uninitialised until [`RowsOut::init`].
-pub(super) struct RowsOut<'a> {
+pub(crate) struct RowsOut<'a> {
     rows: &'a mut [MaybeUninit<f32>],
     width: usize,
     ready: bool,
@@ -15,7 +15,7 @@ pub(super) struct RowsOut<'a> {
 impl RowsOut<'_> {
     /// Sets each row to `base[row] + biases` (the biases side by side across the row, zeros
     /// where absent) and returns the rows, now initialised.
-    pub(super) fn init(&mut self, base: Option<&[f32]>, biases: &[Option<&[f32]>]) -> &mut [f32] {
+    pub(crate) fn init(&mut self, base: Option<&[f32]>, biases: &[Option<&[f32]>]) -> &mut [f32] {
         let width = self.width;
         for (i, row) in self.rows.chunks_mut(width).enumerate() {
             fill_row(
@@ -33,7 +33,7 @@ impl RowsOut<'_> {
 
 /// Builds `[rows, width]` values block by block (`blocks` cover `0..rows` in order), on the
 /// threads when `parallel`: `f(block, out)` initialises the block's rows through `out`.
-pub(super) fn build_rows(
+pub(crate) fn build_rows(
     rows: usize,
     width: usize,
     blocks: &[Range<usize>],
@@ -89,7 +89,7 @@ pub(super) fn build_rows(
 }
 
 /// `[rows, width]` values, row `r` being `base[r] + biases`.
-pub(super) fn filled(
+pub(crate) fn filled(
     rows: usize,
     width: usize,
     base: Option<&[f32]>,

@@ -10,13 +10,13 @@
 //! gradient table is zeroed once and the rows of `g` are added into it, on the threads by
 //! blocks of columns (every block in token order: the same sums on any thread count).
 
-use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor, D};
+use candle_nn::{Embedding, Module};
 use rayon::prelude::*;
 
-use super::{f32_slice, tensor, with_f32, SharedOut};
-
-/// Columns per task of the backward scatter.
-const COLUMN_BLOCK: usize = 64;
+use crate::cpu::policy::SCATTER_COLUMNS;
+use crate::cpu::tensor::{f32_slice, tensor, with_f32};
+use crate::cpu::SharedOut;
 
 /// `word[ids] + types[type_ids]`, shaped `[b, t, e]` for `ids` of `b * t` tokens (row-major);
 /// `type_ids` `None` means type 0 everywhere. CPU f32 tables.
@@ -58,6 +58,29 @@ pub(crate) fn embed(
     )
 }
 
+/// [`embed`] of candle ops on any device and dtype: `word[input_ids] + types[token_type_ids]`
+/// (`[b, t]` ids; `None` adds row 0 of `types` to every token), `[b, t, e]`.
+///
+/// # Errors
+/// An id past its table; candle errors.
+pub(crate) fn embed_slow(
+    word: &Embedding,
+    types: &Embedding,
+    input_ids: &Tensor,
+    token_type_ids: Option<&Tensor>,
+) -> candle_core::Result<Tensor> {
+    let words = word.forward(input_ids)?;
+    let types = match token_type_ids {
+        Some(t) => types.forward(t)?,
+        None => {
+            let table = types.embeddings();
+            let e = table.dim(D::Minus1)?;
+            table.narrow(0, 0, 1)?.reshape((1, 1, e))?
+        }
+    };
+    words.broadcast_add(&types)
+}
+
 struct EmbeddingOp {
     ids: Vec<u32>,
     type_ids: Vec<u32>,
@@ -68,11 +91,11 @@ struct EmbeddingOp {
 fn scatter(g: &[f32], ids: &[u32], rows: usize, width: usize) -> Vec<f32> {
     let mut table = vec![0f32; rows * width];
     let out = SharedOut::new(&mut table);
-    (0..width.div_ceil(COLUMN_BLOCK))
+    (0..width.div_ceil(SCATTER_COLUMNS))
         .into_par_iter()
         .for_each(|block| {
-            let c0 = block * COLUMN_BLOCK;
-            let cols = COLUMN_BLOCK.min(width - c0);
+            let c0 = block * SCATTER_COLUMNS;
+            let cols = SCATTER_COLUMNS.min(width - c0);
             for (n, &id) in ids.iter().enumerate() {
                 // SAFETY: this task alone writes columns c0..c0 + cols (of any row), inside
                 // the table: ids were checked against `rows`.

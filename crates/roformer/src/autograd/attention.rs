@@ -25,14 +25,12 @@ use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 use rayon::prelude::*;
 use rotary::{rotate, rotate_inplace, Coefficients, Direction};
 
-use super::{f32_slice, product, tensor, with_f32, Dst, Mat, SharedOut};
-use crate::cpu::Precision;
-use crate::fused::held::MaskView;
-use crate::fused::math::{add_mask_max, exp_sum};
-use crate::mode::KeepMask;
-
-/// Score elements a task holds per tile (256 KiB of f32 per buffer; the backward holds three).
-const TILE_ELEMENTS: usize = 1 << 16;
+use super::dropout::KeepMask;
+use crate::cpu::mask::{mask_dims_fit, MaskView};
+use crate::cpu::math::{add_mask_max, exp_sum};
+use crate::cpu::policy::{query_tile, TRAINING_SCORE_TILE};
+use crate::cpu::tensor::{f32_slice, tensor, with_f32};
+use crate::cpu::{product, Dst, Mat, Precision, SharedOut};
 
 /// The attention of one layer: what the op needs besides q, k and v.
 pub(crate) struct FusedAttention {
@@ -52,10 +50,7 @@ pub(crate) struct FusedAttention {
 
 /// Whether [`attention`] can take an additive mask of these dims for `b` sequences of `t`.
 pub(crate) fn mask_fits(mask: &Tensor, b: usize, t: usize) -> bool {
-    match *mask.dims() {
-        [mb, 1, mq, mt] => (mb == 1 || mb == b) && (mq == 1 || mq == t) && mt == t,
-        _ => false,
-    }
+    mask_dims_fit(mask.dims(), b, t)
 }
 
 /// The context `[b, t, hidden]` of token-major `q`, `k`, `v` (`[b, t, hidden]` each, CPU f32).
@@ -147,7 +142,7 @@ impl Dims {
             h,
             heads,
             d: h / heads,
-            tile: (TILE_ELEMENTS / t.max(1)).clamp(1, t.max(1)),
+            tile: query_tile(t, TRAINING_SCORE_TILE),
         })
     }
 

@@ -1,39 +1,32 @@
-//! Vectorised element-wise maths: activations, row norms, `exp`, and sums in lanes.
+//! Vectorised row maths of both fast paths: `exp`, the erf GELU and its derivative, softmax
+//! row steps, layer and RMS norm rows, and sums in lanes. Each kernel is compiled for AVX-512,
+//! AVX2+FMA and the baseline, the best one picked at run time ([`multiversion`]).
 
-use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 
-use super::held::RowNorm;
-use crate::activation::Activation;
+use super::policy::PASS_CHUNK;
 
-/// Elements per task of an element-wise pass spread over the threads.
-pub(super) const PASS_CHUNK: usize = 1 << 15;
-
-/// Applies the activation to `[rows, width]` values: in place for the erf GELU, through
-/// [`Activation::forward`] for the others.
-pub(super) fn activate(
-    mut x: Vec<f32>,
-    rows: usize,
-    width: usize,
-    activation: Activation,
-) -> candle_core::Result<Vec<f32>> {
-    if activation == Activation::Gelu {
-        gelu_erf(&mut x);
-        return Ok(x);
-    }
-    let t = Tensor::from_vec(x, (rows, width), &Device::Cpu)?;
-    activation.forward(&t)?.flatten_all()?.to_vec1()
+/// A normalisation as plain numbers.
+pub(crate) enum RowNorm<'a> {
+    /// `(x - mean) / sqrt(var + eps) * weight + bias`.
+    Layer {
+        weight: &'a [f32],
+        bias: &'a [f32],
+        eps: f32,
+    },
+    /// `x / sqrt(mean(x^2) + eps)`.
+    Rms { eps: f32 },
 }
 
 /// [`normalize_rows`] over chunks of rows on the threads.
-pub(super) fn normalize_rows_par(x: &mut [f32], width: usize, norm: &RowNorm<'_>) {
+pub(crate) fn normalize_rows_par(x: &mut [f32], width: usize, norm: &RowNorm<'_>) {
     let rows = (PASS_CHUNK / width.max(1)).max(1);
     x.par_chunks_mut(rows * width.max(1))
         .for_each(|chunk| normalize_rows(chunk, width, norm));
 }
 
 /// Normalises each row of `width` values in place.
-pub(super) fn normalize_rows(x: &mut [f32], width: usize, norm: &RowNorm<'_>) {
+pub(crate) fn normalize_rows(x: &mut [f32], width: usize, norm: &RowNorm<'_>) {
     for row in x.chunks_exact_mut(width.max(1)) {
         match norm {
             RowNorm::Layer { weight, bias, eps } => layer_norm_row(row, weight, bias, *eps),
@@ -42,6 +35,8 @@ pub(super) fn normalize_rows(x: &mut [f32], width: usize, norm: &RowNorm<'_>) {
     }
 }
 
+/// Compiles `fn name(args) -> ret { body }` three times (AVX-512F, AVX2+FMA, baseline) and
+/// calls the best one the CPU runs (`is_x86_feature_detected!` caches its answer).
 macro_rules! multiversion {
     ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)? $body:block) => {
         $(#[$meta])*
@@ -73,7 +68,7 @@ macro_rules! multiversion {
 pub(crate) use multiversion;
 
 /// Lanes of the partial sums and maxima (a multiple of every vector width).
-const LANES: usize = 16;
+pub(crate) const LANES: usize = 16;
 
 /// Below this, `exp` is 0 in f32 (and the polynomial's scaling would underflow).
 pub(crate) const EXP_MIN: f32 = -87.336_55;
@@ -145,28 +140,46 @@ multiversion! {
     }
 }
 
+/// `(erf(z), exp(-z^2))`, erf by Abramowitz and Stegun's 7.1.26 (absolute error below
+/// 1.5e-7).
+#[inline(always)]
+fn erf_gauss(z: f32) -> (f32, f32) {
+    let a = z.abs();
+    let t = 1.0 / (1.0 + 0.327_591_1 * a);
+    let poly = ((((1.061_405_4 * t - 1.453_152) * t + 1.421_413_8) * t - 0.284_496_72) * t
+        + 0.254_829_6)
+        * t;
+    let gauss = exp_approx(-a * a);
+    let erf_abs = 1.0 - poly * gauss;
+    (if z < 0.0 { -erf_abs } else { erf_abs }, gauss)
+}
+
 multiversion! {
-    /// `x <- 0.5 x (1 + erf(x / sqrt 2))` (transformers' `gelu`), with Abramowitz and Stegun's
-    /// 7.1.26 for erf (absolute error below 1.5e-7).
+    /// `x <- 0.5 x (1 + erf(x / sqrt 2))` (transformers' `gelu`), erf by [`erf_gauss`].
     pub(crate) fn gelu_erf(x: &mut [f32]) {
         for v in x.iter_mut() {
-            let z = *v * std::f32::consts::FRAC_1_SQRT_2;
-            let a = z.abs();
-            let t = 1.0 / (1.0 + 0.327_591_1 * a);
-            let poly = ((((1.061_405_4 * t - 1.453_152) * t + 1.421_413_8) * t - 0.284_496_72)
-                * t
-                + 0.254_829_6)
-                * t;
-            let erf_abs = 1.0 - poly * exp_approx(-a * a);
-            let erf = if z < 0.0 { -erf_abs } else { erf_abs };
+            let (erf, _) = erf_gauss(*v * std::f32::consts::FRAC_1_SQRT_2);
             *v = 0.5 * *v * (1.0 + erf);
         }
     }
 }
 
 multiversion! {
+    /// `d = g * gelu'(u)` with `gelu'(u) = Phi(u) + u phi(u)` (erf by [`erf_gauss`], as the
+    /// forward).
+    pub(crate) fn gelu_backward(d: &mut [f32], g: &[f32], u: &[f32]) {
+        const INV_SQRT_2PI: f32 = 0.398_942_3;
+        for ((d, &g), &x) in d.iter_mut().zip(g).zip(u) {
+            // exp(-x^2 / 2) = exp(-z^2), computed with erf.
+            let (erf, gauss) = erf_gauss(x * std::f32::consts::FRAC_1_SQRT_2);
+            *d = g * (0.5 * (1.0 + erf) + x * INV_SQRT_2PI * gauss);
+        }
+    }
+}
+
+multiversion! {
     /// `row <- (row - mean) / sqrt(var + eps) * weight + bias` (biased variance, two passes).
-    pub(super) fn layer_norm_row(row: &mut [f32], weight: &[f32], bias: &[f32], eps: f32) {
+    pub(crate) fn layer_norm_row(row: &mut [f32], weight: &[f32], bias: &[f32], eps: f32) {
         let n = row.len() as f32;
         let mean = lane_sum(row, |x| x) / n;
         let var = lane_sum(row, |x| (x - mean) * (x - mean)) / n;
@@ -179,7 +192,7 @@ multiversion! {
 
 multiversion! {
     /// `row <- row / sqrt(mean(row^2) + eps)`.
-    pub(super) fn rms_norm_row(row: &mut [f32], eps: f32) {
+    pub(crate) fn rms_norm_row(row: &mut [f32], eps: f32) {
         let mean_square = lane_sum(row, |x| x * x) / row.len() as f32;
         let inv = 1.0 / (mean_square + eps).sqrt();
         row.iter_mut().for_each(|x| *x *= inv);

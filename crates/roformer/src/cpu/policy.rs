@@ -1,0 +1,91 @@
+//! The thread and tiling policy of both fast paths: how work is cut into tasks for rayon's
+//! threads, and how much of a score matrix one task holds.
+
+use std::ops::Range;
+
+/// Elements per task of an element-wise pass spread over the threads.
+pub(crate) const PASS_CHUNK: usize = 1 << 15;
+
+/// Rows a task of sequences should have at least, so that its products stay efficient.
+const MIN_TASK_ROWS: usize = 512;
+
+/// Bounds of the row blocks of a batch spread over the threads.
+const MIN_BLOCK_ROWS: usize = 64;
+const MAX_BLOCK_ROWS: usize = 512;
+
+/// Below this many rows a batch spread over the threads splits its products by output
+/// columns instead of rows: each weight is then read once, not once per row block.
+const COLUMN_MODE_ROWS: usize = 1024;
+
+/// Column tasks per thread of a product split by columns (spare tasks let idle threads
+/// steal work), and the granularity of their widths (a multiple of the bf16 panel width).
+const COLUMN_TASKS_PER_THREAD: usize = 4;
+const COLUMN_ALIGN: usize = 64;
+
+/// Score elements one inference attention task holds (1 MiB of f32: in L2 cache).
+pub(crate) const INFERENCE_SCORE_TILE: usize = 1 << 18;
+
+/// Score elements one training attention task holds per buffer (256 KiB of f32; the
+/// backward holds three).
+pub(crate) const TRAINING_SCORE_TILE: usize = 1 << 16;
+
+/// Columns per task of a scatter into a table (the embedding backward).
+pub(crate) const SCATTER_COLUMNS: usize = 64;
+
+/// Rows per partial sum of a column sum (the bias gradient): partial sums on the threads,
+/// added in order, the same result on any thread count.
+pub(crate) const SUM_ROWS: usize = 64;
+
+/// Query rows per attention tile for sequences of `t` keys and tiles of `elements` scores.
+pub(crate) fn query_tile(t: usize, elements: usize) -> usize {
+    (elements / t.max(1)).clamp(1, t.max(1))
+}
+
+/// How many sequences one task runs through the whole stack: `b` (a single task, spread over
+/// the threads step by step) unless the tasks of whole sequences come out as a multiple of
+/// the threads, or many per thread.
+pub(crate) fn sequences_per_task(b: usize, t: usize, threads: usize) -> usize {
+    if threads <= 1 || b <= 1 {
+        return b.max(1);
+    }
+    let group = MIN_TASK_ROWS
+        .div_ceil(t.max(1))
+        .clamp(1, b.div_ceil(threads));
+    let tasks = b.div_ceil(group);
+    if tasks.is_multiple_of(threads) || tasks >= 4 * threads {
+        group
+    } else {
+        b
+    }
+}
+
+/// `Some(threads)` when a step of `rows` rows on `threads` threads should split its products
+/// by output columns, `None` when by row blocks.
+pub(crate) fn column_mode(rows: usize, threads: usize) -> Option<usize> {
+    (threads > 1 && rows < COLUMN_MODE_ROWS).then_some(threads)
+}
+
+/// Splits `rows` into consecutive blocks, one for a single thread, about one per thread
+/// otherwise (within [`MIN_BLOCK_ROWS`]..=[`MAX_BLOCK_ROWS`] rows).
+pub(crate) fn row_blocks(rows: usize, threads: usize) -> Vec<Range<usize>> {
+    let len = if threads <= 1 {
+        rows
+    } else {
+        rows.div_ceil(threads).clamp(MIN_BLOCK_ROWS, MAX_BLOCK_ROWS)
+    }
+    .max(1);
+    (0..rows)
+        .step_by(len)
+        .map(|start| start..(start + len).min(rows))
+        .collect()
+}
+
+/// The width of each column task of an `n`-column product split over `threads` threads
+/// (about [`COLUMN_TASKS_PER_THREAD`] tasks per thread, widths a multiple of
+/// [`COLUMN_ALIGN`]).
+pub(crate) fn column_chunk(n: usize, threads: usize) -> usize {
+    n.div_ceil(COLUMN_TASKS_PER_THREAD * threads)
+        .next_multiple_of(COLUMN_ALIGN)
+        .min(n)
+        .max(1)
+}

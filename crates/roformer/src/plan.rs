@@ -1,0 +1,162 @@
+//! The execution plan of a forward pass, decided once when the pass starts and handed to every
+//! layer: inference or training (with its dropout), and which kernels run the heavy steps.
+//!
+//! ```text
+//! kernels = Cpu(precision)   the model's tensors are f32 on the CPU: the fused encoder
+//!                            (inference) or the fused training ops (training), products in
+//!                            `precision` (bf16 where the CPU has a native bf16 dot product)
+//!         = Candle           any other device or dtype: candle's ops, one per step
+//! ```
+//!
+//! The layers ask the plan, never the tensors, whether a fast path runs. A new execution
+//! choice (a device, an ISA to force) is a field here, set in [`Plan::new`].
+
+use candle_core::{DType, Device, Tensor};
+
+use crate::autograd::dropout;
+use crate::cpu::tensor::f32_on_cpu;
+use crate::cpu::Precision;
+use crate::mode::Mode;
+
+/// Which implementation runs the heavy steps of a pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernels {
+    /// The CPU layer's fused kernels ([`crate::fused`] at inference, the fused ops of
+    /// [`crate::autograd`] in training), matrix products in this precision.
+    Cpu(Precision),
+    /// candle's ops, one per step, on any device and dtype (the reference).
+    Candle,
+}
+
+/// How one forward pass runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Plan<'a> {
+    mode: Mode<'a>,
+    kernels: Kernels,
+}
+
+impl<'a> Plan<'a> {
+    /// The plan of a pass in `mode` over a model whose tensors are `dtype` on `device`:
+    /// [`Kernels::Cpu`] (in the mode's precision) for f32 on the CPU, [`Kernels::Candle`]
+    /// otherwise.
+    pub fn new(mode: Mode<'a>, device: &Device, dtype: DType) -> Plan<'a> {
+        let kernels = if f32_on_cpu(device, dtype) {
+            Kernels::Cpu(mode.precision())
+        } else {
+            Kernels::Candle
+        };
+        Plan { mode, kernels }
+    }
+
+    /// The mode: inference or training.
+    pub fn mode(&self) -> Mode<'a> {
+        self.mode
+    }
+
+    /// The kernels of the heavy steps.
+    pub fn kernels(&self) -> Kernels {
+        self.kernels
+    }
+
+    /// Whether gradients must flow through this pass.
+    pub fn is_train(&self) -> bool {
+        self.mode.is_train()
+    }
+
+    /// Whether the fused inference encoder runs ([`crate::fused`]).
+    pub(crate) fn fused_encoder(&self) -> bool {
+        !self.is_train() && matches!(self.kernels, Kernels::Cpu(_))
+    }
+
+    /// The precision of the fused training ops when they run (training on the CPU in f32).
+    pub(crate) fn fused_training(&self) -> Option<Precision> {
+        match self.kernels {
+            Kernels::Cpu(precision) if self.is_train() => Some(precision),
+            _ => None,
+        }
+    }
+
+    /// `x` with dropout of probability `p` in training (the identity at inference, or when
+    /// `p` is 0 or the generator is disabled; see [`crate::Dropout::keep_mask`]).
+    ///
+    /// # Errors
+    /// Candle errors only.
+    pub fn dropout(&self, x: &Tensor, p: f64) -> candle_core::Result<Tensor> {
+        match (self.mode.keep_mask(x.elem_count(), p), self.kernels) {
+            (None, _) => Ok(x.clone()),
+            (Some(mask), Kernels::Cpu(_)) => dropout::dropout(x, mask),
+            (Some(mask), Kernels::Candle) => dropout::dropout_slow(x, mask),
+        }
+    }
+
+    /// `Dropout(y) + residual` (`y + residual` where [`Plan::dropout`] is the identity).
+    ///
+    /// # Errors
+    /// Shapes that differ, and candle errors.
+    pub fn dropout_add(
+        &self,
+        y: &Tensor,
+        residual: &Tensor,
+        p: f64,
+    ) -> candle_core::Result<Tensor> {
+        match (self.mode.keep_mask(y.elem_count(), p), self.kernels) {
+            (None, _) => y + residual,
+            (Some(mask), Kernels::Cpu(_)) => dropout::dropout_add(y, residual, mask),
+            (Some(mask), Kernels::Candle) => dropout::dropout_add_slow(y, residual, mask),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mode::Dropout;
+
+    /// The plan of a pass over f32 CPU tensors.
+    fn plan(mode: Mode<'_>) -> Plan<'_> {
+        Plan::new(mode, &Device::Cpu, DType::F32)
+    }
+
+    #[test]
+    fn inference_and_disabled_are_identity() {
+        let x = Tensor::arange(0f32, 10.0, &Device::Cpu).unwrap();
+        let d = Dropout::disabled();
+        for y in [
+            plan(Mode::Inference).dropout(&x, 0.5).unwrap(),
+            plan(Mode::Train {
+                dropout: &d,
+                precision: Precision::F32,
+            })
+            .dropout(&x, 0.5)
+            .unwrap(),
+            plan(Mode::Train {
+                dropout: &Dropout::seeded(1),
+                precision: Precision::F32,
+            })
+            .dropout(&x, 0.0)
+            .unwrap(),
+        ] {
+            assert_eq!(y.to_vec1::<f32>().unwrap(), x.to_vec1::<f32>().unwrap());
+        }
+        let zeros = Dropout::seeded(1).apply(&x, 1.0).unwrap();
+        assert!(zeros.to_vec1::<f32>().unwrap().iter().all(|&v| v == 0.0));
+    }
+
+    #[test]
+    fn kernels_follow_device_and_dtype_and_fast_paths_follow_the_mode() {
+        let d = Dropout::disabled();
+        let train = Mode::Train {
+            dropout: &d,
+            precision: Precision::Bf16,
+        };
+        assert_eq!(plan(train).kernels(), Kernels::Cpu(Precision::Bf16));
+        assert_eq!(plan(train).fused_training(), Some(Precision::Bf16));
+        assert!(!plan(train).fused_encoder());
+        assert!(plan(Mode::Inference).fused_encoder());
+        assert_eq!(plan(Mode::Inference).fused_training(), None);
+        let f64_train = Plan::new(train, &Device::Cpu, DType::F64);
+        assert_eq!(f64_train.kernels(), Kernels::Candle);
+        assert_eq!(f64_train.fused_training(), None);
+        assert!(!Plan::new(Mode::Inference, &Device::Cpu, DType::BF16).fused_encoder());
+    }
+}
