@@ -13,12 +13,12 @@ use anyhow::{bail, Context};
 use clap::ValueEnum;
 use roformer::optim::AdamW;
 use roformer::train::checkpoint::recover_dir;
+use roformer::train::resume::{load_resume_state, ResumeFrom};
 use roformer::train::run::{checkpoint_dir, read_trainer_state, Event, Outcome, Task, Trainer};
 use roformer::{RoFormerConfig, RoFormerTokenizer};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::checks::{resume_from, ResumeFrom};
 use super::loss_plot::LossFigure;
 use super::progress::Reporter;
 use crate::{json, plot};
@@ -376,29 +376,17 @@ fn clear_run(out: &Path) -> anyhow::Result<()> {
 }
 
 /// Loads the optimiser state of a checkpoint and checks the step its `trainer_state.json`
-/// records against it and against the run's `total` steps.
+/// records against it and against the run's `total` steps ([`load_resume_state`]); says so
+/// when the run has nothing left to do.
 ///
 /// # Errors
-/// Missing or mismatched state, and a step the run cannot continue from (see
-/// [`resume_from`]).
+/// Missing, malformed or mismatched state, and a step the run cannot continue from.
 pub fn load_optimizer_state(
     optimizer: &mut AdamW,
     checkpoint: &Path,
     total: u64,
 ) -> anyhow::Result<ResumeFrom> {
-    let state = read_trainer_state(checkpoint)?;
-    let path = checkpoint.join("optimizer.safetensors");
-    let tensors = candle_core::safetensors::load(&path, &candle_core::Device::Cpu)
-        .with_context(|| format!("reading {}", path.display()))?;
-    optimizer
-        .load_state(&tensors)
-        .with_context(|| format!("{}: not this run's optimiser state", path.display()))?;
-    let from = resume_from(
-        &checkpoint.join("trainer_state.json"),
-        state.step,
-        optimizer.steps(),
-        total,
-    )?;
+    let (_, from) = load_resume_state(optimizer, checkpoint, total)?;
     if let ResumeFrom::Finished(steps) = from {
         eprintln!(
             "note: the run in {} has done all its {steps} steps: nothing to train (give \

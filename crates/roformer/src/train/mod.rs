@@ -15,6 +15,7 @@ pub mod loss;
 pub mod mlm;
 pub(crate) mod ops;
 pub mod params;
+pub mod resume;
 pub mod run;
 
 use std::path::PathBuf;
