@@ -579,6 +579,7 @@ fn a_checkpoint_truncated_after_opening_is_a_file_changed_error() {
         file.set_len(len / 2).unwrap();
         assert_file_changed(load_all(&c).unwrap_err(), &path, "came back short");
     }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// A file rewritten in place after it was opened (same size, so every read succeeds) may mix
@@ -592,6 +593,7 @@ fn a_checkpoint_rewritten_after_opening_is_a_file_changed_error() {
     let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
     file.set_modified(an_hour_ago).unwrap();
     assert_file_changed(load_all(&c).unwrap_err(), &path, "modification time");
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
 
 /// With a memory map this killed the process with SIGBUS: a concurrent writer truncates a
@@ -631,4 +633,5 @@ fn truncation_during_a_load_is_a_clean_error_or_a_correct_load() {
         truncate.join().unwrap();
     }
     eprintln!("{loaded} loads finished first, {changed} were cut short");
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }

@@ -149,4 +149,5 @@ fn a_checkpoint_truncated_during_the_load_is_a_clean_error_never_a_signal() {
         }
     }
     eprintln!("{changed} of 6 loads were cut short during the tensor reads");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

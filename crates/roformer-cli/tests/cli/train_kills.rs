@@ -442,6 +442,7 @@ fn every_kill_leaves_a_run_that_resume_finishes_with_the_uninterrupted_weights()
     assert_eq!(tally.kills(), 12);
     random_kills(&setup, 12 + 24, seed(), &mut tally);
     eprintln!("seed {}: {}", seed(), tally.report());
+    std::fs::remove_dir_all(&setup.dir).unwrap();
 }
 
 /// The full kill test: `ROFORMER_KILL_COUNT` random kills (default 200) and the 12 save points.
@@ -465,4 +466,5 @@ fn kill_test_full() {
         at_save_points,
         tally.report()
     );
+    std::fs::remove_dir_all(&setup.dir).unwrap();
 }
