@@ -147,14 +147,15 @@ impl Checkpoint {
             });
             (Format::Safetensors, entries)
         };
-        let checkpoint = Self::assemble(
-            path.to_path_buf(),
-            format,
-            entries.map_err(corrupt)?,
-            source,
-        );
-        checkpoint.check_unchanged()?;
-        Ok(checkpoint)
+        // A file that shrank while it was indexed fails as changed, not as corrupt.
+        if let Some(what) = source.changed() {
+            return Err(ModelError::FileChanged {
+                path: path.to_path_buf(),
+                what,
+            });
+        }
+        let entries = entries.map_err(corrupt)?;
+        Ok(Self::assemble(path.to_path_buf(), format, entries, source))
     }
 
     /// A checkpoint from the bytes of a safetensors file held in memory (for instance a model
