@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Fuzz one target for a while: scripts/fuzz.sh TARGET MINUTES [SEED]
 #
-# TARGET: config, vocab, safetensors, pickle, input, gguf or request.
+# TARGET: config, vocab, safetensors, pickle, input, gguf, request, trainer-state, optimizer or
+# run-json. The last three (the files `train --resume` reads) run on the in-tree fuzzer only;
+# run-json runs the `roformer` binary, built here with the same profile.
 #
 # Where `cargo +nightly fuzz` works (cargo-fuzz installed), runs the libFuzzer target of the
 # same name in fuzz/ (coverage-guided, with the in-tree structure-aware mutators; stops at
@@ -27,7 +29,12 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 echo "fuzzing $target for $minutes min, seed $seed" >&2
 
-if [ "${FUZZ_ENGINE:-}" != builtin ] && cargo +nightly fuzz --version >/dev/null 2>&1; then
+case $target in
+    trainer-state | optimizer | run-json) engine=builtin ;;
+    *) engine=${FUZZ_ENGINE:-} ;;
+esac
+
+if [ "$engine" != builtin ] && cargo +nightly fuzz --version >/dev/null 2>&1; then
     seconds=$(awk "BEGIN { print int($minutes * 60) }")
     corpus=fuzz/corpus/$target
     if [ ! -d "$corpus" ]; then
@@ -40,6 +47,9 @@ if [ "${FUZZ_ENGINE:-}" != builtin ] && cargo +nightly fuzz --version >/dev/null
 fi
 
 cargo build --profile fuzz -p roformer-fuzz
+if [ "$target" = run-json ]; then
+    cargo build --profile fuzz -p roformer-cli
+fi
 # A cap for the fuzzer process too (its worker sets its own, lower one with RLIMIT_AS).
 ulimit -v $(( (mem_mb + 1024) * 1024 ))
 exec target/fuzz/roformer-fuzz "$target" --minutes "$minutes" --seed "$seed" \

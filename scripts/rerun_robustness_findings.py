@@ -6,7 +6,7 @@ Rows `19.N` are issue 19's training-run findings (data loss and clobbering): a r
 that are inputs (19.6), duplicate arms (19.8), what --resume checks (19.9), unchecked options
 (19.10) and messages (19.msg); and its GGUF findings: NaN and huge weights (19.7), metadata
 checks (19.11), `bench llama --repeats` (19.12), a FIFO (19.13) and a file truncated during the
-load (19.14).
+load (19.14: a GGUF, and a RoFormer safetensors checkpoint).
 
 Usage: scripts/rerun_robustness_findings.py [BIN]   (default: target/release/roformer)
 
@@ -729,6 +729,8 @@ def special(binary, kind, tmp):
         return rc1 == 0 and rc2 == 0 and modes == ["0o644", "0o644"], f"modes {modes}"
     if kind.startswith("gguf-"):
         return gguf_special(binary, kind, tmp)
+    if kind == "safetensors-truncate":
+        return safetensors_truncate(binary, tmp)
     return training(binary, kind, tmp)
 
 
@@ -847,6 +849,8 @@ def gguf_cases(tmp):
                "error:not a regular file")
     yield ("19.14", "llama logits on a 26 MB GGUF truncated 0-80 ms into the load",
            "gguf-truncate", "gguf-truncate")
+    yield ("19.14", "forward on a 64 MB safetensors truncated 0-80 ms into the load",
+           "safetensors-truncate", "safetensors-truncate")
 
 
 def big_gguf(path):
@@ -885,6 +889,73 @@ def big_gguf(path):
         out += struct.pack("<f", value) * (n // 4) + bytes(-n % 32)
     with open(path, "wb") as f:
         f.write(out)
+
+
+def big_safetensors_model(d):
+    """The `mlm_gelu` fixture with a 500 000-token vocabulary (a 64 MB f32 embedding) in `d`:
+    config.json, model.safetensors and a 4-token input.json."""
+    src = os.path.join(ROOT, "crates/roformer/tests/fixtures/model/mlm_gelu")
+    vocab = 500_000
+    with open(os.path.join(src, "config.json")) as f:
+        config = json.load(f)
+    config["vocab_size"] = vocab
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(config, f)
+    with open(os.path.join(src, "model.safetensors"), "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    big = {"roformer.embeddings.word_embeddings.weight": ([vocab, 32], struct.pack("<f", 0.01)),
+           "cls.predictions.bias": ([vocab], bytes(4))}
+    out_header, chunks, offset = {}, [], 0
+    for name, info in sorted(header.items()):
+        if name in big:
+            shape, value = big[name]
+            blob = value * (shape[0] * (shape[1] if len(shape) > 1 else 1))
+        else:
+            shape = info["shape"]
+            start, end = info["data_offsets"]
+            blob = data[8 + n + start:8 + n + end]
+        out_header[name] = {"dtype": info["dtype"], "shape": shape,
+                            "data_offsets": [offset, offset + len(blob)]}
+        chunks.append(blob)
+        offset += len(blob)
+    text = json.dumps(out_header).encode()
+    with open(os.path.join(d, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(chunks))
+    with open(os.path.join(d, "input.json"), "w") as f:
+        f.write('{"input_ids": [[2, 50, 96, 3]]}')
+
+
+def safetensors_truncate(binary, tmp):
+    """Issue 19 item 14, RoFormer half: a safetensors checkpoint truncated while `forward`
+    loads it. Each run must end in success or a clear error naming the file, never a signal
+    (the mapped loader died of SIGBUS, exit 135)."""
+    d = os.path.join(tmp, "big-st")
+    args = ["forward", "--model", d, "--input", os.path.join(d, "input.json"), "--output",
+            os.path.join(tmp, "big-st-out.safetensors")]
+    outcomes = []
+    for delay in [0, 0.005, 0.01, 0.02, 0.04, 0.08]:
+        big_safetensors_model(d)
+        path = os.path.join(d, "model.safetensors")
+        size = os.path.getsize(path)
+        p = subprocess.Popen([binary] + args, cwd=tmp, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE)
+        time.sleep(delay)
+        os.truncate(path, size // 2)
+        _, err = p.communicate(timeout=TIMEOUT_S)
+        err = err.decode(errors="replace")
+        if p.returncode == 0:
+            outcomes.append("ok")
+        elif p.returncode == 1 and "changed while it was being read" in err:
+            outcomes.append("changed")
+        elif p.returncode == 1 and "unreadable checkpoint" in err:
+            outcomes.append("short")
+        else:
+            return False, f"exit {p.returncode}: {err.strip()[:100]}"
+    return True, "outcomes " + ", ".join(outcomes)
 
 
 def gguf_special(binary, kind, tmp):

@@ -43,3 +43,48 @@ pub const TINY_GGUF: &[u8] = include_bytes!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../llama/tests/fixtures/tiny-llama/tiny.gguf"
 ));
+
+/// A real tiny `train mlm` run (`fixtures/resume/`, made by the command in its README): the
+/// inputs, `run.json` and the checkpoint `--resume` continues from, each file as a
+/// `(path in the run's directory, bytes)` pair.
+pub mod resume {
+    macro_rules! run_file {
+        ($path:literal) => {
+            (
+                $path,
+                include_bytes!(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/fixtures/resume/",
+                    $path
+                ))
+                .as_slice(),
+            )
+        };
+    }
+
+    /// `run.json`: the run's arguments (relative paths) and fingerprint.
+    pub const RUN_JSON: (&str, &[u8]) = run_file!("run/run.json");
+    /// `checkpoint/trainer_state.json` (step 2 of 2).
+    pub const TRAINER_STATE: (&str, &[u8]) = run_file!("run/checkpoint/trainer_state.json");
+    /// `checkpoint/optimizer.safetensors`: AdamW's moments and step counts.
+    pub const OPTIMIZER: (&str, &[u8]) = run_file!("run/checkpoint/optimizer.safetensors");
+    /// `checkpoint/config.json` (hidden 16, 1 layer, 2 heads, vocabulary 175).
+    pub const CONFIG: (&str, &[u8]) = run_file!("run/checkpoint/config.json");
+    /// `checkpoint/model.safetensors`.
+    pub const MODEL: (&str, &[u8]) = run_file!("run/checkpoint/model.safetensors");
+
+    /// Every file of the run's directory and of its inputs (`config.json`, `vocab.txt` and
+    /// `corpus.txt` beside `run/`).
+    pub const ALL: &[(&str, &[u8])] = &[
+        run_file!("config.json"),
+        run_file!("vocab.txt"),
+        run_file!("corpus.txt"),
+        RUN_JSON,
+        TRAINER_STATE,
+        OPTIMIZER,
+        CONFIG,
+        MODEL,
+        run_file!("run/checkpoint/tokenizer_config.json"),
+        run_file!("run/checkpoint/vocab.txt"),
+    ];
+}

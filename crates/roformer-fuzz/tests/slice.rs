@@ -55,3 +55,13 @@ fn input() {
 fn gguf() {
     slice("gguf", 1500);
 }
+
+#[test]
+fn trainer_state() {
+    slice("trainer-state", 300);
+}
+
+#[test]
+fn optimizer() {
+    slice("optimizer", 300);
+}

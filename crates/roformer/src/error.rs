@@ -61,6 +61,16 @@ pub enum ModelError {
         /// The parser's message.
         reason: String,
     },
+    /// A checkpoint file changed (was truncated or rewritten) while it was being read: a read
+    /// that the file's size at opening allowed came back short, or its size or modification
+    /// time differ from those it had when it was opened.
+    #[error("{path} changed while it was being read: {what}; load it again once it is written")]
+    FileChanged {
+        /// The file.
+        path: PathBuf,
+        /// What changed.
+        what: String,
+    },
     /// Tensors the model needs that the checkpoint lacks or holds with the wrong shape; every
     /// problem found is listed, not only the first.
     #[error("{path}: {problems}")]

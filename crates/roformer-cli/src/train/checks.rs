@@ -1,6 +1,7 @@
 //! Checks of a training run's options and state that need no model: numeric flags (refused at
 //! the flag, so that a NaN never reaches `run.json`), the loss plot's name, the label list,
-//! the vocabulary against the config, and the step a resumed checkpoint records.
+//! and the vocabulary against the config (the step a resumed checkpoint records is checked in
+//! `roformer::train::resume`).
 
 use std::path::{Component, Path};
 
@@ -129,64 +130,6 @@ pub fn check_vocab_fits(dir: &Path, tokens: usize, vocab_size: usize) -> anyhow:
     Ok(())
 }
 
-/// What a resumed run does, from the step its checkpoint records and the run's total.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResumeFrom {
-    /// Steps remain: go on from this step.
-    Step(u64),
-    /// The run has done all its steps: nothing to do.
-    Finished(u64),
-}
-
-impl ResumeFrom {
-    /// The steps done.
-    pub fn done(self) -> u64 {
-        match self {
-            Self::Step(n) | Self::Finished(n) => n,
-        }
-    }
-}
-
-/// Checks the step of a checkpoint's `trainer_state.json` (`recorded`) against the optimiser
-/// state's own count (`optimizer`) and the run's total steps.
-///
-/// # Errors
-/// Step 0 (a checkpoint is written after a step, at the earliest), a step the optimiser
-/// state disagrees with, or a step beyond the total.
-pub fn resume_from(
-    state_file: &Path,
-    recorded: u64,
-    optimizer: u64,
-    total: u64,
-) -> anyhow::Result<ResumeFrom> {
-    if recorded == 0 {
-        bail!(
-            "{}: step 0, but a checkpoint is only written after a step; the file is damaged \
-             (start the run again with --overwrite)",
-            state_file.display()
-        );
-    }
-    if recorded != optimizer {
-        bail!(
-            "{}: step {recorded}, but the optimiser state beside it (optimizer.safetensors) \
-             records step {optimizer}; the checkpoint is damaged or mixed from two runs",
-            state_file.display()
-        );
-    }
-    if recorded > total {
-        bail!(
-            "{}: step {recorded} is beyond the run's {total} steps; give --steps {recorded} or \
-             more to continue it",
-            state_file.display()
-        );
-    }
-    Ok(if recorded == total {
-        ResumeFrom::Finished(total)
-    } else {
-        ResumeFrom::Step(recorded)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,20 +194,5 @@ mod tests {
             err.contains("98 tokens") && err.contains("vocab_size 97"),
             "{err}"
         );
-    }
-
-    #[test]
-    fn a_resumed_step_must_be_one_the_run_can_continue_from() {
-        let file = Path::new("out/checkpoint/trainer_state.json");
-        assert_eq!(resume_from(file, 4, 4, 8).unwrap(), ResumeFrom::Step(4));
-        assert_eq!(resume_from(file, 8, 8, 8).unwrap(), ResumeFrom::Finished(8));
-        let err = resume_from(file, 0, 0, 8).unwrap_err().to_string();
-        assert!(err.contains("step 0"), "{err}");
-        let err = resume_from(file, u64::MAX, u64::MAX, 8)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("beyond the run's 8 steps"), "{err}");
-        let err = resume_from(file, u64::MAX, 4, 8).unwrap_err().to_string();
-        assert!(err.contains("optimiser state"), "{err}");
     }
 }

@@ -25,11 +25,12 @@ use super::checks::{
     parse_weight_decay,
 };
 use super::common::{
-    finish_run, load_optimizer_state, prepare_out_dir, tokenizer_files, vocab_text, AbortInSave,
-    Decay, Display, OutRequest, Stop,
+    finish_run, load_optimizer_state, prepare_out_dir, tokenizer_files, vocab_text, Decay, Display,
+    OutRequest, Stop,
 };
 use super::fingerprint::{examples_source, Fingerprint};
 use super::resume::{check_same_run, resolve, write_record};
+use super::save_fault::FaultInSave;
 
 /// Arguments of `roformer train classify`.
 #[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
@@ -142,7 +143,8 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
         inputs,
         plot: &args.plot,
     })?;
-    let save_hook = AbortInSave::from_env()?.map(AbortInSave::hook);
+    let fault = FaultInSave::from_env()?;
+    let save_hook = fault.map(|f| f.hook(stop));
     let weights = paths.weights.clone().unwrap_or_else(|| init.clone());
     let md = ModelDir::open(&weights)?;
     let tokenizer = RoFormerTokenizer::from_dir(&weights)?;

@@ -12,13 +12,13 @@ use std::sync::atomic::AtomicBool;
 use anyhow::{bail, Context};
 use clap::ValueEnum;
 use roformer::optim::AdamW;
-use roformer::train::checkpoint::{recover_dir, SaveStep};
+use roformer::train::checkpoint::recover_dir;
+use roformer::train::resume::{load_resume_state, ResumeFrom};
 use roformer::train::run::{checkpoint_dir, read_trainer_state, Event, Outcome, Task, Trainer};
 use roformer::{RoFormerConfig, RoFormerTokenizer};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::checks::{resume_from, ResumeFrom};
 use super::loss_plot::LossFigure;
 use super::progress::Reporter;
 use crate::{json, plot};
@@ -375,99 +375,18 @@ fn clear_run(out: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The environment variable of the save's fault-injection test hook, [`AbortInSave`].
-pub const ABORT_IN_SAVE_VAR: &str = "ROFORMER_TEST_ABORT_IN_SAVE";
-
-/// A test hook: with `ROFORMER_TEST_ABORT_IN_SAVE=STEP:POINT` in the environment (any build),
-/// `train mlm` and `train classify` abort the process, as a kill would end it, right after
-/// POINT (`first-file`, `written`, `moved-aside` or `renamed`; see [`SaveStep`]) of the
-/// checkpoint save after step STEP. The tests use it to kill a run at every point of a save.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AbortInSave {
-    /// The steps done when the save runs.
-    pub step: u64,
-    /// The point of the save.
-    pub point: SaveStep,
-}
-
-impl std::str::FromStr for AbortInSave {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        let names = || {
-            SaveStep::ALL
-                .iter()
-                .map(|p| p.name())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let (step, point) = s
-            .split_once(':')
-            .ok_or_else(|| format!("expected STEP:POINT, got {s:?}"))?;
-        let step = step
-            .parse()
-            .map_err(|_| format!("STEP must be a number of steps, got {step:?}"))?;
-        let point = SaveStep::ALL
-            .into_iter()
-            .find(|p| p.name() == point)
-            .ok_or_else(|| format!("POINT must be one of {}, got {point:?}", names()))?;
-        Ok(Self { step, point })
-    }
-}
-
-impl AbortInSave {
-    /// The hook that `ROFORMER_TEST_ABORT_IN_SAVE` asks for, if it is set.
-    ///
-    /// # Errors
-    /// A value that is not `STEP:POINT`.
-    pub fn from_env() -> anyhow::Result<Option<Self>> {
-        match std::env::var(ABORT_IN_SAVE_VAR) {
-            Ok(value) => value
-                .parse()
-                .map(Some)
-                .map_err(|e| anyhow::anyhow!("{ABORT_IN_SAVE_VAR}={value}: {e}")),
-            Err(_) => Ok(None),
-        }
-    }
-
-    /// The trainer's save hook that aborts the process at this point.
-    pub fn hook(self) -> impl Fn(u64, SaveStep) {
-        move |step, point| {
-            if step == self.step && point == self.point {
-                eprintln!(
-                    "test hook: aborting after {} of the save at step {step}",
-                    point.name()
-                );
-                std::process::abort();
-            }
-        }
-    }
-}
-
 /// Loads the optimiser state of a checkpoint and checks the step its `trainer_state.json`
-/// records against it and against the run's `total` steps.
+/// records against it and against the run's `total` steps ([`load_resume_state`]); says so
+/// when the run has nothing left to do.
 ///
 /// # Errors
-/// Missing or mismatched state, and a step the run cannot continue from (see
-/// [`resume_from`]).
+/// Missing, malformed or mismatched state, and a step the run cannot continue from.
 pub fn load_optimizer_state(
     optimizer: &mut AdamW,
     checkpoint: &Path,
     total: u64,
 ) -> anyhow::Result<ResumeFrom> {
-    let state = read_trainer_state(checkpoint)?;
-    let path = checkpoint.join("optimizer.safetensors");
-    let tensors = candle_core::safetensors::load(&path, &candle_core::Device::Cpu)
-        .with_context(|| format!("reading {}", path.display()))?;
-    optimizer
-        .load_state(&tensors)
-        .with_context(|| format!("{}: not this run's optimiser state", path.display()))?;
-    let from = resume_from(
-        &checkpoint.join("trainer_state.json"),
-        state.step,
-        optimizer.steps(),
-        total,
-    )?;
+    let (_, from) = load_resume_state(optimizer, checkpoint, total)?;
     if let ResumeFrom::Finished(steps) = from {
         eprintln!(
             "note: the run in {} has done all its {steps} steps: nothing to train (give \

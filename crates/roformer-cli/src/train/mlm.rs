@@ -25,11 +25,12 @@ use super::checks::{
     parse_weight_decay,
 };
 use super::common::{
-    finish_run, load_optimizer_state, prepare_out_dir, tokenizer_files, vocab_text, AbortInSave,
-    Decay, Display, OutRequest, RunPaths, Stop,
+    finish_run, load_optimizer_state, prepare_out_dir, tokenizer_files, vocab_text, Decay, Display,
+    OutRequest, RunPaths, Stop,
 };
 use super::fingerprint::{corpus_source, Fingerprint};
 use super::resume::{check_same_run, resolve, write_record};
+use super::save_fault::FaultInSave;
 
 /// The corpus format, or detection by file name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
@@ -323,7 +324,8 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
         inputs,
         plot: &args.plot,
     })?;
-    let save_hook = AbortInSave::from_env()?.map(AbortInSave::hook);
+    let fault = FaultInSave::from_env()?;
+    let save_hook = fault.map(|f| f.hook(stop));
     let (cfg, tokenizer, checkpoint) = model_and_tokenizer(&args, &paths)?;
     if cfg.position_embedding_type == PositionEmbeddingType::Absolute
         && args.seq_len > cfg.max_position_embeddings

@@ -10,6 +10,7 @@ mod loss_plot;
 pub(crate) mod mlm;
 mod progress;
 mod resume;
+mod save_fault;
 
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, OnceLock};

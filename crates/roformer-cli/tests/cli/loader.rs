@@ -1,11 +1,14 @@
 //! `roformer forward` on hostile checkpoints (issue 11): a pickle nested 200 000 levels deep
 //! aborted the process (exit 134, stack overflow) and a NaN weight gave NaN outputs with exit
-//! status 0. Both are now an error that names the problem.
+//! status 0. Both are now an error that names the problem. A checkpoint truncated during the
+//! load killed the process with SIGBUS (issue 19); it is now "changed while it was being
+//! read".
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use candle_core::{Device, Tensor};
 
@@ -77,4 +80,74 @@ fn a_nan_weight_is_refused_by_name() {
     candle_core::safetensors::save(&tensors, &path).unwrap();
     let out = forward_with("nan", "model.safetensors", &std::fs::read(path).unwrap());
     assert_fails_saying(&out, &format!("tensor {query} holds NaN at flat index 7"));
+}
+
+/// The fixture's model with a 500 000-token vocabulary: a 64 MB f32 embedding, so that the load
+/// takes long enough to be cut short. Writes `config.json`, `model.safetensors` and
+/// `input.json` into `dir`.
+fn big_model(dir: &Path) {
+    let vocab = 500_000;
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(mlm_fixture().join("config.json")).unwrap()).unwrap();
+    config["vocab_size"] = vocab.into();
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let mut tensors: HashMap<String, Tensor> =
+        candle_core::safetensors::load(mlm_fixture().join("model.safetensors"), &Device::Cpu)
+            .unwrap();
+    let word = Tensor::full(0.01f32, (vocab, 32), &Device::Cpu).unwrap();
+    tensors.insert("roformer.embeddings.word_embeddings.weight".into(), word);
+    let bias = Tensor::zeros(vocab, candle_core::DType::F32, &Device::Cpu).unwrap();
+    tensors.insert("cls.predictions.bias".into(), bias);
+    candle_core::safetensors::save(&tensors, dir.join("model.safetensors")).unwrap();
+    std::fs::write(dir.join("input.json"), r#"{"input_ids": [[2, 50, 96, 3]]}"#).unwrap();
+}
+
+#[test]
+fn a_checkpoint_truncated_during_the_load_is_a_clean_error_never_a_signal() {
+    let dir = scratch("loader-truncate");
+    let st = dir.join("model.safetensors");
+    let (input, out) = (dir.join("input.json"), dir.join("out.safetensors"));
+    let args = [
+        "forward",
+        "--model",
+        dir.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+    ];
+    let mut changed = 0;
+    for delay_ms in [0, 5, 10, 20, 40, 80] {
+        big_model(&dir);
+        let len = std::fs::metadata(&st).unwrap().len();
+        let child = Command::new(env!("CARGO_BIN_EXE_roformer"))
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let file = std::fs::OpenOptions::new().write(true).open(&st).unwrap();
+        file.set_len(len / 2).unwrap();
+        let result = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&result.stderr);
+        // A signal leaves no exit code; a clean run or a clean error has one.
+        assert!(
+            result.status.code().is_some(),
+            "{delay_ms} ms: {:?}",
+            result.status
+        );
+        if !result.status.success() {
+            // Truncated before the header was read, the file is simply a malformed one.
+            let clean = stderr.contains("changed while it was being read")
+                || stderr.contains("unreadable checkpoint");
+            assert!(
+                clean && stderr.contains("model.safetensors"),
+                "{delay_ms} ms: {stderr}"
+            );
+            changed += stderr.contains("changed while it was being read") as usize;
+        }
+    }
+    eprintln!("{changed} of 6 loads were cut short during the tensor reads");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

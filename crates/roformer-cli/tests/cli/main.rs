@@ -30,3 +30,4 @@ mod serve;
 mod serve_child;
 mod tokenize;
 mod train;
+mod train_kills;

@@ -7,6 +7,7 @@ pub mod input;
 pub mod pickle;
 mod probe;
 pub mod request;
+pub mod resume;
 pub mod safetensors;
 pub mod vocab;
 
@@ -33,11 +34,17 @@ pub enum Target {
     Gguf,
     /// A `roformer serve` request body: decoded as every route's body and checked.
     Request,
+    /// A checkpoint's `trainer_state.json`: read and checked as `train --resume` does.
+    TrainerState,
+    /// A checkpoint's `optimizer.safetensors`: restored into AdamW as `train --resume` does.
+    Optimizer,
+    /// A run's `run.json`: `roformer train mlm --resume` run on a tiny run holding it.
+    RunJson,
 }
 
 impl Target {
     /// Every target.
-    pub const ALL: [Target; 7] = [
+    pub const ALL: [Target; 10] = [
         Target::Config,
         Target::Vocab,
         Target::Safetensors,
@@ -45,6 +52,9 @@ impl Target {
         Target::Input,
         Target::Gguf,
         Target::Request,
+        Target::TrainerState,
+        Target::Optimizer,
+        Target::RunJson,
     ];
 
     /// The target's name on the command line and in the findings directory.
@@ -57,6 +67,9 @@ impl Target {
             Target::Input => "input",
             Target::Gguf => "gguf",
             Target::Request => "request",
+            Target::TrainerState => "trainer-state",
+            Target::Optimizer => "optimizer",
+            Target::RunJson => "run-json",
         }
     }
 
@@ -70,6 +83,9 @@ impl Target {
             Target::Input => input::run(data),
             Target::Gguf => gguf::run(data),
             Target::Request => request::run(data),
+            Target::TrainerState => resume::run_trainer_state(data),
+            Target::Optimizer => resume::run_optimizer(data),
+            Target::RunJson => resume::run_run_json(data),
         }
     }
 
@@ -83,6 +99,9 @@ impl Target {
             Target::Input => input::seeds(),
             Target::Gguf => gguf::seeds(),
             Target::Request => request::seeds(),
+            Target::TrainerState => resume::trainer_state_seeds(),
+            Target::Optimizer => resume::optimizer_seeds(),
+            Target::RunJson => resume::run_json_seeds(),
         }
     }
 
@@ -90,8 +109,13 @@ impl Target {
     /// the checkpoints with grown headers.
     pub fn max_len(self) -> usize {
         match self {
-            Target::Config | Target::Input | Target::Vocab | Target::Request => 1 << 20,
-            Target::Safetensors | Target::Pickle | Target::Gguf => 4 << 20,
+            Target::Config
+            | Target::Input
+            | Target::Vocab
+            | Target::Request
+            | Target::TrainerState
+            | Target::RunJson => 1 << 20,
+            Target::Safetensors | Target::Pickle | Target::Gguf | Target::Optimizer => 4 << 20,
         }
     }
 
@@ -106,7 +130,9 @@ impl Target {
                 Target::Config if aware => json::mutate(rng, &out, config::FIELDS),
                 Target::Input if aware => json::mutate(rng, &out, input::FIELDS),
                 Target::Request if aware => json::mutate(rng, &out, request::FIELDS),
-                Target::Safetensors if aware => st_mutate::mutate(rng, &out),
+                Target::TrainerState if aware => json::mutate(rng, &out, resume::STATE_FIELDS),
+                Target::RunJson if aware => json::mutate(rng, &out, resume::RUN_FIELDS),
+                Target::Safetensors | Target::Optimizer if aware => st_mutate::mutate(rng, &out),
                 Target::Pickle if aware => pickle_mutate::mutate(rng, &out),
                 _ => None,
             };
@@ -169,6 +195,10 @@ mod tests {
     #[test]
     fn every_seed_is_accepted() {
         for target in Target::ALL {
+            if target == Target::RunJson && resume::roformer_binary().is_none() {
+                eprintln!("run-json not checked: no roformer binary beside this test");
+                continue;
+            }
             for (i, seed) in target.seeds().iter().enumerate() {
                 let outcome = target.run(seed);
                 assert_eq!(outcome, Outcome::Accepted, "{} seed {i}", target.name());

@@ -14,6 +14,7 @@ pub mod classify;
 pub mod loss;
 pub mod mlm;
 pub mod params;
+pub mod resume;
 pub mod run;
 
 use std::path::PathBuf;

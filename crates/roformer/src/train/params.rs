@@ -266,6 +266,7 @@ impl SimpleBackend for TrainableBackend<'_> {
 /// initialised from `seed` as transformers does. Without a checkpoint every tensor is fresh.
 ///
 /// # Errors
+/// [`ModelError::FileChanged`] if the checkpoint changed while it was read,
 /// [`ModelError::Weights`] listing every mis-shaped or unreadable tensor and every missing
 /// encoder tensor (only a task head's may be missing), and `M`'s own errors.
 pub fn build_trainable<M: Architecture>(
@@ -307,6 +308,9 @@ pub fn build_trainable<M: Architecture>(
     };
     let vb = VarBuilder::from_backend(Box::new(backend), DType::F32, device.clone());
     let built = M::load_root(vb, cfg);
+    if let Some(c) = checkpoint {
+        c.check_unchanged()?;
+    }
     let mut state = lock(&state);
     if let Some(e) = state.error.take() {
         return Err(e);

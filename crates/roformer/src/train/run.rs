@@ -304,10 +304,15 @@ impl<T: Task> Trainer<'_, T> {
                 self.evaluate(on_event)?;
             }
             let stopping = stop.load(Ordering::Relaxed);
-            if last || stopping || every(self.options.save_every, step) {
+            let saving = last || stopping || every(self.options.save_every, step);
+            if saving {
                 on_event(Event::Saved(self.save()?));
             }
-            if stopping && !last {
+            // Asked again after the save: a stop that came during it needs no further step.
+            if !last && (stopping || stop.load(Ordering::Relaxed)) {
+                if !saving {
+                    on_event(Event::Saved(self.save()?));
+                }
                 return Ok(Outcome::Stopped(step));
             }
         }

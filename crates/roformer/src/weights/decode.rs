@@ -7,12 +7,8 @@ use std::ops::Range;
 use candle_core::{DType, Device, Tensor, WithDType};
 use half::{bf16, f16};
 
-use super::bytes::Bytes;
 use super::finite::{any_non_finite, FloatBits, BLOCK};
-
-/// Bytes of a contiguous run decoded between two hand-backs of its mapped pages: small next
-/// to a tensor, large enough that the `madvise` calls cost little.
-const CHUNK_BYTES: usize = 1 << 20;
+use super::source::{Source, CHUNK_BYTES};
 
 /// Where a tensor's values lie in a checkpoint's bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,11 +51,12 @@ pub(crate) fn row_major(shape: &[usize]) -> Vec<usize> {
 impl StoredTensor {
     /// Checks that every element lies inside the storage and that the tensor is no larger
     /// than its storage (so that decoding it allocates no more than the file holds), with
-    /// checked arithmetic throughout.
+    /// checked arithmetic throughout. Returns the end of the elements of the storage the
+    /// tensor covers (one past its last element; 0 for an empty tensor).
     ///
     /// # Errors
     /// A message saying which claim does not hold.
-    pub(crate) fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<usize, String> {
         if self.shape.len() != self.strides.len() {
             return Err(format!(
                 "shape {:?} and strides {:?} differ in length",
@@ -75,7 +72,7 @@ impl StoredTensor {
             .try_fold(1usize, |n, &d| n.checked_mul(d))
             .ok_or_else(overflow)?;
         if count == 0 {
-            return Ok(());
+            return Ok(0);
         }
         if count > capacity {
             return Err(format!(
@@ -98,25 +95,25 @@ impl StoredTensor {
                 self.shape, self.strides, self.offset
             ));
         }
-        Ok(())
+        Ok(last + 1)
     }
 
-    /// Checks the tensor ([`StoredTensor::check`]) and decodes it from `bytes` into a
+    /// Checks the tensor ([`StoredTensor::check`]) and decodes it from `source` into a
     /// contiguous tensor on the CPU in the stored dtype, refusing NaN and infinities.
     ///
     /// # Errors
     /// [`DecodeError`].
-    pub(crate) fn decode(&self, bytes: &Bytes) -> Result<Tensor, DecodeError> {
+    pub(crate) fn decode(&self, source: &Source) -> Result<Tensor, DecodeError> {
         match self.dtype {
-            DType::F32 => self.decode_as::<f32, 4>(bytes),
-            DType::F64 => self.decode_as::<f64, 8>(bytes),
-            DType::F16 => self.decode_as::<f16, 2>(bytes),
-            DType::BF16 => self.decode_as::<bf16, 2>(bytes),
-            DType::U8 => self.decode_as::<u8, 1>(bytes),
-            DType::U32 => self.decode_as::<u32, 4>(bytes),
-            DType::I16 => self.decode_as::<i16, 2>(bytes),
-            DType::I32 => self.decode_as::<i32, 4>(bytes),
-            DType::I64 => self.decode_as::<i64, 8>(bytes),
+            DType::F32 => self.decode_as::<f32, 4>(source),
+            DType::F64 => self.decode_as::<f64, 8>(source),
+            DType::F16 => self.decode_as::<f16, 2>(source),
+            DType::BF16 => self.decode_as::<bf16, 2>(source),
+            DType::U8 => self.decode_as::<u8, 1>(source),
+            DType::U32 => self.decode_as::<u32, 4>(source),
+            DType::I16 => self.decode_as::<i16, 2>(source),
+            DType::I32 => self.decode_as::<i32, 4>(source),
+            DType::I64 => self.decode_as::<i64, 8>(source),
             other => Err(DecodeError::Unreadable(format!(
                 "unsupported dtype {other:?}"
             ))),
@@ -125,21 +122,12 @@ impl StoredTensor {
 
     fn decode_as<T: Element<N>, const N: usize>(
         &self,
-        bytes: &Bytes,
+        source: &Source,
     ) -> Result<Tensor, DecodeError> {
-        self.check().map_err(DecodeError::Unreadable)?;
-        // `check` proved every index below in bounds of `elements` and the product exact.
+        let end = self.check().map_err(DecodeError::Unreadable)?;
+        // `check` proved every index below in bounds of the storage and the product exact.
         let count: usize = self.shape.iter().product();
         let mut out: Vec<T> = Vec::with_capacity(count);
-        let storage = bytes.get(self.storage.clone()).ok_or_else(|| {
-            DecodeError::Unreadable(format!(
-                "storage {:?} lies past the end of the file ({} bytes)",
-                self.storage,
-                bytes.len()
-            ))
-        })?;
-        let (elements, _) = storage.as_chunks::<N>();
-        let rank = self.shape.len();
         let contiguous = self
             .shape
             .iter()
@@ -147,45 +135,79 @@ impl StoredTensor {
             .zip(row_major(&self.shape))
             .all(|((&d, &s), r)| d == 1 || s == r);
         if count > 0 && contiguous {
-            // One run, a chunk at a time: each block of stored bytes is decoded, then scanned
-            // while it is still in L1; each chunk's mapped pages are then handed back.
-            let run = &elements[self.offset..self.offset + count];
-            let per_chunk = (CHUNK_BYTES / N).max(1);
-            for (c, chunk) in run.chunks(per_chunk).enumerate() {
-                for block in chunk.chunks(BLOCK) {
-                    let from = out.len();
-                    out.extend(block.iter().map(|&e| T::from_le(e)));
-                    if let Some(i) = T::first_non_finite(block) {
-                        return Err(non_finite(from + i, T::from_le(block[i])));
-                    }
-                }
-                let start = self.storage.start + (self.offset + c * per_chunk) * N;
-                bytes.release(start..start + chunk.len() * N);
-            }
+            self.decode_run(source, count, &mut out)?;
         } else if count > 0 {
-            // Any other strides: walk the outer indices like an odometer, gather each row,
-            // then scan what was gathered.
-            let (inner_len, inner_stride) = (self.shape[rank - 1], self.strides[rank - 1]);
-            let mut index = vec![0usize; rank - 1];
-            loop {
-                let base = self.offset
-                    + index
-                        .iter()
-                        .zip(&self.strides)
-                        .map(|(&i, &s)| i * s)
-                        .sum::<usize>();
-                out.extend((0..inner_len).map(|j| T::from_le(elements[base + j * inner_stride])));
-                if !advance(&mut index, &self.shape[..rank - 1]) {
-                    break;
-                }
-            }
-            if let Some(i) = out.iter().position(|v| v.non_finite()) {
-                return Err(non_finite(i, out[i]));
-            }
-            bytes.release(self.storage.clone());
+            self.gather(source, end, &mut out)?;
         }
         Tensor::from_vec(out, self.shape.as_slice(), &Device::Cpu)
             .map_err(|e| DecodeError::Unreadable(e.to_string()))
+    }
+
+    /// The byte range of the storage's elements `elements`.
+    fn bytes_of(&self, elements: Range<usize>, size: usize) -> Range<usize> {
+        self.storage.start + elements.start * size..self.storage.start + elements.end * size
+    }
+
+    /// Decodes the `count` elements from `offset` into `out`, a chunk at a time: each chunk is
+    /// read into one buffer, and each block of it decoded, then scanned while it is still in
+    /// L1.
+    fn decode_run<T: Element<N>, const N: usize>(
+        &self,
+        source: &Source,
+        count: usize,
+        out: &mut Vec<T>,
+    ) -> Result<(), DecodeError> {
+        let per_chunk = (CHUNK_BYTES / N).max(1);
+        let mut buffer = Vec::new();
+        for from in (0..count).step_by(per_chunk) {
+            let elements = self.offset + from..self.offset + count.min(from + per_chunk);
+            let chunk = source
+                .read(self.bytes_of(elements, N), &mut buffer)
+                .map_err(DecodeError::Unreadable)?;
+            for block in chunk.as_chunks::<N>().0.chunks(BLOCK) {
+                let from = out.len();
+                out.extend(block.iter().map(|&e| T::from_le(e)));
+                if let Some(i) = T::first_non_finite(block) {
+                    return Err(non_finite(from + i, T::from_le(block[i])));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Gathers the elements of any other strides into `out`: reads the storage's elements
+    /// `offset..end` (the span the tensor covers), walks the outer indices like an odometer,
+    /// gathers each row, then scans what was gathered.
+    fn gather<T: Element<N>, const N: usize>(
+        &self,
+        source: &Source,
+        end: usize,
+        out: &mut Vec<T>,
+    ) -> Result<(), DecodeError> {
+        let mut buffer = Vec::new();
+        let span = source
+            .read(self.bytes_of(self.offset..end, N), &mut buffer)
+            .map_err(DecodeError::Unreadable)?;
+        let (elements, _) = span.as_chunks::<N>();
+        let rank = self.shape.len();
+        let (inner_len, inner_stride) = (self.shape[rank - 1], self.strides[rank - 1]);
+        let mut index = vec![0usize; rank - 1];
+        loop {
+            // Relative to `offset`, where the span starts.
+            let base = index
+                .iter()
+                .zip(&self.strides)
+                .map(|(&i, &s)| i * s)
+                .sum::<usize>();
+            out.extend((0..inner_len).map(|j| T::from_le(elements[base + j * inner_stride])));
+            if !advance(&mut index, &self.shape[..rank - 1]) {
+                break;
+            }
+        }
+        if let Some(i) = out.iter().position(|v| v.non_finite()) {
+            return Err(non_finite(i, out[i]));
+        }
+        Ok(())
     }
 }
 

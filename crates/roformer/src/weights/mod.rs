@@ -8,7 +8,9 @@
 //! tensors.
 //!
 //! Reading a checkpoint, from file to tensor:
-//! - `bytes`: the file is memory-mapped (or a buffer held in memory), never copied whole;
+//! - `source`: the file, read with bounded positional reads (or a buffer held in memory),
+//!   never held whole in memory nor mapped, so a file truncated during a load is a clean
+//!   [`ModelError::FileChanged`], not a SIGBUS;
 //! - `safetensors_file` and `torch_zip` (with `pickle`, our own pickle reader) index each
 //!   tensor: dtype, shape, strides and the byte range of its storage, with every size checked
 //!   against the file, so memory is bounded by the file's size and not by what it claims;
@@ -17,11 +19,11 @@
 //! - `backend`: serves the tensors to candle-nn and reports every problem by name.
 
 mod backend;
-mod bytes;
 mod decode;
 mod finite;
 mod pickle;
 mod safetensors_file;
+mod source;
 mod torch_zip;
 
 use std::collections::BTreeMap;
@@ -32,8 +34,8 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 
 use self::backend::{lock, CheckedBackend, Log};
-use self::bytes::Bytes;
 use self::decode::{DecodeError, StoredTensor};
+use self::source::Source;
 use crate::error::{ModelError, Result, WeightProblem, WeightProblems};
 
 /// The prefix of the encoder's tensors in checkpoints of RoFormer head models.
@@ -77,15 +79,15 @@ pub(crate) struct Entry {
 /// An opened checkpoint: the names and shapes of its tensors, read up front, and lazy access
 /// to their data.
 ///
-/// A file is memory-mapped, not read into memory: a tensor's bytes are copied once, into the
-/// tensor the model keeps, when the model asks for it (see `weights/bytes.rs`).
+/// The file is not read into memory: a tensor's bytes are read a chunk at a time into the
+/// tensor the model keeps, when the model asks for it (see `weights/source.rs`).
 pub struct Checkpoint {
     path: PathBuf,
     format: Format,
     shapes: BTreeMap<String, Vec<usize>>,
     entries: BTreeMap<String, Entry>,
     prefixed: bool,
-    bytes: Bytes,
+    source: Source,
 }
 
 impl std::fmt::Debug for Checkpoint {
@@ -110,13 +112,14 @@ pub struct Loaded<M> {
 
 impl Checkpoint {
     /// Opens a checkpoint, telling the format by its first bytes (a zip archive is a PyTorch
-    /// pickle, anything else is parsed as safetensors), and reads its tensor list. The file is
-    /// memory-mapped; tensor data is read when a model asks for it.
+    /// pickle, anything else is parsed as safetensors), and reads its tensor list. The file
+    /// stays open; tensor data is read when a model asks for it.
     ///
     /// # Errors
-    /// [`ModelError::Io`] if the file cannot be opened or mapped, [`ModelError::CorruptCheckpoint`]
+    /// [`ModelError::Io`] if the file cannot be opened, [`ModelError::CorruptCheckpoint`]
     /// if it is not a regular file or cannot be parsed (truncated, corrupt, legacy non-zip
-    /// pickle, a pickle nested too deeply or using opcodes `torch.save` does not write).
+    /// pickle, a pickle nested too deeply or using opcodes `torch.save` does not write),
+    /// [`ModelError::FileChanged`] if it shrank while its tensor list was read.
     pub fn open(path: &Path) -> Result<Checkpoint> {
         let io = |source| ModelError::Io {
             path: path.to_path_buf(),
@@ -131,21 +134,28 @@ impl Checkpoint {
             return Err(corrupt("not a regular file".into()));
         }
         let file = std::fs::File::open(path).map_err(io)?;
-        let bytes = Bytes::map(&file).map_err(io)?;
-        let (format, entries) = if bytes.starts_with(b"PK\x03\x04") {
-            (Format::Pickle, torch_zip::index(&bytes))
+        let source = Source::file(file).map_err(io)?;
+        let mut magic = Vec::new();
+        let zip = source
+            .read(0..4.min(source.len()), &mut magic)
+            .is_ok_and(|m| m == b"PK\x03\x04");
+        let (format, entries) = if zip {
+            (Format::Pickle, torch_zip::index(&source))
         } else {
-            let entries = safetensors_file::index(&bytes).map_err(|reason| {
+            let entries = safetensors_file::index(&source).map_err(|reason| {
                 format!("{reason} (expected safetensors, or a zip archive written by torch.save)")
             });
             (Format::Safetensors, entries)
         };
-        Ok(Self::assemble(
-            path.to_path_buf(),
-            format,
-            entries.map_err(corrupt)?,
-            bytes,
-        ))
+        // A file that shrank while it was indexed fails as changed, not as corrupt.
+        if let Some(what) = source.changed() {
+            return Err(ModelError::FileChanged {
+                path: path.to_path_buf(),
+                what,
+            });
+        }
+        let entries = entries.map_err(corrupt)?;
+        Ok(Self::assemble(path.to_path_buf(), format, entries, source))
     }
 
     /// A checkpoint from the bytes of a safetensors file held in memory (for instance a model
@@ -156,24 +166,20 @@ impl Checkpoint {
     /// [`ModelError::CorruptCheckpoint`] if the bytes are not a safetensors file.
     pub fn from_safetensors_bytes(path: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<Checkpoint> {
         let path = path.into();
+        let source = Source::Owned(bytes);
         let entries =
-            safetensors_file::index(&bytes).map_err(|reason| ModelError::CorruptCheckpoint {
+            safetensors_file::index(&source).map_err(|reason| ModelError::CorruptCheckpoint {
                 path: path.clone(),
                 reason,
             })?;
-        Ok(Self::assemble(
-            path,
-            Format::Safetensors,
-            entries,
-            Bytes::Owned(bytes),
-        ))
+        Ok(Self::assemble(path, Format::Safetensors, entries, source))
     }
 
     fn assemble(
         path: PathBuf,
         format: Format,
         entries: BTreeMap<String, Entry>,
-        bytes: Bytes,
+        source: Source,
     ) -> Checkpoint {
         let shapes: BTreeMap<String, Vec<usize>> = entries
             .iter()
@@ -190,7 +196,23 @@ impl Checkpoint {
             shapes,
             entries,
             prefixed,
-            bytes,
+            source,
+        }
+    }
+
+    /// Checks that the file has not changed since it was opened: no read came back short,
+    /// and its size and modification time are those it had. A model built from a file
+    /// that changed under it may mix old and new bytes, so a load ends with this check.
+    ///
+    /// # Errors
+    /// [`ModelError::FileChanged`], saying what changed.
+    pub fn check_unchanged(&self) -> Result<()> {
+        match self.source.changed() {
+            Some(what) => Err(ModelError::FileChanged {
+                path: self.path.clone(),
+                what,
+            }),
+            None => Ok(()),
         }
     }
 
@@ -247,7 +269,8 @@ impl Checkpoint {
     /// # Errors
     /// The problem, ready to report: [`WeightProblem::NonFinite`] for a NaN or infinity,
     /// [`WeightProblem::Unreadable`] for a tensor absent from the file, whose data is out of
-    /// bounds or of a dtype this crate does not read, or that overflows `dtype`.
+    /// bounds or of a dtype this crate does not read, that overflows `dtype`, or whose bytes
+    /// could not be read (the file shrank: see [`Checkpoint::check_unchanged`]).
     pub fn read(
         &self,
         stored: &str,
@@ -263,7 +286,7 @@ impl Checkpoint {
             .get(stored)
             .ok_or_else(|| unreadable("not in the checkpoint".into()))?;
         let data = entry.data.as_ref().map_err(|e| unreadable(e.clone()))?;
-        let tensor = data.decode(&self.bytes).map_err(|e| match e {
+        let tensor = data.decode(&self.source).map_err(|e| match e {
             DecodeError::NonFinite { index, value } => WeightProblem::NonFinite {
                 name: stored.to_string(),
                 index,
@@ -284,7 +307,9 @@ impl Checkpoint {
     /// recorded and replaced by zeros so that the build goes on and finds all the problems.
     ///
     /// # Errors
-    /// [`ModelError::Weights`] listing every problem; otherwise the error `build` returns.
+    /// [`ModelError::FileChanged`] if the file changed during the load (whatever else went
+    /// wrong: a short read makes other problems of its own); [`ModelError::Weights`] listing
+    /// every problem; otherwise the error `build` returns.
     pub fn load_with<M>(
         &self,
         dtype: DType,
@@ -298,6 +323,7 @@ impl Checkpoint {
         };
         let vb = VarBuilder::from_backend(Box::new(backend), dtype, device.clone());
         let built = build(vb);
+        self.check_unchanged()?;
         let log = lock(&log);
         if !log.problems.is_empty() {
             return Err(ModelError::Weights {

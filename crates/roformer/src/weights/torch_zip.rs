@@ -3,10 +3,10 @@
 //!
 //! The archive is read in place: entries are located through the zip directory and their
 //! bytes taken as ranges of the file, checked to lie inside it, so a zip that claims more
-//! than it holds costs nothing. The pickle is read by [`super::pickle`].
+//! than it holds costs nothing; only the directory, `byteorder` and `data.pkl` are read here.
+//! The pickle is read by [`super::pickle`].
 
 use std::collections::BTreeMap;
-use std::io::Cursor;
 use std::ops::Range;
 
 use candle_core::DType;
@@ -14,16 +14,19 @@ use zip::{CompressionMethod, ZipArchive};
 
 use super::decode::StoredTensor;
 use super::pickle::{self, kind, Id, Pickle, Value};
+use super::source::{Source, SourceReader};
 use super::Entry;
 
-/// The tensors of a `torch.save` archive held in `bytes`.
+/// The tensors of the `torch.save` archive in `source`.
 ///
 /// # Errors
 /// A message for an archive that is not a readable `torch.save` zip: no central directory,
 /// no or several `data.pkl`, a compressed or out-of-bounds entry, a big-endian archive, a
-/// pickle [`pickle::read`] refuses or one that holds no dict.
-pub(crate) fn index(bytes: &[u8]) -> Result<BTreeMap<String, Entry>, String> {
-    let mut zip = ZipArchive::new(Cursor::new(bytes)).map_err(|e| e.to_string())?;
+/// pickle [`pickle::read`] refuses or one that holds no dict, a read that failed.
+pub(crate) fn index(source: &Source) -> Result<BTreeMap<String, Entry>, String> {
+    let mut zip = ZipArchive::new(source.reader()).map_err(|e| e.to_string())?;
+    let len = source.len();
+    let mut buffer = Vec::new();
     let pickles: Vec<String> = zip
         .file_names()
         .filter_map(|n| n.ok())
@@ -37,8 +40,8 @@ pub(crate) fn index(bytes: &[u8]) -> Result<BTreeMap<String, Entry>, String> {
         ));
     };
     let prefix = &pkl[..pkl.len() - "data.pkl".len()];
-    if let Ok(order) = entry(&mut zip, bytes.len(), &format!("{prefix}byteorder")) {
-        let order = &bytes[order];
+    if let Ok(order) = entry(&mut zip, len, &format!("{prefix}byteorder")) {
+        let order = source.read(order, &mut buffer)?;
         if order != b"little" {
             return Err(format!(
                 "byteorder is {:?}; only little-endian archives are read",
@@ -46,8 +49,9 @@ pub(crate) fn index(bytes: &[u8]) -> Result<BTreeMap<String, Entry>, String> {
             ));
         }
     }
-    let pkl_range = entry(&mut zip, bytes.len(), pkl)?;
-    let pickle = pickle::read(&bytes[pkl_range]).map_err(|e| format!("{pkl}: {e}"))?;
+    let pkl_range = entry(&mut zip, len, pkl)?;
+    let pickle =
+        pickle::read(source.read(pkl_range, &mut buffer)?).map_err(|e| format!("{pkl}: {e}"))?;
     let dict = state_dict(&pickle)?;
     let mut tensors = BTreeMap::new();
     for &(key, value) in dict {
@@ -58,12 +62,8 @@ pub(crate) fn index(bytes: &[u8]) -> Result<BTreeMap<String, Entry>, String> {
             continue;
         };
         let record = record.map_err(|e| format!("tensor {name}: {e}"))?;
-        let storage = entry(
-            &mut zip,
-            bytes.len(),
-            &format!("{prefix}data/{}", record.key),
-        )
-        .map_err(|e| format!("tensor {name}: {e}"))?;
+        let storage = entry(&mut zip, len, &format!("{prefix}data/{}", record.key))
+            .map_err(|e| format!("tensor {name}: {e}"))?;
         let shape = record.shape.clone();
         let data = record.into_stored(storage);
         tensors.insert(name.clone(), Entry { shape, data });
@@ -73,7 +73,7 @@ pub(crate) fn index(bytes: &[u8]) -> Result<BTreeMap<String, Entry>, String> {
 
 /// The byte range of the uncompressed entry `name`, checked to lie inside the archive.
 fn entry(
-    zip: &mut ZipArchive<Cursor<&[u8]>>,
+    zip: &mut ZipArchive<SourceReader<'_>>,
     len: usize,
     name: &str,
 ) -> Result<Range<usize>, String> {
