@@ -16,7 +16,7 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use candle_core::{DType, Device};
+use candle_core::Device;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use roformer::{pipeline, Encoding, RoFormerModel};
 use serde::Serialize;
@@ -165,10 +165,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let tokenizer = default_model::tokenizer(args.model.as_deref())?;
     let dir = default_model::model_dir(args.model.as_deref())?;
     let limit = Limit::new(args.max_length, dir.config.max_position_embeddings);
-    let mut model = dir.load::<RoFormerModel>(DType::F32, &Device::Cpu)?.model;
-    model
-        .encoder_mut()
-        .set_precision(args.precision.resolve())?;
+    let precision = args.precision.resolve();
+    let model = dir.load::<RoFormerModel>(&Device::Cpu, precision)?.model;
 
     let mut encodings = Vec::with_capacity(texts.len());
     let mut truncated = Vec::new();

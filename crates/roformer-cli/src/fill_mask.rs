@@ -16,8 +16,8 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{bail, ensure};
-use candle_core::{DType, Device};
-use roformer::{pipeline, HeadModel, RoFormerForMaskedLM};
+use candle_core::Device;
+use roformer::{pipeline, RoFormerForMaskedLM};
 
 use crate::precision::PrecisionArg;
 use crate::truncation::{self, Cut, Limit};
@@ -135,10 +135,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
          saved from RoFormerForMaskedLM",
         dir.checkpoint.path().display()
     );
-    let mut model = dir
-        .load::<RoFormerForMaskedLM>(DType::F32, &Device::Cpu)?
+    let precision = args.precision.resolve();
+    let model = dir
+        .load::<RoFormerForMaskedLM>(&Device::Cpu, precision)?
         .model;
-    model.set_precision(args.precision.resolve())?;
     let pad_id = tokenizer.special_tokens().pad;
     let found = pipeline::fill_mask(&model, &[&encoding], mask_id, pad_id, args.top_k as usize)?;
     let masks = found

@@ -2,16 +2,14 @@
 //! positions, `BertFor*`) classes: encoder tensors under `roformer.` (`bert.`), head tensors at
 //! the top level.
 
-use std::path::Path;
-
-use candle_core::{DType, Device, Tensor};
+use candle_core::Tensor;
 use candle_nn::{Linear, Module, VarBuilder};
 
 use crate::config::RoFormerConfig;
 use crate::error::Result;
 use crate::heads::{ClassificationHead, MlmHead};
 use crate::mode::{Dropout, Mode};
-use crate::model::{load_from_dir, Architecture, RoFormerModel};
+use crate::model::{Architecture, RoFormerModel};
 use crate::shapes::ModelKind;
 
 /// What a head model returns.
@@ -29,19 +27,6 @@ pub struct HeadOutput {
 pub trait HeadModel: Architecture {
     /// The encoder.
     fn roformer(&self) -> &RoFormerModel;
-
-    /// The encoder, to change (see [`HeadModel::set_precision`]).
-    fn roformer_mut(&mut self) -> &mut RoFormerModel;
-
-    /// Sets the precision of the encoder's inference products
-    /// ([`crate::encoder::Encoder::set_precision`]: bf16 packs the weights once); the head
-    /// stays f32.
-    ///
-    /// # Errors
-    /// As [`crate::encoder::Encoder::set_precision`].
-    fn set_precision(&mut self, precision: crate::Precision) -> Result<()> {
-        self.roformer_mut().encoder_mut().set_precision(precision)
-    }
 
     /// The head's logits from the last hidden states `[batch, seq, hidden]`.
     ///
@@ -119,14 +104,6 @@ pub trait HeadModel: Architecture {
             logits,
         })
     }
-
-    /// Loads `config.json` and the checkpoint of a model directory.
-    ///
-    /// # Errors
-    /// As [`crate::ModelDir::open`] and [`crate::ModelDir::load`].
-    fn load_from_dir(dir: &Path, device: &Device, dtype: DType) -> Result<Self> {
-        load_from_dir(dir, device, dtype)
-    }
 }
 
 /// The class name for `cfg`'s position type: `Bert{task}` or `RoFormer{task}`.
@@ -173,10 +150,6 @@ impl HeadModel for RoFormerForMaskedLM {
         &self.roformer
     }
 
-    fn roformer_mut(&mut self) -> &mut RoFormerModel {
-        &mut self.roformer
-    }
-
     fn head_forward(&self, hidden: &Tensor, mode: Mode<'_>) -> candle_core::Result<Tensor> {
         self.head.forward(hidden, mode)
     }
@@ -191,6 +164,10 @@ impl Architecture for RoFormerForMaskedLM {
 
     fn load_root(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> Result<Self> {
         RoFormerForMaskedLM::load(vb, cfg)
+    }
+
+    fn roformer_mut(&mut self) -> &mut RoFormerModel {
+        &mut self.roformer
     }
 }
 
@@ -220,10 +197,6 @@ impl HeadModel for RoFormerForSequenceClassification {
         &self.roformer
     }
 
-    fn roformer_mut(&mut self) -> &mut RoFormerModel {
-        &mut self.roformer
-    }
-
     fn head_forward(&self, hidden: &Tensor, mode: Mode<'_>) -> candle_core::Result<Tensor> {
         self.head.forward(hidden, mode)
     }
@@ -238,6 +211,10 @@ impl Architecture for RoFormerForSequenceClassification {
 
     fn load_root(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> Result<Self> {
         RoFormerForSequenceClassification::load(vb, cfg)
+    }
+
+    fn roformer_mut(&mut self) -> &mut RoFormerModel {
+        &mut self.roformer
     }
 }
 
@@ -269,10 +246,6 @@ impl HeadModel for RoFormerForTokenClassification {
         &self.roformer
     }
 
-    fn roformer_mut(&mut self) -> &mut RoFormerModel {
-        &mut self.roformer
-    }
-
     fn head_forward(&self, hidden: &Tensor, mode: Mode<'_>) -> candle_core::Result<Tensor> {
         self.head.forward(&mode.dropout(hidden, self.dropout)?)
     }
@@ -287,5 +260,9 @@ impl Architecture for RoFormerForTokenClassification {
 
     fn load_root(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> Result<Self> {
         RoFormerForTokenClassification::load(vb, cfg)
+    }
+
+    fn roformer_mut(&mut self) -> &mut RoFormerModel {
+        &mut self.roformer
     }
 }
