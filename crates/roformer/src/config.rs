@@ -514,13 +514,13 @@ impl TryFrom<RawConfig> for RoFormerConfig {
 
 /// Checks that `hidden` splits into `heads` heads of an even dim (RoPE rotates pairs).
 fn check_heads(hidden: usize, heads: usize) -> Result<()> {
-    if hidden % heads != 0 {
+    if !hidden.is_multiple_of(heads) {
         return Err(invalid(
             "num_attention_heads",
             format!("hidden_size {hidden} is not divisible by {heads} heads"),
         ));
     }
-    if (hidden / heads) % 2 != 0 {
+    if !(hidden / heads).is_multiple_of(2) {
         return Err(invalid(
             "num_attention_heads",
             format!(

@@ -161,7 +161,7 @@ mod tests {
         let a = Tensor::new(&[[1f32, 2.0], [3.0, 4.0]], &Device::Cpu).unwrap();
         let b = Tensor::new(&[[1f32, 2.0], [3.0, 4.25]], &Device::Cpu).unwrap();
         assert_eq!(max_abs_diff(&a, &b), 0.25);
-        let t = vec![vec![1f32], vec![2.0, 3.0]];
+        let t = [vec![1f32], vec![2.0, 3.0]];
         assert_eq!(max_abs_diff(&t[..], &[vec![1.0], vec![2.0, 3.5]][..]), 0.5);
         let x = serde_json::json!({"token": "a", "score": [0.5, 1.0]});
         let y = serde_json::json!({"token": "a", "score": [0.5, 1.125]});
