@@ -6,11 +6,12 @@ mod common;
 
 use candle_core::quantized::GgmlDType;
 use candle_core::{Device, Tensor};
-use common::{logits_all, max_abs_diff, tiny_gguf, tiny_weights, TinyWeights};
+use common::{logits_all, tiny_gguf, tiny_weights, TinyWeights};
 use llama::generate::{generate, Sampling};
 use llama::gguf::GgufFile;
 use llama::{Llama, LlamaError, LoadOptions, Logits};
 use rotary::Layout;
+use test_support::max_abs_diff;
 
 fn load(bytes: Vec<u8>, options: &LoadOptions) -> Llama {
     let file = GgufFile::from_bytes("tiny.gguf", bytes).unwrap();

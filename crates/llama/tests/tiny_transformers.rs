@@ -6,12 +6,13 @@
 mod common;
 
 use candle_core::{Device, Tensor};
-use common::{logits_all, max_abs_diff};
+use common::logits_all;
 use llama::generate::{generate, Sampling};
 use llama::gguf::GgufFile;
 use llama::{Llama, LlamaConfig, LoadOptions, Logits, Tokenizer};
 use rotary::Layout;
 use serde::Deserialize;
+use test_support::max_abs_diff;
 
 #[derive(Deserialize)]
 struct Expected {

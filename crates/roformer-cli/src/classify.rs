@@ -10,8 +10,10 @@ use std::path::PathBuf;
 
 use crate::precision::PrecisionArg;
 use anyhow::{bail, Context};
-use candle_core::{DType, Device};
-use roformer::{pipeline, HeadModel, RoFormerForSequenceClassification, RoFormerTokenizer};
+use candle_core::Device;
+use roformer::{
+    pipeline, HeadModel, ModelDir, RoFormerForSequenceClassification, RoFormerTokenizer,
+};
 use serde::Serialize;
 
 /// Arguments of `roformer classify`.
@@ -46,10 +48,11 @@ struct Prediction<'a> {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let tokenizer = RoFormerTokenizer::from_dir(&args.model)
         .with_context(|| format!("loading the tokenizer of {}", args.model.display()))?;
-    let mut model =
-        RoFormerForSequenceClassification::load_from_dir(&args.model, &Device::Cpu, DType::F32)
-            .with_context(|| format!("loading the classifier in {}", args.model.display()))?;
-    model.set_precision(args.precision.resolve())?;
+    let precision = args.precision.resolve();
+    let model = ModelDir::open(&args.model)
+        .and_then(|dir| dir.load::<RoFormerForSequenceClassification>(&Device::Cpu, precision))
+        .with_context(|| format!("loading the classifier in {}", args.model.display()))?
+        .model;
     let names = pipeline::labels(model.roformer().config());
     let pad_id = tokenizer.special_tokens().pad;
     let mut out = std::io::stdout().lock();

@@ -51,8 +51,8 @@ pub fn describe(model: Option<&Path>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::{DType, Device};
-    use roformer::RoFormerForMaskedLM;
+    use candle_core::Device;
+    use roformer::{Precision, RoFormerForMaskedLM};
 
     #[test]
     fn the_built_in_model_loads_with_its_tokenizer() {
@@ -63,7 +63,7 @@ mod tests {
         let weights_mb = WEIGHTS.len() as f64 / 1e6;
         assert!(weights_mb <= 20.0, "{weights_mb} MB");
         let loaded = dir
-            .load::<RoFormerForMaskedLM>(DType::F32, &Device::Cpu)
+            .load::<RoFormerForMaskedLM>(&Device::Cpu, Precision::F32)
             .unwrap();
         assert!(loaded.unused.is_empty(), "{:?}", loaded.unused);
         // Both scripts are in the vocabulary.

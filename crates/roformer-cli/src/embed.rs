@@ -16,9 +16,9 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use candle_core::{DType, Device};
+use candle_core::Device;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use roformer::{pipeline, Encoding, RoFormerModel};
+use roformer::{pipeline, Encoding, RoFormerModel, RoFormerTokenizer};
 use serde::Serialize;
 
 use crate::inputs::{checkpoint_files, refuse_output_among_inputs, InputPath};
@@ -165,11 +165,36 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let tokenizer = default_model::tokenizer(args.model.as_deref())?;
     let dir = default_model::model_dir(args.model.as_deref())?;
     let limit = Limit::new(args.max_length, dir.config.max_position_embeddings);
-    let mut model = dir.load::<RoFormerModel>(DType::F32, &Device::Cpu)?.model;
-    model
-        .encoder_mut()
-        .set_precision(args.precision.resolve())?;
+    let precision = args.precision.resolve();
+    let model = dir.load::<RoFormerModel>(&Device::Cpu, precision)?.model;
 
+    let (encodings, truncated) = encode_all(&tokenizer, &texts, limit)?;
+    let progress = progress_bar(encodings.len(), args.batch_size as usize, args.quiet);
+    let vectors = embed_all(
+        &model,
+        &encodings,
+        args.batch_size as usize,
+        args.pooling,
+        tokenizer.special_tokens().pad,
+        &progress,
+    )?;
+    progress.finish_and_clear();
+
+    let hidden = model.config().hidden_size;
+    let bytes = match output_format {
+        OutputFormat::Npy => npy_bytes(&vectors, hidden)?,
+        OutputFormat::JsonLines => json_lines(&vectors)?,
+    };
+    output::write(&args.output, &bytes)?;
+    print_summary(&args, vectors.len(), hidden, limit, truncated)
+}
+
+/// The encodings of `texts`, cut to `limit`, and the lines that were cut (noted on stderr).
+fn encode_all(
+    tokenizer: &RoFormerTokenizer,
+    texts: &[String],
+    limit: Limit,
+) -> anyhow::Result<(Vec<Encoding>, Vec<LineCut>)> {
     let mut encodings = Vec::with_capacity(texts.len());
     let mut truncated = Vec::new();
     for (i, text) in texts.iter().enumerate() {
@@ -190,24 +215,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .map(|t| (format!("line {}", t.line), t.cut))
         .collect();
     truncation::note(&named, texts.len(), limit);
+    Ok((encodings, truncated))
+}
 
-    let progress = progress_bar(encodings.len(), args.batch_size as usize, args.quiet);
-    let vectors = embed_all(
-        &model,
-        &encodings,
-        args.batch_size as usize,
-        args.pooling,
-        tokenizer.special_tokens().pad,
-        &progress,
-    )?;
-    progress.finish_and_clear();
-
-    let hidden = model.config().hidden_size;
-    let bytes = match output_format {
-        OutputFormat::Npy => npy_bytes(&vectors, hidden)?,
-        OutputFormat::JsonLines => json_lines(&vectors)?,
-    };
-    output::write(&args.output, &bytes)?;
+/// Prints what was written (`--json`: the [`Summary`]), on stderr when the vectors went to
+/// stdout.
+fn print_summary(
+    args: &Args,
+    vectors: usize,
+    hidden: usize,
+    limit: Limit,
+    truncated: Vec<LineCut>,
+) -> anyhow::Result<()> {
     let pooling = match args.pooling {
         Pooling::Cls => "cls",
         Pooling::Mean => "mean",
@@ -215,7 +234,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let summary = if args.json {
         json::to_string(&Summary {
             output: &args.output,
-            vectors: vectors.len(),
+            vectors,
             dim: hidden,
             pooling,
             max_length: limit.as_arg(),
@@ -225,7 +244,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         format!(
             "{}: {} vectors of {hidden} ({pooling} pooling)",
             args.output.display(),
-            vectors.len(),
+            vectors,
         )
     };
     if output::is_stdout(&args.output) {

@@ -16,8 +16,8 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{bail, ensure};
-use candle_core::{DType, Device};
-use roformer::{pipeline, HeadModel, RoFormerForMaskedLM};
+use candle_core::Device;
+use roformer::{pipeline, Encoding, RoFormerForMaskedLM, RoFormerTokenizer};
 
 use crate::precision::PrecisionArg;
 use crate::truncation::{self, Cut, Limit};
@@ -89,11 +89,57 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mask_id = tokenizer.mask_token_id()?;
     let dir = default_model::model_dir(args.model.as_deref())?;
     let limit = Limit::new(args.max_length, dir.config.max_position_embeddings);
-    let limited = tokenizer.encode_limited(&args.text, limit.tokens())?;
+    let (encoding, truncated) = encode_with_masks(&tokenizer, &args.text, mask_id, limit)?;
+
+    ensure!(
+        dir.checkpoint.has_mlm_head(),
+        "{} has no masked-LM head (no cls.predictions.* tensors): fill-mask needs a checkpoint \
+         saved from RoFormerForMaskedLM",
+        dir.checkpoint.path().display()
+    );
+    let precision = args.precision.resolve();
+    let model = dir
+        .load::<RoFormerForMaskedLM>(&Device::Cpu, precision)?
+        .model;
+    let pad_id = tokenizer.special_tokens().pad;
+    let found = pipeline::fill_mask(&model, &[&encoding], mask_id, pad_id, args.top_k as usize)?;
+    let report = Report {
+        text: &args.text,
+        masks: masks_of(
+            found.into_iter().flatten(),
+            &encoding,
+            &tokenizer,
+            &args.text,
+        ),
+        truncated,
+    };
+
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", json::to_string(&report)?)?;
+    } else {
+        print_table(&mut out, &report)?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// The encoding of `text`, cut to `limit`, and what was cut; refused when the text has no
+/// mask, or when a mask lies past the cut.
+///
+/// # Errors
+/// Either refusal, and tokenizer errors.
+fn encode_with_masks(
+    tokenizer: &RoFormerTokenizer,
+    text: &str,
+    mask_id: u32,
+    limit: Limit,
+) -> anyhow::Result<(Encoding, Option<Cut>)> {
+    let limited = tokenizer.encode_limited(text, limit.tokens())?;
     let was_cut = limited.was_cut();
     let whole_masks = if was_cut {
         tokenizer
-            .encode(&args.text)
+            .encode(text)
             .ids
             .iter()
             .filter(|&&id| id == mask_id)
@@ -129,21 +175,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         truncation::note(&[("the text".to_owned(), cut)], 1, limit);
     }
 
-    ensure!(
-        dir.checkpoint.has_mlm_head(),
-        "{} has no masked-LM head (no cls.predictions.* tensors): fill-mask needs a checkpoint \
-         saved from RoFormerForMaskedLM",
-        dir.checkpoint.path().display()
-    );
-    let mut model = dir
-        .load::<RoFormerForMaskedLM>(DType::F32, &Device::Cpu)?
-        .model;
-    model.set_precision(args.precision.resolve())?;
-    let pad_id = tokenizer.special_tokens().pad;
-    let found = pipeline::fill_mask(&model, &[&encoding], mask_id, pad_id, args.top_k as usize)?;
-    let masks = found
-        .into_iter()
-        .flatten()
+    Ok((encoding, truncated))
+}
+
+/// The predictions of each mask, with their tokens and the text each fills in.
+fn masks_of(
+    found: impl Iterator<Item = pipeline::MaskCandidates>,
+    encoding: &Encoding,
+    tokenizer: &RoFormerTokenizer,
+    text: &str,
+) -> Vec<Mask> {
+    found
         .map(|mask| {
             let span = encoding.offsets[mask.position];
             let predictions = mask
@@ -155,7 +197,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         id: c.id,
                         token: token.map(str::to_owned),
                         probability: c.score,
-                        sequence: token.map(|t| pipeline::fill(&args.text, span, t)),
+                        sequence: token.map(|t| pipeline::fill(text, span, t)),
                     }
                 })
                 .collect();
@@ -164,21 +206,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 predictions,
             }
         })
-        .collect();
-    let report = Report {
-        text: &args.text,
-        masks,
-        truncated,
-    };
-
-    let mut out = std::io::stdout().lock();
-    if args.json {
-        writeln!(out, "{}", json::to_string(&report)?)?;
-    } else {
-        print_table(&mut out, &report)?;
-    }
-    out.flush()?;
-    Ok(())
+        .collect()
 }
 
 /// Columns `s` takes in a terminal, roughly: 2 for a wide (CJK, full-width) char, else 1.

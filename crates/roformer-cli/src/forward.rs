@@ -93,8 +93,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut outputs: HashMap<String, Tensor> = HashMap::new();
     let precision = args.precision.resolve();
     let unused = if dir.checkpoint.has_mlm_head() {
-        let mut loaded = dir.load::<RoFormerForMaskedLM>(DType::F32, &device)?;
-        loaded.model.set_precision(precision)?;
+        let loaded = dir.load::<RoFormerForMaskedLM>(&device, precision)?;
         let out = loaded
             .model
             .forward(&ids, types.as_ref(), mask.as_ref(), positions.as_ref())?;
@@ -102,8 +101,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         outputs.insert("logits".into(), out.logits);
         loaded.unused
     } else {
-        let mut loaded = dir.load::<RoFormerModel>(DType::F32, &device)?;
-        loaded.model.encoder_mut().set_precision(precision)?;
+        let loaded = dir.load::<RoFormerModel>(&device, precision)?;
         let h = loaded
             .model
             .forward(&ids, types.as_ref(), mask.as_ref(), positions.as_ref())?;

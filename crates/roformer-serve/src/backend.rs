@@ -1,7 +1,7 @@
 //! The loaded model: its tokenizer, its encoder and, if it has one, its head (masked LM or
 //! sequence classifier), and the routes it can serve.
 
-use candle_core::{DType, Device};
+use candle_core::Device;
 use roformer::{
     HeadModel, ModelDir, Precision, RoFormerForMaskedLM, RoFormerForSequenceClassification,
     RoFormerModel, RoFormerTokenizer,
@@ -61,22 +61,13 @@ impl Backend {
             .tensors()
             .keys()
             .any(|k| k.starts_with("classifier."));
-        let mut head = if dir.checkpoint.has_mlm_head() {
-            Head::MaskedLm(dir.load(DType::F32, &device).map_err(err)?.model)
+        let head = if dir.checkpoint.has_mlm_head() {
+            Head::MaskedLm(dir.load(&device, precision).map_err(err)?.model)
         } else if is_classifier {
-            Head::Classifier(dir.load(DType::F32, &device).map_err(err)?.model)
+            Head::Classifier(dir.load(&device, precision).map_err(err)?.model)
         } else {
-            Head::Encoder(dir.load(DType::F32, &device).map_err(err)?.model)
+            Head::Encoder(dir.load(&device, precision).map_err(err)?.model)
         };
-        let encoder = match &mut head {
-            Head::MaskedLm(m) => m.roformer_mut(),
-            Head::Classifier(m) => m.roformer_mut(),
-            Head::Encoder(m) => m,
-        };
-        encoder
-            .encoder_mut()
-            .set_precision(precision)
-            .map_err(err)?;
         let labels = match &head {
             Head::Classifier(_) => roformer::pipeline::labels(&dir.config),
             _ => Vec::new(),

@@ -440,21 +440,7 @@ impl TryFrom<RawConfig> for RoFormerConfig {
     fn try_from(raw: RawConfig) -> Result<RoFormerConfig> {
         let hidden_size = positive("hidden_size", raw.hidden_size)?;
         let heads = positive("num_attention_heads", raw.num_attention_heads)?;
-        if hidden_size % heads != 0 {
-            return Err(invalid(
-                "num_attention_heads",
-                format!("hidden_size {hidden_size} is not divisible by {heads} heads"),
-            ));
-        }
-        if (hidden_size / heads) % 2 != 0 {
-            return Err(invalid(
-                "num_attention_heads",
-                format!(
-                    "head dim {} (hidden_size / heads) must be even: RoPE rotates pairs",
-                    hidden_size / heads
-                ),
-            ));
-        }
+        check_heads(hidden_size, heads)?;
         if !(raw.layer_norm_eps.is_finite() && raw.layer_norm_eps > 0.0) {
             return Err(invalid(
                 "layer_norm_eps",
@@ -481,40 +467,7 @@ impl TryFrom<RawConfig> for RoFormerConfig {
                 ))
             }
         };
-        let bert = raw.model_type.as_deref() == Some("bert");
-        let position_embedding_type = match raw.position_embedding_type.as_deref() {
-            None if bert => PositionEmbeddingType::Absolute,
-            None => PositionEmbeddingType::Rotary,
-            Some(name) => PositionEmbeddingType::parse(name)?,
-        };
-        if bert && position_embedding_type != PositionEmbeddingType::Absolute {
-            return Err(invalid(
-                "position_embedding_type",
-                format!(
-                    "a bert config must use \"absolute\" positions, got {:?}",
-                    position_embedding_type.as_str()
-                ),
-            ));
-        }
-        if position_embedding_type == PositionEmbeddingType::Absolute
-            && raw.embedding_size.is_some_and(|e| e != hidden_size)
-        {
-            return Err(invalid(
-                "embedding_size",
-                "absolute (BERT) positions need embedding_size == hidden_size",
-            ));
-        }
-        if position_embedding_type == PositionEmbeddingType::Absolute
-            && raw.max_position_embeddings == 0
-        {
-            return Err(invalid(
-                "max_position_embeddings",
-                "absolute positions need a table of at least 1 position",
-            ));
-        }
-        if position_embedding_type == PositionEmbeddingType::Rotary {
-            check_rotary_sizes(hidden_size / heads, raw.max_position_embeddings)?;
-        }
+        let position_embedding_type = positions_of(&raw, hidden_size / heads)?;
         let vocab_size = positive("vocab_size", raw.vocab_size)?;
         if let Some(pad) = raw.pad_token_id.filter(|&p| p as usize >= vocab_size) {
             return Err(invalid(
@@ -522,21 +475,7 @@ impl TryFrom<RawConfig> for RoFormerConfig {
                 format!("{pad} is not below vocab_size {vocab_size}"),
             ));
         }
-        let id2label = raw
-            .id2label
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| {
-                k.parse::<usize>()
-                    .map(|k| (k, v))
-                    .map_err(|_| invalid("id2label", format!("key {k:?} is not an index")))
-            })
-            .collect::<Result<BTreeMap<usize, String>>>()?;
-        let num_labels = match raw.num_labels {
-            Some(n) => n,
-            None if !id2label.is_empty() => id2label.len(),
-            None => 2,
-        };
+        let (id2label, num_labels) = labels_of(raw.id2label.unwrap_or_default(), raw.num_labels)?;
         Ok(RoFormerConfig {
             vocab_size,
             embedding_size: positive("embedding_size", raw.embedding_size.unwrap_or(hidden_size))?,
@@ -571,6 +510,88 @@ impl TryFrom<RawConfig> for RoFormerConfig {
             position_embedding_type,
         })
     }
+}
+
+/// Checks that `hidden` splits into `heads` heads of an even dim (RoPE rotates pairs).
+fn check_heads(hidden: usize, heads: usize) -> Result<()> {
+    if !hidden.is_multiple_of(heads) {
+        return Err(invalid(
+            "num_attention_heads",
+            format!("hidden_size {hidden} is not divisible by {heads} heads"),
+        ));
+    }
+    if !(hidden / heads).is_multiple_of(2) {
+        return Err(invalid(
+            "num_attention_heads",
+            format!(
+                "head dim {} (hidden_size / heads) must be even: RoPE rotates pairs",
+                hidden / heads
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The position type of `raw` (absolute for a `bert` config, rotary otherwise, unless it
+/// names one), checked against the sizes it needs: a bert config only absolute, absolute
+/// positions with `embedding_size == hidden_size` and a table of at least 1, rotary positions
+/// within [`check_rotary_sizes`] for heads of `head_dim`.
+fn positions_of(raw: &RawConfig, head_dim: usize) -> Result<PositionEmbeddingType> {
+    let bert = raw.model_type.as_deref() == Some("bert");
+    let kind = match raw.position_embedding_type.as_deref() {
+        None if bert => PositionEmbeddingType::Absolute,
+        None => PositionEmbeddingType::Rotary,
+        Some(name) => PositionEmbeddingType::parse(name)?,
+    };
+    if bert && kind != PositionEmbeddingType::Absolute {
+        return Err(invalid(
+            "position_embedding_type",
+            format!(
+                "a bert config must use \"absolute\" positions, got {:?}",
+                kind.as_str()
+            ),
+        ));
+    }
+    if kind == PositionEmbeddingType::Absolute
+        && raw.embedding_size.is_some_and(|e| e != raw.hidden_size)
+    {
+        return Err(invalid(
+            "embedding_size",
+            "absolute (BERT) positions need embedding_size == hidden_size",
+        ));
+    }
+    if kind == PositionEmbeddingType::Absolute && raw.max_position_embeddings == 0 {
+        return Err(invalid(
+            "max_position_embeddings",
+            "absolute positions need a table of at least 1 position",
+        ));
+    }
+    if kind == PositionEmbeddingType::Rotary {
+        check_rotary_sizes(head_dim, raw.max_position_embeddings)?;
+    }
+    Ok(kind)
+}
+
+/// `id2label` with integer keys, and the number of labels: `num_labels`, else as many as
+/// `id2label` names, else 2 (transformers' default).
+fn labels_of(
+    id2label: BTreeMap<String, String>,
+    num_labels: Option<usize>,
+) -> Result<(BTreeMap<usize, String>, usize)> {
+    let id2label = id2label
+        .into_iter()
+        .map(|(k, v)| {
+            k.parse::<usize>()
+                .map(|k| (k, v))
+                .map_err(|_| invalid("id2label", format!("key {k:?} is not an index")))
+        })
+        .collect::<Result<BTreeMap<usize, String>>>()?;
+    let num_labels = match num_labels {
+        Some(n) => n,
+        None if !id2label.is_empty() => id2label.len(),
+        None => 2,
+    };
+    Ok((id2label, num_labels))
 }
 
 #[cfg(test)]

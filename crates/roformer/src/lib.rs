@@ -31,7 +31,7 @@ pub use config::{NormType, PositionEmbeddingType, RawConfig, RoFormerConfig};
 pub use cpu::Precision;
 pub use error::{ModelError, WeightProblem, WeightProblems};
 pub use mode::{Dropout, KeepMask, Mode};
-pub use model::{load_from_dir, Architecture, ModelDir, RoFormerModel};
+pub use model::{Architecture, ModelDir, RoFormerModel};
 pub use plan::{Kernels, Plan};
 pub use tasks::{
     HeadModel, HeadOutput, RoFormerForMaskedLM, RoFormerForSequenceClassification,

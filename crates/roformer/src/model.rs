@@ -8,6 +8,7 @@ use candle_nn::VarBuilder;
 use rotary::Positions;
 
 use crate::config::RoFormerConfig;
+use crate::cpu::Precision;
 use crate::embeddings::Embeddings;
 use crate::encoder::Encoder;
 use crate::error::{ModelError, Result, WeightProblems};
@@ -44,6 +45,19 @@ pub trait Architecture: Sized {
     /// # Errors
     /// Config problems the architecture cannot run with, and var builder errors.
     fn load_root(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> Result<Self>;
+
+    /// The encoder, to change (see [`Architecture::set_precision`]).
+    fn roformer_mut(&mut self) -> &mut RoFormerModel;
+
+    /// Sets the precision of the encoder's inference products
+    /// ([`crate::encoder::Encoder::set_precision`]: bf16 packs the weights once); a head
+    /// stays f32.
+    ///
+    /// # Errors
+    /// As [`crate::encoder::Encoder::set_precision`].
+    fn set_precision(&mut self, precision: Precision) -> Result<()> {
+        self.roformer_mut().encoder_mut().set_precision(precision)
+    }
 }
 
 impl RoFormerModel {
@@ -61,14 +75,6 @@ impl RoFormerModel {
             dtype: vb.dtype(),
             device: vb.device().clone(),
         })
-    }
-
-    /// Loads `config.json` and `model.safetensors` (or `pytorch_model.bin`) from `dir`.
-    ///
-    /// # Errors
-    /// As [`ModelDir::open`] and [`ModelDir::load`].
-    pub fn load_from_dir(dir: &Path, device: &Device, dtype: DType) -> Result<Self> {
-        load_from_dir(dir, device, dtype)
     }
 
     /// The configuration the model was built with.
@@ -201,6 +207,10 @@ impl Architecture for RoFormerModel {
     fn load_root(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> Result<Self> {
         RoFormerModel::load(vb.pp(cfg.base_prefix()), cfg)
     }
+
+    fn roformer_mut(&mut self) -> &mut RoFormerModel {
+        self
+    }
 }
 
 /// A Hugging Face model directory: its validated config and its opened checkpoint.
@@ -273,7 +283,25 @@ impl ModelDir {
         })
     }
 
-    /// Builds model type `M` from the checkpoint, in `dtype` on `device`, checking every
+    /// Builds model type `M` from the checkpoint on `device`, with f32 weights and the
+    /// encoder's inference products in `precision` ([`Architecture::set_precision`]: bf16 packs
+    /// the weights once, where the CPU has a native bf16 dot product). Every tensor is checked
+    /// first, as in [`ModelDir::load_as`].
+    ///
+    /// # Errors
+    /// As [`ModelDir::load_as`], and [`Architecture::set_precision`]'s.
+    pub fn load<M: Architecture>(
+        &self,
+        device: &Device,
+        precision: Precision,
+    ) -> Result<Loaded<M>> {
+        let mut loaded = self.load_as::<M>(DType::F32, device)?;
+        loaded.model.set_precision(precision)?;
+        Ok(loaded)
+    }
+
+    /// Builds model type `M` from the checkpoint with its weights held in `dtype` (f16 or
+    /// bf16 run candle's ops op by op; [`ModelDir::load`] is the f32 model), checking every
     /// tensor first: the shapes the config implies ([`shapes::check`]) are compared with the
     /// checkpoint's before anything is built, so no size the checkpoint does not hold is
     /// allocated.
@@ -281,7 +309,7 @@ impl ModelDir {
     /// # Errors
     /// [`ModelError::Weights`] listing every missing or mis-shaped tensor (and a layer count
     /// above the checkpoint's), and `M`'s own errors.
-    pub fn load<M: Architecture>(&self, dtype: DType, device: &Device) -> Result<Loaded<M>> {
+    pub fn load_as<M: Architecture>(&self, dtype: DType, device: &Device) -> Result<Loaded<M>> {
         let problems = shapes::check(&self.config, M::KIND, &self.checkpoint);
         if !problems.is_empty() {
             return Err(ModelError::Weights {
@@ -303,13 +331,4 @@ fn not_a_directory(path: PathBuf) -> Result<PathBuf> {
         });
     }
     Ok(path)
-}
-
-/// Loads model type `M` from a Hugging Face directory (`config.json` plus `model.safetensors`
-/// or `pytorch_model.bin`).
-///
-/// # Errors
-/// As [`ModelDir::open`] and [`ModelDir::load`].
-pub fn load_from_dir<M: Architecture>(dir: &Path, device: &Device, dtype: DType) -> Result<M> {
-    Ok(ModelDir::open(dir)?.load::<M>(dtype, device)?.model)
 }

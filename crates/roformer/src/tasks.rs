@@ -2,16 +2,14 @@
 //! positions, `BertFor*`) classes: encoder tensors under `roformer.` (`bert.`), head tensors at
 //! the top level.
 
-use std::path::Path;
-
-use candle_core::{DType, Device, Tensor};
+use candle_core::Tensor;
 use candle_nn::{Linear, Module, VarBuilder};
 
 use crate::config::RoFormerConfig;
 use crate::error::Result;
 use crate::heads::{ClassificationHead, MlmHead};
 use crate::mode::{Dropout, Mode};
-use crate::model::{load_from_dir, Architecture, RoFormerModel};
+use crate::model::{Architecture, RoFormerModel};
 use crate::plan::Plan;
 use crate::shapes::ModelKind;
 
@@ -30,19 +28,6 @@ pub struct HeadOutput {
 pub trait HeadModel: Architecture {
     /// The encoder.
     fn roformer(&self) -> &RoFormerModel;
-
-    /// The encoder, to change (see [`HeadModel::set_precision`]).
-    fn roformer_mut(&mut self) -> &mut RoFormerModel;
-
-    /// Sets the precision of the encoder's inference products
-    /// ([`crate::encoder::Encoder::set_precision`]: bf16 packs the weights once); the head
-    /// stays f32.
-    ///
-    /// # Errors
-    /// As [`crate::encoder::Encoder::set_precision`].
-    fn set_precision(&mut self, precision: crate::cpu::Precision) -> Result<()> {
-        self.roformer_mut().encoder_mut().set_precision(precision)
-    }
 
     /// The head's logits from the last hidden states `[batch, seq, hidden]`.
     ///
@@ -120,14 +105,6 @@ pub trait HeadModel: Architecture {
             logits,
         })
     }
-
-    /// Loads `config.json` and the checkpoint of a model directory.
-    ///
-    /// # Errors
-    /// As [`crate::ModelDir::open`] and [`crate::ModelDir::load`].
-    fn load_from_dir(dir: &Path, device: &Device, dtype: DType) -> Result<Self> {
-        load_from_dir(dir, device, dtype)
-    }
 }
 
 /// The class name for `cfg`'s position type: `Bert{task}` or `RoFormer{task}`.
@@ -174,10 +151,6 @@ impl HeadModel for RoFormerForMaskedLM {
         &self.roformer
     }
 
-    fn roformer_mut(&mut self) -> &mut RoFormerModel {
-        &mut self.roformer
-    }
-
     fn head_forward(&self, hidden: &Tensor, plan: Plan<'_>) -> candle_core::Result<Tensor> {
         self.head.forward(hidden, plan)
     }
@@ -192,6 +165,10 @@ impl Architecture for RoFormerForMaskedLM {
 
     fn load_root(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> Result<Self> {
         RoFormerForMaskedLM::load(vb, cfg)
+    }
+
+    fn roformer_mut(&mut self) -> &mut RoFormerModel {
+        &mut self.roformer
     }
 }
 
@@ -221,10 +198,6 @@ impl HeadModel for RoFormerForSequenceClassification {
         &self.roformer
     }
 
-    fn roformer_mut(&mut self) -> &mut RoFormerModel {
-        &mut self.roformer
-    }
-
     fn head_forward(&self, hidden: &Tensor, plan: Plan<'_>) -> candle_core::Result<Tensor> {
         self.head.forward(hidden, plan)
     }
@@ -239,6 +212,10 @@ impl Architecture for RoFormerForSequenceClassification {
 
     fn load_root(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> Result<Self> {
         RoFormerForSequenceClassification::load(vb, cfg)
+    }
+
+    fn roformer_mut(&mut self) -> &mut RoFormerModel {
+        &mut self.roformer
     }
 }
 
@@ -270,10 +247,6 @@ impl HeadModel for RoFormerForTokenClassification {
         &self.roformer
     }
 
-    fn roformer_mut(&mut self) -> &mut RoFormerModel {
-        &mut self.roformer
-    }
-
     fn head_forward(&self, hidden: &Tensor, plan: Plan<'_>) -> candle_core::Result<Tensor> {
         self.head.forward(&plan.dropout(hidden, self.dropout)?)
     }
@@ -288,5 +261,9 @@ impl Architecture for RoFormerForTokenClassification {
 
     fn load_root(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> Result<Self> {
         RoFormerForTokenClassification::load(vb, cfg)
+    }
+
+    fn roformer_mut(&mut self) -> &mut RoFormerModel {
+        &mut self.roformer
     }
 }

@@ -12,11 +12,12 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 use roformer::train::build_trainable;
 use roformer::train::checkpoint::{model_files, safetensors_bytes, write_dir_atomically};
 use roformer::{
-    Architecture, HeadModel, ModelDir, RoFormerForMaskedLM, RoFormerForSequenceClassification,
+    Architecture, HeadModel, ModelDir, Precision, RoFormerForMaskedLM,
+    RoFormerForSequenceClassification,
 };
 
 fn fixtures() -> PathBuf {
@@ -114,7 +115,11 @@ fn check_case<M: HeadModel + Architecture>(case: &str) {
         }
     }
     // The committed model loads back here too, through the inference loader.
-    let back = M::load_from_dir(&dir, &Device::Cpu, DType::F32).unwrap();
+    let back = ModelDir::open(&dir)
+        .unwrap()
+        .load::<M>(&Device::Cpu, Precision::F32)
+        .unwrap()
+        .model;
     let inputs =
         candle_core::safetensors::load(dir.join("inputs.safetensors"), &Device::Cpu).unwrap();
     let again = back

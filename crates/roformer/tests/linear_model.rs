@@ -9,6 +9,7 @@ use roformer::config::AttentionType;
 use roformer::linear_attention::{linear_attention_slow, Masking};
 use roformer::{ModelError, RoFormerConfig, RoFormerModel};
 use rotary::{Layout, Positions, Rope};
+use test_support::max_abs_diff;
 
 const HIDDEN: usize = 16;
 const HEADS: usize = 2;
@@ -167,19 +168,6 @@ fn reference(
         h = layer_norm(w, &format!("{p}.output.LayerNorm"), &out);
     }
     h
-}
-
-fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_scalar()
-        .unwrap()
 }
 
 #[test]

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use candle_core::{DType, Device, Tensor};
 use roformer::{
-    Checkpoint, ModelDir, ModelError, RoFormerForMaskedLM, RoFormerModel, WeightProblem,
+    Checkpoint, ModelDir, ModelError, Precision, RoFormerForMaskedLM, RoFormerModel, WeightProblem,
 };
 
 fn fixture(case: &str) -> PathBuf {
@@ -71,7 +71,7 @@ fn with_value(t: &Tensor, index: usize, value: f32) -> Tensor {
 fn load_problems(dir: &Path, dtype: DType) -> Vec<WeightProblem> {
     match ModelDir::open(dir)
         .unwrap()
-        .load::<RoFormerForMaskedLM>(dtype, &Device::Cpu)
+        .load_as::<RoFormerForMaskedLM>(dtype, &Device::Cpu)
     {
         Err(ModelError::Weights { problems, .. }) => problems.0,
         Err(other) => panic!("not a weights error: {other}"),
@@ -308,9 +308,16 @@ fn tensors_viewing_part_of_a_storage_load() {
 /// the outputs of the fixture's safetensors file.
 fn assert_same_outputs_as_safetensors(name: &str, bin: &[u8]) -> RoFormerModel {
     let dir = model_dir(name, "pytorch_model.bin", bin);
-    let from_bin = RoFormerModel::load_from_dir(&dir, &Device::Cpu, DType::F32).unwrap();
-    let reference =
-        RoFormerModel::load_from_dir(&fixture("mlm_gelu"), &Device::Cpu, DType::F32).unwrap();
+    let from_bin = ModelDir::open(&dir)
+        .unwrap()
+        .load::<RoFormerModel>(&Device::Cpu, Precision::F32)
+        .unwrap()
+        .model;
+    let reference = ModelDir::open(&fixture("mlm_gelu"))
+        .unwrap()
+        .load::<RoFormerModel>(&Device::Cpu, Precision::F32)
+        .unwrap()
+        .model;
     let ids = Tensor::new(&[[2i64, 50, 96, 3]], &Device::Cpu).unwrap();
     let a = from_bin.forward(&ids, None, None, None).unwrap();
     let b = reference.forward(&ids, None, None, None).unwrap();
@@ -473,7 +480,7 @@ fn non_finite_weights_are_refused_in_every_format_and_dtype() {
     let config = std::fs::read_to_string(fixture("mlm_gelu").join("config.json")).unwrap();
     let err = ModelDir::from_memory("built-in".into(), &config, safetensors_bytes(&t))
         .unwrap()
-        .load::<RoFormerForMaskedLM>(DType::F32, &Device::Cpu)
+        .load::<RoFormerForMaskedLM>(&Device::Cpu, Precision::F32)
         .unwrap_err();
     assert!(
         err.to_string().contains(&format!("{WORD} holds NaN")),
@@ -491,7 +498,7 @@ fn tensors_the_model_does_not_use_are_not_scanned() {
     let dir = model_dir("unused-nan", "model.safetensors", &safetensors_bytes(&t));
     let loaded = ModelDir::open(&dir)
         .unwrap()
-        .load::<RoFormerModel>(DType::F32, &Device::Cpu)
+        .load::<RoFormerModel>(&Device::Cpu, Precision::F32)
         .unwrap();
     assert!(loaded.unused.contains(&bias.to_string()));
 }
@@ -511,7 +518,7 @@ fn weights_that_overflow_the_requested_dtype_are_refused() {
     );
     assert!(ModelDir::open(&dir)
         .unwrap()
-        .load::<RoFormerForMaskedLM>(DType::F32, &Device::Cpu)
+        .load::<RoFormerForMaskedLM>(&Device::Cpu, Precision::F32)
         .is_ok());
 }
 

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 use roformer::{
-    Checkpoint, HeadModel, ModelDir, ModelError, RoFormerConfig, RoFormerForMaskedLM,
+    Checkpoint, ModelDir, ModelError, Precision, RoFormerConfig, RoFormerForMaskedLM,
     RoFormerModel, RoFormerTokenizer, WeightProblem, WeightProblems,
 };
 
@@ -50,7 +50,7 @@ fn every_missing_and_misshaped_tensor_is_reported() {
 
     let err = ModelDir::open(&dir)
         .unwrap()
-        .load::<RoFormerForMaskedLM>(DType::F32, &Device::Cpu)
+        .load::<RoFormerForMaskedLM>(&Device::Cpu, Precision::F32)
         .unwrap_err();
     let ModelError::Weights { problems, .. } = &err else {
         panic!("{err}");
@@ -89,7 +89,10 @@ fn untied_decoder_must_be_stored() {
         dir.join("model.safetensors"),
     )
     .unwrap();
-    let err = RoFormerForMaskedLM::load_from_dir(&dir, &Device::Cpu, DType::F32).unwrap_err();
+    let err = ModelDir::open(&dir)
+        .unwrap()
+        .load::<RoFormerForMaskedLM>(&Device::Cpu, Precision::F32)
+        .unwrap_err();
     let msg = err.to_string();
     assert!(
         msg.contains("cls.predictions.decoder.weight") && msg.contains("[97, 32]"),
@@ -99,12 +102,10 @@ fn untied_decoder_must_be_stored() {
 
 #[test]
 fn bare_checkpoint_has_no_mlm_head() {
-    let err = RoFormerForMaskedLM::load_from_dir(
-        &fixture("base_factorised_rotary_value"),
-        &Device::Cpu,
-        DType::F32,
-    )
-    .unwrap_err();
+    let err = ModelDir::open(&fixture("base_factorised_rotary_value"))
+        .unwrap()
+        .load::<RoFormerForMaskedLM>(&Device::Cpu, Precision::F32)
+        .unwrap_err();
     let msg = err.to_string();
     assert!(
         msg.contains("cls.predictions.transform.dense.weight"),
@@ -116,7 +117,9 @@ fn bare_checkpoint_has_no_mlm_head() {
 fn unused_tensors_are_listed_but_not_the_position_table() {
     let dir = ModelDir::open(&fixture("mlm_gelu")).unwrap();
     assert!(dir.checkpoint.has_mlm_head());
-    let loaded = dir.load::<RoFormerModel>(DType::F32, &Device::Cpu).unwrap();
+    let loaded = dir
+        .load::<RoFormerModel>(&Device::Cpu, Precision::F32)
+        .unwrap();
     assert!(loaded
         .unused
         .iter()
@@ -125,7 +128,7 @@ fn unused_tensors_are_listed_but_not_the_position_table() {
         .unused
         .contains(&"cls.predictions.transform.dense.weight".to_string()));
     let with_head = dir
-        .load::<RoFormerForMaskedLM>(DType::F32, &Device::Cpu)
+        .load::<RoFormerForMaskedLM>(&Device::Cpu, Precision::F32)
         .unwrap();
     assert!(with_head.unused.is_empty(), "{:?}", with_head.unused);
 }
@@ -145,7 +148,7 @@ fn truncated_and_garbage_checkpoints_are_clear_errors() {
             copy_config(case, &dir, |_| {});
             std::fs::write(dir.join(file), &content).unwrap();
             let result = ModelDir::open(&dir)
-                .and_then(|d| d.load::<RoFormerForMaskedLM>(DType::F32, &Device::Cpu));
+                .and_then(|d| d.load::<RoFormerForMaskedLM>(&Device::Cpu, Precision::F32));
             match result {
                 Err(ModelError::CorruptCheckpoint { path, .. }) => assert!(path.ends_with(file)),
                 Err(ModelError::Weights { problems, .. }) => {
@@ -209,8 +212,11 @@ fn input_error(r: roformer::error::Result<Tensor>) -> String {
 
 #[test]
 fn bad_inputs_are_input_errors() {
-    let model =
-        RoFormerModel::load_from_dir(&fixture("mlm_gelu"), &Device::Cpu, DType::F32).unwrap();
+    let model = ModelDir::open(&fixture("mlm_gelu"))
+        .unwrap()
+        .load::<RoFormerModel>(&Device::Cpu, Precision::F32)
+        .unwrap()
+        .model;
     let good = ids(vec![1, 2, 3, 4, 5, 6], 2, 3);
     let f = |i: &Tensor, t: Option<&Tensor>, m: Option<&Tensor>, p: Option<&Tensor>| {
         model.forward(i, t, m, p)
@@ -277,7 +283,7 @@ fn claiming(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
 fn weight_problems(dir: &Path) -> Vec<WeightProblem> {
     let result = ModelDir::open(dir)
         .unwrap()
-        .load::<RoFormerForMaskedLM>(DType::F32, &Device::Cpu);
+        .load::<RoFormerForMaskedLM>(&Device::Cpu, Precision::F32);
     match result {
         Err(ModelError::Weights { problems, .. }) => problems.0,
         other => panic!("expected weight problems, got {other:?}"),

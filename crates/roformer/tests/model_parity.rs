@@ -13,11 +13,12 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 use roformer::{
-    Activation, HeadModel, ModelDir, RoFormerForMaskedLM, RoFormerForSequenceClassification,
-    RoFormerForTokenClassification, RoFormerModel,
+    Activation, Architecture, HeadModel, ModelDir, Precision, RoFormerForMaskedLM,
+    RoFormerForSequenceClassification, RoFormerForTokenClassification, RoFormerModel,
 };
+use test_support::max_abs_diff;
 
-const TOL: f32 = 1e-4;
+const TOL: f64 = 1e-4;
 
 fn fixture(case: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -27,20 +28,6 @@ fn fixture(case: &str) -> PathBuf {
 
 fn reference(case: &str) -> HashMap<String, Tensor> {
     candle_core::safetensors::load(fixture(case).join("reference.safetensors"), &Device::Cpu)
-        .unwrap()
-}
-
-fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    assert_eq!(a.dims(), b.dims());
-    (a.to_dtype(DType::F32).unwrap() - b.to_dtype(DType::F32).unwrap())
-        .unwrap()
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_scalar::<f32>()
         .unwrap()
 }
 
@@ -65,10 +52,16 @@ fn inputs(r: &HashMap<String, Tensor>) -> Inputs {
     }
 }
 
+/// The model of fixture `case`, loaded in f32.
+fn load<M: Architecture>(case: &str) -> M {
+    let dir = ModelDir::open(&fixture(case)).unwrap();
+    dir.load::<M>(&Device::Cpu, Precision::F32).unwrap().model
+}
+
 fn check_base(case: &str) {
     let r = reference(case);
     let i = inputs(&r);
-    let model = RoFormerModel::load_from_dir(&fixture(case), &Device::Cpu, DType::F32).unwrap();
+    let model = load::<RoFormerModel>(case);
     let h = model
         .forward(&i.ids, i.types.as_ref(), i.mask.as_ref(), None)
         .unwrap();
@@ -78,8 +71,7 @@ fn check_base(case: &str) {
 fn check_mlm(case: &str) {
     let r = reference(case);
     let i = inputs(&r);
-    let model =
-        RoFormerForMaskedLM::load_from_dir(&fixture(case), &Device::Cpu, DType::F32).unwrap();
+    let model = load::<RoFormerForMaskedLM>(case);
     let out = model
         .forward(&i.ids, i.types.as_ref(), i.mask.as_ref(), None)
         .unwrap();
@@ -131,9 +123,7 @@ fn sequence_classification() {
     let case = "seq_cls";
     let r = reference(case);
     let i = inputs(&r);
-    let model =
-        RoFormerForSequenceClassification::load_from_dir(&fixture(case), &Device::Cpu, DType::F32)
-            .unwrap();
+    let model = load::<RoFormerForSequenceClassification>(case);
     let out = model
         .forward(&i.ids, i.types.as_ref(), i.mask.as_ref(), None)
         .unwrap();
@@ -152,9 +142,7 @@ fn token_classification() {
     let case = "token_cls";
     let r = reference(case);
     let i = inputs(&r);
-    let model =
-        RoFormerForTokenClassification::load_from_dir(&fixture(case), &Device::Cpu, DType::F32)
-            .unwrap();
+    let model = load::<RoFormerForTokenClassification>(case);
     let out = model
         .forward(&i.ids, i.types.as_ref(), i.mask.as_ref(), None)
         .unwrap();
@@ -214,7 +202,7 @@ fn activations_match_transformers() {
 fn position_ids_make_left_padding_exact() {
     let case = "mlm_gelu";
     let r = reference(case);
-    let model = RoFormerModel::load_from_dir(&fixture(case), &Device::Cpu, DType::F32).unwrap();
+    let model = load::<RoFormerModel>(case);
     // Row 1 of the reference has 7 real tokens then 3 padding; move the padding to the left.
     let ids: Vec<i64> = r["input_ids"].get(1).unwrap().to_vec1().unwrap();
     let types: Vec<i64> = r["token_type_ids"].get(1).unwrap().to_vec1().unwrap();
@@ -251,7 +239,7 @@ fn explicit_default_and_shifted_positions_agree() {
     let case = "base_long_silu";
     let r = reference(case);
     let i = inputs(&r);
-    let model = RoFormerModel::load_from_dir(&fixture(case), &Device::Cpu, DType::F32).unwrap();
+    let model = load::<RoFormerModel>(case);
     let (b, t) = i.ids.dims2().unwrap();
     let default = model.forward(&i.ids, None, i.mask.as_ref(), None).unwrap();
     for offset in [0u32, 1000] {
@@ -274,8 +262,12 @@ fn half_precision_runs() {
     let case = "mlm_gelu";
     let r = reference(case);
     let i = inputs(&r);
-    for (dtype, tol) in [(DType::F16, 0.05f32), (DType::BF16, 0.3)] {
-        let model = RoFormerModel::load_from_dir(&fixture(case), &Device::Cpu, dtype).unwrap();
+    for (dtype, tol) in [(DType::F16, 0.05), (DType::BF16, 0.3)] {
+        let model = ModelDir::open(&fixture(case))
+            .unwrap()
+            .load_as::<RoFormerModel>(dtype, &Device::Cpu)
+            .unwrap()
+            .model;
         let h = model
             .forward(&i.ids, i.types.as_ref(), i.mask.as_ref(), None)
             .unwrap();

@@ -7,6 +7,7 @@ use roformer::{
     Dropout, HeadModel, Mode, PositionEmbeddingType, Precision, RawConfig, RoFormerConfig,
     RoFormerForMaskedLM, RoFormerForSequenceClassification,
 };
+use test_support::max_abs_diff;
 
 fn config(position: &str) -> RoFormerConfig {
     RoFormerConfig::try_from(RawConfig {
@@ -26,17 +27,6 @@ fn ids(rows: &[&[u32]]) -> Tensor {
     let t = rows[0].len();
     let flat: Vec<u32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
     Tensor::from_vec(flat, (rows.len(), t), &Device::Cpu).unwrap()
-}
-
-fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap()
 }
 
 #[test]
@@ -201,7 +191,7 @@ fn training_mode_without_dropout_is_the_inference_function() {
             .forward_train(&x, None, Some(&mask), None, &Dropout::disabled())
             .unwrap();
         // The fused inference path and the op-by-op training path sum in other orders.
-        let d = max_diff(&inference.logits, &train.logits);
+        let d = max_abs_diff(&inference.logits, &train.logits);
         assert!(d < 1e-5, "{position}: {d}");
         let dropped = t
             .model
@@ -212,11 +202,11 @@ fn training_mode_without_dropout_is_the_inference_function() {
             .forward_train(&x, None, Some(&mask), None, &Dropout::seeded(5))
             .unwrap();
         assert!(
-            max_diff(&inference.logits, &dropped.logits) > 1e-3,
+            max_abs_diff(&inference.logits, &dropped.logits) > 1e-3,
             "{position}: dropout ran"
         );
         assert_eq!(
-            max_diff(&dropped.logits, &again.logits),
+            max_abs_diff(&dropped.logits, &again.logits),
             0.0,
             "{position}: seeded"
         );
@@ -249,7 +239,7 @@ fn positions_matter_except_with_none() {
             1,
         )
         .unwrap();
-        let d = max_diff(&swapped, &lb);
+        let d = max_abs_diff(&swapped, &lb);
         if position == "none" {
             assert!(d < 1e-5, "none: {d}");
         } else {
@@ -342,13 +332,13 @@ fn trainable_models_load_pickles_and_unprefixed_checkpoints() {
     .unwrap();
     assert!(t.initialised.is_empty(), "{:?}", t.initialised);
     let inference = pickle
-        .load::<RoFormerForMaskedLM>(DType::F32, &Device::Cpu)
+        .load::<RoFormerForMaskedLM>(&Device::Cpu, Precision::F32)
         .unwrap()
         .model;
     let x = ids(&[&[2, 7, 9, 11, 3]]);
     let a = t.model.forward(&x, None, None, None).unwrap().logits;
     let b = inference.forward(&x, None, None, None).unwrap().logits;
-    assert_eq!(max_diff(&a, &b), 0.0);
+    assert_eq!(max_abs_diff(&a, &b), 0.0);
 
     let bare = model_fixture("base_long_silu");
     assert!(!bare.checkpoint.is_prefixed());

@@ -227,7 +227,11 @@ fn sequence_classification_gradients_match_transformers() {
 fn bert_forward_matches_transformers() {
     use roformer::HeadModel;
     let dir = fixture("bert_mlm");
-    let model = RoFormerForMaskedLM::load_from_dir(&dir, &Device::Cpu, DType::F32).unwrap();
+    let model = ModelDir::open(&dir)
+        .unwrap()
+        .load::<RoFormerForMaskedLM>(&Device::Cpu, Precision::F32)
+        .unwrap()
+        .model;
     let i = inputs(&dir);
     let out = model
         .forward(&i.ids, Some(&i.types), Some(&i.mask), None)

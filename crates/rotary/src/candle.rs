@@ -315,6 +315,7 @@ mod tests {
     use crate::layout::Layout as PairLayout;
     use candle_core::{Device, Var};
     use proptest::prelude::*;
+    use test_support::max_abs_diff;
 
     fn random(dims: (usize, usize, usize, usize), seed: u64) -> Tensor {
         // A fixed pseudo-random sequence (xorshift) so failures reproduce.
@@ -329,21 +330,6 @@ mod tests {
             })
             .collect();
         Tensor::from_vec(data, dims, &Device::Cpu).unwrap()
-    }
-
-    fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-        let a = a.to_dtype(DType::F32).unwrap();
-        let b = b.to_dtype(DType::F32).unwrap();
-        (a - b)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .max(0)
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap()
     }
 
     fn dims_for(
@@ -382,8 +368,8 @@ mod tests {
                         for direction in [Direction::Forward, Direction::Inverse] {
                             for (dtype, tol) in [
                                 (DType::F32, 1e-6),
-                                (DType::F16, 2.0 * 2f32.powi(-10)),
-                                (DType::BF16, 2.0 * 2f32.powi(-7)),
+                                (DType::F16, 2.0 * 2f64.powi(-10)),
+                                (DType::BF16, 2.0 * 2f64.powi(-7)),
                             ] {
                                 let xd = x.to_dtype(dtype).unwrap();
                                 let fast =

@@ -8,6 +8,7 @@ mod common;
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::rotary_emb as nn;
 use common::Rng;
+use test_support::{max_abs, max_abs_diff};
 
 type RopeFn = fn(&Tensor, &Tensor, &Tensor) -> candle_core::Result<Tensor>;
 
@@ -126,19 +127,6 @@ fn values(t: &Tensor) -> Vec<f64> {
         .unwrap()
         .to_vec1()
         .unwrap()
-}
-
-fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
-    assert_eq!(a.dims(), b.dims());
-    let (a, b) = (values(a), values(b));
-    a.iter()
-        .zip(&b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max)
-}
-
-fn max_abs(t: &Tensor) -> f64 {
-    values(t).iter().fold(0.0, |m, v| m.max(v.abs()))
 }
 
 /// candle-nn's cos/sin for a call: per-sequence tables with more rows than tokens are not

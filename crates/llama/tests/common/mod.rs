@@ -252,15 +252,3 @@ pub fn logits_all(model: &Llama, ids: &[u32]) -> Vec<Vec<f32>> {
     let out = model.forward(&x, &mut cache, Logits::All).unwrap();
     out.squeeze(0).unwrap().to_vec2().unwrap()
 }
-
-/// The largest `|a - b|` over two equally shaped tables.
-pub fn max_abs_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .flat_map(|(x, y)| {
-            assert_eq!(x.len(), y.len());
-            x.iter().zip(y).map(|(p, q)| (p - q).abs())
-        })
-        .fold(0.0, f32::max)
-}

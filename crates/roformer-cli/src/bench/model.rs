@@ -6,28 +6,22 @@
 //! - `base`: hidden 768, 12 layers, 12 heads, intermediate 3072, vocab 50000;
 //! - `tiny`: hidden 32, 2 layers, 4 heads, intermediate 64, vocab 97 (a smoke test).
 //!
-//! Weights are drawn from `N(0, 0.02^2)` (norm weights 1, norm biases 0) by a var builder over
-//! random tensors: no file is read. Inputs, as in the peer script: token ids uniform in
+//! Weights are fresh, as a new training run draws them ([`build_trainable`], seed 0: normal
+//! with the config's `initializer_range`, norm weights 1, biases 0): no file is read. Inputs, as in the peer script: token ids uniform in
 //! `1..vocab` and an all-ones attention mask. Each case runs one untimed warm-up forward,
 //! then at least `--min-reps` timed forwards and more until `--seconds` have passed; the
 //! figure is the median, and tokens/s = `batch * seq / median`. The benchmark re-executes
 //! itself with glibc's mmap and trim thresholds raised (see [`super::alloc`]), as the peer
 //! benchmarks run.
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
 use std::io::Write;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use candle_core::{DType, Device, Shape, Tensor};
-use candle_nn::var_builder::SimpleBackend;
-use candle_nn::{Init, VarBuilder};
+use candle_core::{DType, Device, Tensor};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rand_distr::{Distribution, Normal};
+use roformer::train::build_trainable;
 use roformer::{RawConfig, RoFormerConfig, RoFormerModel};
 use serde_json::json;
 
@@ -123,62 +117,11 @@ pub(super) fn parse_shape(s: &str) -> Result<(usize, usize), String> {
     }
 }
 
-/// A var-builder backend that makes up every tensor asked for: the hinted constant for
-/// `Init::Const` (norm weights and biases), `N(0, 0.02^2)` otherwise, seeded by the tensor's
-/// name. Counts the elements it hands out.
-struct RandomWeights {
-    elements: Arc<AtomicUsize>,
-}
-
-impl SimpleBackend for RandomWeights {
-    fn get(
-        &self,
-        shape: Shape,
-        name: &str,
-        init: Init,
-        dtype: DType,
-        device: &Device,
-    ) -> candle_core::Result<Tensor> {
-        let n = shape.elem_count();
-        self.elements.fetch_add(n, Ordering::Relaxed);
-        let values: Vec<f32> = match init {
-            Init::Const(c) => vec![c as f32; n],
-            _ => {
-                let mut hasher = DefaultHasher::new();
-                name.hash(&mut hasher);
-                let mut rng = StdRng::seed_from_u64(hasher.finish());
-                let normal = Normal::new(0f32, 0.02).map_err(candle_core::Error::wrap)?;
-                (0..n).map(|_| normal.sample(&mut rng)).collect()
-            }
-        };
-        Tensor::from_vec(values, shape, device)?.to_dtype(dtype)
-    }
-
-    fn get_unchecked(
-        &self,
-        name: &str,
-        _dtype: DType,
-        _device: &Device,
-    ) -> candle_core::Result<Tensor> {
-        Err(candle_core::Error::Msg(format!(
-            "random weights need a shape: {name} was asked for without one"
-        )))
-    }
-
-    fn contains_tensor(&self, _name: &str) -> bool {
-        true
-    }
-}
-
-/// A model of `config` with random weights, and its number of parameters (the elements drawn).
+/// A model of `config` with fresh weights (as a new training run starts, seed 0), and its
+/// number of parameters.
 fn random_model(config: &RoFormerConfig) -> Result<(RoFormerModel, usize)> {
-    let elements = Arc::new(AtomicUsize::new(0));
-    let backend: Box<dyn SimpleBackend> = Box::new(RandomWeights {
-        elements: Arc::clone(&elements),
-    });
-    let vb = VarBuilder::from_backend(backend, DType::F32, Device::Cpu);
-    let model = RoFormerModel::load(vb, config)?;
-    Ok((model, elements.load(Ordering::Relaxed)))
+    let fresh = build_trainable::<RoFormerModel>(config, None, 0, &Device::Cpu)?;
+    Ok((fresh.model, fresh.params.element_count()))
 }
 
 /// One measured case.

@@ -59,9 +59,9 @@ mod score;
 use std::path::PathBuf;
 
 use anyhow::{bail, ensure};
-use candle_core::{DType, Device};
+use candle_core::Device;
 use roformer::data::{read_corpus, split_documents, with_simplified, Document};
-use roformer::{HeadModel, RoFormerForMaskedLM, RoFormerTokenizer};
+use roformer::{RoFormerForMaskedLM, RoFormerTokenizer};
 
 use crate::default_model;
 use crate::precision::PrecisionArg;
@@ -231,11 +231,10 @@ fn load_model(args: &MlmArgs, precision: PrecisionArg) -> anyhow::Result<RoForme
         "{} has no masked-LM head",
         default_model::describe(args.model.as_deref())
     );
-    let mut model = dir
-        .load::<RoFormerForMaskedLM>(DType::F32, &Device::Cpu)?
-        .model;
-    model.set_precision(precision.resolve())?;
-    Ok(model)
+    let precision = precision.resolve();
+    Ok(dir
+        .load::<RoFormerForMaskedLM>(&Device::Cpu, precision)?
+        .model)
 }
 
 /// `(training documents, held-out documents, number of held-out originals)`: the held-out

@@ -1,12 +1,12 @@
 //! `roformer train classify`: fine-tunes a sequence classifier from a checkpoint on JSON-lines
 //! examples, keeps the best model by dev macro-F1, and `--resume`s like `train mlm`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use anyhow::{bail, Context};
 use candle_core::Device;
-use roformer::optim::{AdamW, AdamWConfig, LrSchedule};
+use roformer::optim::LrSchedule;
 use roformer::shapes::ModelKind;
 use roformer::train::budget::check_training_memory;
 use roformer::train::checkpoint::SaveStep;
@@ -15,7 +15,7 @@ use roformer::train::classify::{
 };
 use roformer::train::run::{LoopOptions, Trainer};
 use roformer::train::{build_trainable, Trainable};
-use roformer::{ModelDir, RoFormerForSequenceClassification, RoFormerTokenizer};
+use roformer::{ModelDir, RoFormerConfig, RoFormerForSequenceClassification, RoFormerTokenizer};
 use serde::{Deserialize, Serialize};
 
 use crate::precision::PrecisionArg;
@@ -25,8 +25,8 @@ use super::checks::{
     parse_weight_decay,
 };
 use super::common::{
-    finish_run, load_optimizer_state, prepare_out_dir, tokenizer_files, vocab_text, Decay, Display,
-    OutRequest, Stop,
+    finish_run, optimizer, prepare_out_dir, tokenizer_files, vocab_text, Decay, Display,
+    OutRequest, RunPaths, Stop,
 };
 use super::fingerprint::{examples_source, Fingerprint};
 use super::resume::{check_same_run, resolve, write_record};
@@ -124,51 +124,19 @@ pub struct Args {
 pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
     let (out, resume) = (args.out.clone(), args.resume);
     let (args, recorded) = resolve(args, &out, resume, "classify")?;
-    if args.batch == 0 || args.grad_accum == 0 || args.steps == Some(0) {
-        bail!("--batch, --grad-accum and --steps must be at least 1");
-    }
-    check_numbers(args.lr, args.weight_decay, args.max_grad_norm)?;
-    check_plot_name(&args.plot)?;
-    check_labels(&args.labels)?;
+    check_args(&args)?;
     let (Some(init), Some(train_path)) = (&args.init, &args.train) else {
         bail!("give --init DIR and --train FILE");
     };
-    let mut inputs: Vec<(&str, &std::path::Path)> = vec![("--init", init), ("--train", train_path)];
-    inputs.extend(args.eval.as_deref().map(|p| ("--eval", p)));
-    let paths = prepare_out_dir(&OutRequest {
-        out: &args.out,
-        resume: args.resume,
-        overwrite: args.overwrite,
-        init: Some(init),
-        inputs,
-        plot: &args.plot,
-    })?;
+    let paths = prepare_out(&args, init, train_path)?;
     let fault = FaultInSave::from_env()?;
     let save_hook = fault.map(|f| f.hook(stop));
     let weights = paths.weights.clone().unwrap_or_else(|| init.clone());
     let md = ModelDir::open(&weights)?;
     let tokenizer = RoFormerTokenizer::from_dir(&weights)?;
     check_vocab_fits(&weights, tokenizer.vocab_size(), md.config.vocab_size)?;
-    let labels = if args.labels.is_empty() {
-        labels_of(train_path)?
-    } else {
-        args.labels.clone()
-    };
-    if labels.len() < 2 {
-        bail!("a classifier needs at least 2 labels, got {labels:?}");
-    }
-    let mut cfg = md.config.clone();
-    cfg.num_labels = labels.len();
-    cfg.id2label = labels.iter().cloned().enumerate().collect();
-    check_training_memory(
-        &cfg,
-        ModelKind::SequenceClassification,
-        args.batch,
-        args.max_length,
-    )
-    .context(
-        "the run does not fit in memory: lower --batch or --max-length, or use a smaller model",
-    )?;
+    let labels = labels_for(&args, train_path)?;
+    let cfg = classifier_config(&md.config, &labels, &args)?;
     let train = read_examples(train_path, &tokenizer, &labels, args.max_length)?;
     let eval = match &args.eval {
         Some(p) => read_examples(p, &tokenizer, &labels, args.max_length)?,
@@ -186,18 +154,7 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
         &Device::Cpu,
     )?;
     if !args.json && !args.resume {
-        eprintln!(
-            "{} training and {} dev examples, labels {labels:?}; initialised: {}; unused from \
-             the checkpoint: {}",
-            train.len(),
-            eval.len(),
-            if initialised.is_empty() {
-                "none".into()
-            } else {
-                initialised.join(", ")
-            },
-            unused.len()
-        );
+        announce(train.len(), eval.len(), &labels, &initialised, unused.len());
     }
     let tokenizer_files = tokenizer_files(&tokenizer, &cfg)?;
     let mut sources = vec![examples_source("--train", train_path, &train)];
@@ -211,17 +168,8 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
     let steps = args
         .steps
         .unwrap_or_else(|| (3 * train.len()).div_ceil(args.batch * args.grad_accum) as u64);
-    let mut optimizer = AdamW::new(
-        params.vars().to_vec(),
-        AdamWConfig {
-            weight_decay: args.weight_decay,
-            ..AdamWConfig::with_lr(args.lr)
-        },
-    )?;
-    let done = match &paths.resume_state {
-        Some(state) => load_optimizer_state(&mut optimizer, state, steps)?.done(),
-        None => 0,
-    };
+    let resume_state = paths.resume_state.as_deref();
+    let (optimizer, done) = optimizer(&params, args.lr, args.weight_decay, resume_state, steps)?;
     let options = ClassifyOptions {
         train: train_path.clone(),
         eval: args.eval.clone(),
@@ -230,22 +178,18 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
         batch_size: args.batch,
         seed: args.seed,
     };
-    let pad = cfg.pad_token_id.unwrap_or(0);
+    let best_dir = args.out.join("best");
     let task = ClassifyTask {
         model: &model,
         params: &params,
         train,
         eval,
         options: options.clone(),
-        pad,
+        pad: cfg.pad_token_id.unwrap_or(0),
         tokenizer_files,
         precision: args.precision.unwrap_or_default().resolve(),
-        best_dir: Some(args.out.join("best")),
-        best: if args.resume {
-            best_score(&args.out.join("best"))
-        } else {
-            None
-        },
+        best: args.resume.then(|| best_score(&best_dir)).flatten(),
+        best_dir: Some(best_dir),
     };
     write_record(&args.out, &args, &print)?;
     let mut trainer = Trainer {
@@ -267,19 +211,21 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
         last_eval: None,
         save_hook: save_hook.as_ref().map(|h| h as &dyn Fn(u64, SaveStep)),
     };
+    let display = Display {
+        json: args.json,
+        quiet: args.quiet,
+        unigram_entropy: None,
+    };
+    let stop = Stop {
+        flag: stop,
+        after: args.stop_after,
+    };
     finish_run(
         &mut trainer,
         &args.out,
         &args.plot,
-        Display {
-            json: args.json,
-            quiet: args.quiet,
-            unigram_entropy: None,
-        },
-        Stop {
-            flag: stop,
-            after: args.stop_after,
-        },
+        display,
+        stop,
         "Classifier",
     )?;
     if !args.json && trainer.task.best.is_some() {
@@ -288,4 +234,83 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
     // The lock on --out is held until here, after the run's last write.
     drop(paths.lock);
     Ok(())
+}
+
+/// Checks and prepares `--out` (the inputs `--init`, `--train` and `--eval` may not be in what
+/// it replaces), and takes its lock.
+///
+/// # Errors
+/// As [`prepare_out_dir`].
+fn prepare_out(args: &Args, init: &Path, train: &Path) -> anyhow::Result<RunPaths> {
+    let mut inputs: Vec<(&str, &Path)> = vec![("--init", init), ("--train", train)];
+    inputs.extend(args.eval.as_deref().map(|p| ("--eval", p)));
+    prepare_out_dir(&OutRequest {
+        out: &args.out,
+        resume: args.resume,
+        overwrite: args.overwrite,
+        init: Some(init),
+        inputs,
+        plot: &args.plot,
+    })
+}
+
+/// The checkpoint's config with the classifier's labels, checked to fit in memory at
+/// `--batch` and `--max-length`.
+///
+/// # Errors
+/// A run that does not fit in memory.
+fn classifier_config(
+    config: &RoFormerConfig,
+    labels: &[String],
+    args: &Args,
+) -> anyhow::Result<RoFormerConfig> {
+    let mut cfg = config.clone();
+    cfg.num_labels = labels.len();
+    cfg.id2label = labels.iter().cloned().enumerate().collect();
+    let kind = ModelKind::SequenceClassification;
+    check_training_memory(&cfg, kind, args.batch, args.max_length).context(
+        "the run does not fit in memory: lower --batch or --max-length, or use a smaller model",
+    )?;
+    Ok(cfg)
+}
+
+/// Says on stderr what a fresh run trains on and what its model took from the checkpoint.
+fn announce(train: usize, eval: usize, labels: &[String], initialised: &[String], unused: usize) {
+    let initialised = match initialised.is_empty() {
+        true => "none".into(),
+        false => initialised.join(", "),
+    };
+    eprintln!(
+        "{train} training and {eval} dev examples, labels {labels:?}; initialised: \
+         {initialised}; unused from the checkpoint: {unused}",
+    );
+}
+
+/// The checks of the arguments that need no file.
+///
+/// # Errors
+/// A count of 0, a number out of range, a plot name that leaves `--out`, a label given twice.
+fn check_args(args: &Args) -> anyhow::Result<()> {
+    if args.batch == 0 || args.grad_accum == 0 || args.steps == Some(0) {
+        bail!("--batch, --grad-accum and --steps must be at least 1");
+    }
+    check_numbers(args.lr, args.weight_decay, args.max_grad_norm)?;
+    check_plot_name(&args.plot)?;
+    check_labels(&args.labels)
+}
+
+/// The label names: `--labels`, or those of the training examples; at least 2.
+///
+/// # Errors
+/// Unreadable examples, and fewer than 2 labels.
+fn labels_for(args: &Args, train: &Path) -> anyhow::Result<Vec<String>> {
+    let labels = if args.labels.is_empty() {
+        labels_of(train)?
+    } else {
+        args.labels.clone()
+    };
+    if labels.len() < 2 {
+        bail!("a classifier needs at least 2 labels, got {labels:?}");
+    }
+    Ok(labels)
 }

@@ -11,16 +11,18 @@ use std::sync::atomic::AtomicBool;
 
 use anyhow::{bail, Context};
 use clap::ValueEnum;
-use roformer::optim::AdamW;
+use roformer::optim::{AdamW, AdamWConfig};
 use roformer::train::checkpoint::recover_dir;
 use roformer::train::resume::{load_resume_state, ResumeFrom};
 use roformer::train::run::{checkpoint_dir, read_trainer_state, Event, Outcome, Task, Trainer};
+use roformer::train::Params;
+use roformer::train::TrainError;
 use roformer::{RoFormerConfig, RoFormerTokenizer};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::loss_plot::LossFigure;
-use super::progress::Reporter;
+use super::progress::{History, Reporter};
 use crate::{json, plot};
 
 /// `--decay`: the learning rate after the warm-up.
@@ -375,6 +377,31 @@ fn clear_run(out: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The AdamW of a run over `params` (learning rate `lr`, decoupled weight decay
+/// `weight_decay`), with the state of the checkpoint `resume_state` when the run resumes, and
+/// the steps already done (0 for a fresh run).
+///
+/// # Errors
+/// As [`load_optimizer_state`].
+pub fn optimizer(
+    params: &Params,
+    lr: f64,
+    weight_decay: f64,
+    resume_state: Option<&Path>,
+    total: u64,
+) -> anyhow::Result<(AdamW, u64)> {
+    let config = AdamWConfig {
+        weight_decay,
+        ..AdamWConfig::with_lr(lr)
+    };
+    let mut optimizer = AdamW::new(params.vars().to_vec(), config)?;
+    let done = match resume_state {
+        Some(state) => load_optimizer_state(&mut optimizer, state, total)?.done(),
+        None => 0,
+    };
+    Ok((optimizer, done))
+}
+
 /// Loads the optimiser state of a checkpoint and checks the step its `trainer_state.json`
 /// records against it and against the run's `total` steps ([`load_resume_state`]); says so
 /// when the run has nothing left to do.
@@ -487,14 +514,59 @@ pub fn finish_run<T: Task>(
     stop: Stop<'_>,
     what: &str,
 ) -> anyhow::Result<()> {
-    let json = display.json;
-    let mut reporter = Reporter::new(
-        out,
-        trainer.step,
-        trainer.options.steps,
-        json,
-        display.quiet,
-    )?;
+    let (history, outcome) = run_reported(trainer, out, display, stop)?;
+    let plot_path = out.join(plot_name);
+    if !history.steps.is_empty() {
+        let title = format!("{what} training loss");
+        plot::save(
+            &LossFigure {
+                history: &history,
+                title,
+            },
+            &plot_path,
+            (900, 560),
+        )?;
+    }
+    let signal = super::termination_signal();
+    let outcome = outcome.map_err(|e| {
+        let last = last_good_checkpoint(history.last_checkpoint.as_deref(), out);
+        anyhow::Error::new(e).context(format!("training stopped; {last}"))
+    })?;
+    if display.json {
+        println!(
+            "{}",
+            summary_json(&outcome, trainer.step, &history, display, &plot_path)?
+        );
+    } else {
+        if let (Outcome::Stopped(step), None) = (&outcome, signal) {
+            eprintln!("stopped after step {step}; continue with --resume");
+        }
+        print_summary(trainer.step, &history, display, &plot_path);
+    }
+    if let (Outcome::Stopped(step), Some(signal)) = (outcome, signal) {
+        let saved = history
+            .last_checkpoint
+            .as_ref()
+            .map(|p| format!("the checkpoint {} is saved", p.display()))
+            .unwrap_or_else(|| "a checkpoint is saved".into());
+        bail!("stopped by {signal} after step {step}; {saved}: continue with --resume");
+    }
+    Ok(())
+}
+
+/// Runs the loop, reporting every event (and stopping after `--stop-after`): the history
+/// reported, and the loop's outcome.
+///
+/// # Errors
+/// The reporter's errors (metrics file, stdout).
+fn run_reported<T: Task>(
+    trainer: &mut Trainer<'_, T>,
+    out: &Path,
+    display: Display,
+    stop: Stop<'_>,
+) -> anyhow::Result<(History, Result<Outcome, TrainError>)> {
+    let (done, total) = (trainer.step, trainer.options.steps);
+    let mut reporter = Reporter::new(out, done, total, display.json, display.quiet)?;
     let mut failure = None;
     let outcome = trainer.run(stop.flag, &mut |event: Event| {
         if let Event::Step(m) = &event {
@@ -509,76 +581,57 @@ pub fn finish_run<T: Task>(
         }
     });
     reporter.finish();
-    if let Some(e) = failure {
-        return Err(e);
+    match failure {
+        Some(e) => Err(e),
+        None => Ok((reporter.history, outcome)),
     }
-    let plot_path = out.join(plot_name);
-    let figure = LossFigure {
-        history: &reporter.history,
-        title: format!("{what} training loss"),
-    };
-    if !reporter.history.steps.is_empty() {
-        plot::save(&figure, &plot_path, (900, 560))?;
-    }
-    let signal = super::termination_signal();
-    let outcome = match outcome {
-        Ok(o) => o,
-        Err(e) => {
-            let last = last_good_checkpoint(reporter.history.last_checkpoint.as_deref(), out);
-            return Err(anyhow::Error::new(e).context(format!("training stopped; {last}")));
-        }
-    };
-    let last = reporter.history.steps.last();
-    let summary = json!({
+}
+
+/// The `--json` summary line of a run.
+///
+/// # Errors
+/// A non-finite loss or metric (JSON has no NaN).
+fn summary_json(
+    outcome: &Outcome,
+    steps: u64,
+    history: &History,
+    display: Display,
+    plot_path: &Path,
+) -> anyhow::Result<serde_json::Value> {
+    Ok(json!({
         "event": "summary",
         "outcome": match outcome { Outcome::Finished => "finished", Outcome::Stopped(_) => "stopped" },
-        "steps": trainer.step,
-        "final_train_loss": json::to_value(&last.map(|s| s.loss))?,
+        "steps": steps,
+        "final_train_loss": json::to_value(&history.steps.last().map(|s| s.loss))?,
         "unigram_entropy": json::to_value(&display.unigram_entropy)?,
-        "last_eval": json::to_value(&reporter.history.evals.last())?,
-        "checkpoint": reporter.history.last_checkpoint,
+        "last_eval": json::to_value(&history.evals.last())?,
+        "checkpoint": history.last_checkpoint,
         "plot": plot_path,
-    });
-    if json {
-        println!("{summary}");
-    } else {
-        if let (Outcome::Stopped(step), None) = (&outcome, signal) {
-            eprintln!("stopped after step {step}; continue with --resume");
-        }
-        if let Some(s) = last {
-            println!(
-                "steps: {}   final training loss: {:.4}",
-                trainer.step, s.loss
-            );
-        }
-        if let Some(h) = display.unigram_entropy {
-            println!("unigram entropy of the training tokens (the context-free loss): {h:.4}");
-        }
-        if let Some(e) = reporter.history.evals.last() {
-            println!(
-                "validation (step {}): loss {:.4}, accuracy {:.4}, perplexity {:.2}{}",
-                e.step,
-                e.loss,
-                e.accuracy,
-                e.perplexity,
-                e.macro_f1
-                    .map(|f| format!(", macro-F1 {f:.4}"))
-                    .unwrap_or_default()
-            );
-        }
-        if let Some(c) = &reporter.history.last_checkpoint {
-            println!("checkpoint: {}", c.display());
-        }
-        println!("loss plot: {}", plot_path.display());
+    }))
+}
+
+/// The summary of a run as text.
+fn print_summary(steps: u64, history: &History, display: Display, plot_path: &Path) {
+    if let Some(s) = history.steps.last() {
+        println!("steps: {steps}   final training loss: {:.4}", s.loss);
     }
-    if let (Outcome::Stopped(step), Some(signal)) = (outcome, signal) {
-        let saved = reporter
-            .history
-            .last_checkpoint
-            .as_ref()
-            .map(|p| format!("the checkpoint {} is saved", p.display()))
-            .unwrap_or_else(|| "a checkpoint is saved".into());
-        bail!("stopped by {signal} after step {step}; {saved}: continue with --resume");
+    if let Some(h) = display.unigram_entropy {
+        println!("unigram entropy of the training tokens (the context-free loss): {h:.4}");
     }
-    Ok(())
+    if let Some(e) = history.evals.last() {
+        println!(
+            "validation (step {}): loss {:.4}, accuracy {:.4}, perplexity {:.2}{}",
+            e.step,
+            e.loss,
+            e.accuracy,
+            e.perplexity,
+            e.macro_f1
+                .map(|f| format!(", macro-F1 {f:.4}"))
+                .unwrap_or_default()
+        );
+    }
+    if let Some(c) = &history.last_checkpoint {
+        println!("checkpoint: {}", c.display());
+    }
+    println!("loss plot: {}", plot_path.display());
 }

@@ -1,18 +1,18 @@
 //! `roformer train mlm`: masked-LM pre-training from a config and a vocabulary (or from a
 //! checkpoint with `--init`), or `--resume` of an interrupted run.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use anyhow::{bail, Context};
 use candle_core::Device;
 use clap::ValueEnum;
 use roformer::data::CorpusFormat;
-use roformer::optim::{AdamW, AdamWConfig, LrSchedule};
+use roformer::optim::LrSchedule;
 use roformer::shapes::ModelKind;
 use roformer::train::budget::check_training_memory;
 use roformer::train::checkpoint::SaveStep;
-use roformer::train::mlm::{prepare_mlm_data, MlmDataOptions, MlmTask};
+use roformer::train::mlm::{prepare_mlm_data, MlmData, MlmDataOptions, MlmTask};
 use roformer::train::run::{LoopOptions, Trainer};
 use roformer::train::{build_trainable, TrainError, Trainable};
 use roformer::{PositionEmbeddingType, RoFormerConfig, RoFormerForMaskedLM, RoFormerTokenizer};
@@ -25,7 +25,7 @@ use super::checks::{
     parse_weight_decay,
 };
 use super::common::{
-    finish_run, load_optimizer_state, prepare_out_dir, tokenizer_files, vocab_text, Decay, Display,
+    finish_run, optimizer, prepare_out_dir, tokenizer_files, vocab_text, Decay, Display,
     OutRequest, RunPaths, Stop,
 };
 use super::fingerprint::{corpus_source, Fingerprint};
@@ -311,34 +311,11 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
     let (out, resume) = (args.out.clone(), args.resume);
     let (args, recorded) = resolve(args, &out, resume, "mlm")?;
     args.validate()?;
-    let mut inputs: Vec<(&str, &std::path::Path)> = Vec::new();
-    inputs.extend(args.config.as_deref().map(|p| ("--config", p)));
-    inputs.extend(args.vocab.as_deref().map(|p| ("--vocab", p)));
-    inputs.extend(args.init.as_deref().map(|p| ("--init", p)));
-    inputs.extend(args.corpus.iter().map(|p| ("--corpus", p.as_path())));
-    let paths = prepare_out_dir(&OutRequest {
-        out: &args.out,
-        resume: args.resume,
-        overwrite: args.overwrite,
-        init: args.init.as_deref(),
-        inputs,
-        plot: &args.plot,
-    })?;
+    let paths = prepare_out(&args)?;
     let fault = FaultInSave::from_env()?;
     let save_hook = fault.map(|f| f.hook(stop));
     let (cfg, tokenizer, checkpoint) = model_and_tokenizer(&args, &paths)?;
-    if cfg.position_embedding_type == PositionEmbeddingType::Absolute
-        && args.seq_len > cfg.max_position_embeddings
-    {
-        bail!(
-            "--seq-len {} is past the absolute position table (max_position_embeddings = {})",
-            args.seq_len,
-            cfg.max_position_embeddings
-        );
-    }
-    check_training_memory(&cfg, ModelKind::MaskedLm, args.batch, args.seq_len).context(
-        "the run does not fit in memory: lower --batch or --seq-len, or use a smaller model",
-    )?;
+    check_fits(&cfg, &args)?;
     let Trainable {
         model,
         params,
@@ -352,31 +329,9 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
         );
     }
     let data_options = args.data_options();
-    let data = prepare_mlm_data(&tokenizer, &data_options).map_err(|e| match e {
-        e @ TrainError::NoTrainingBlock { .. } => anyhow::Error::new(e).context(format!(
-            "--seq-len {}, --validation {}{}",
-            args.seq_len,
-            args.validation,
-            if args.line_by_line {
-                ", --line-by-line"
-            } else {
-                ""
-            }
-        )),
-        e => e.into(),
-    })?;
+    let data = prepare_data(&tokenizer, &data_options, &args)?;
     if !args.json && !args.resume {
-        eprintln!(
-            "{} documents: {} training blocks of {} tokens ({} tokens), {} validation blocks; \
-             {} parameters; unigram entropy {:.3} nats",
-            data.documents,
-            data.blocks.0,
-            args.seq_len,
-            data.train_tokens,
-            data.blocks.1,
-            params.element_count(),
-            data.unigram_entropy
-        );
+        announce(&data, args.seq_len, params.element_count());
     }
     let tokenizer_files = tokenizer_files(&tokenizer, &cfg)?;
     let print = Fingerprint::new(
@@ -389,17 +344,8 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
         check_same_run(&args.out, recorded.fingerprint.as_ref(), &print)?;
     }
     let steps = args.steps.unwrap_or(1);
-    let mut optimizer = AdamW::new(
-        params.vars().to_vec(),
-        AdamWConfig {
-            weight_decay: args.weight_decay,
-            ..AdamWConfig::with_lr(args.lr)
-        },
-    )?;
-    let done = match &paths.resume_state {
-        Some(state) => load_optimizer_state(&mut optimizer, state, steps)?.done(),
-        None => 0,
-    };
+    let resume_state = paths.resume_state.as_deref();
+    let (optimizer, done) = optimizer(&params, args.lr, args.weight_decay, resume_state, steps)?;
     let task = MlmTask {
         model: &model,
         params: &params,
@@ -421,22 +367,101 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
         last_eval: None,
         save_hook: save_hook.as_ref().map(|h| h as &dyn Fn(u64, SaveStep)),
     };
-    let result = finish_run(
-        &mut trainer,
-        &args.out,
-        &args.plot,
-        Display {
-            json: args.json,
-            quiet: args.quiet,
-            unigram_entropy: Some(data.unigram_entropy),
-        },
-        Stop {
-            flag: stop,
-            after: args.stop_after,
-        },
-        "MLM",
-    );
+    let display = Display {
+        json: args.json,
+        quiet: args.quiet,
+        unigram_entropy: Some(data.unigram_entropy),
+    };
+    let stop = Stop {
+        flag: stop,
+        after: args.stop_after,
+    };
+    let result = finish_run(&mut trainer, &args.out, &args.plot, display, stop, "MLM");
     // The lock on --out is held until here, the run's last write.
     drop(paths.lock);
     result
+}
+
+/// Says on stderr what a fresh run trains on: documents, blocks, parameters and the unigram
+/// entropy of the training tokens.
+fn announce(data: &MlmData, seq_len: usize, parameters: usize) {
+    eprintln!(
+        "{} documents: {} training blocks of {} tokens ({} tokens), {} validation blocks; \
+             {} parameters; unigram entropy {:.3} nats",
+        data.documents,
+        data.blocks.0,
+        seq_len,
+        data.train_tokens,
+        data.blocks.1,
+        parameters,
+        data.unigram_entropy
+    );
+}
+
+/// Checks and prepares `--out` (the inputs `--config`, `--vocab`, `--init` and `--corpus` may
+/// not be in what it replaces), and takes its lock.
+///
+/// # Errors
+/// As [`prepare_out_dir`].
+fn prepare_out(args: &Args) -> anyhow::Result<RunPaths> {
+    let mut inputs: Vec<(&str, &Path)> = Vec::new();
+    inputs.extend(args.config.as_deref().map(|p| ("--config", p)));
+    inputs.extend(args.vocab.as_deref().map(|p| ("--vocab", p)));
+    inputs.extend(args.init.as_deref().map(|p| ("--init", p)));
+    inputs.extend(args.corpus.iter().map(|p| ("--corpus", p.as_path())));
+    prepare_out_dir(&OutRequest {
+        out: &args.out,
+        resume: args.resume,
+        overwrite: args.overwrite,
+        init: args.init.as_deref(),
+        inputs,
+        plot: &args.plot,
+    })
+}
+
+/// Checks that `--seq-len` fits an absolute position table and the run fits in memory.
+///
+/// # Errors
+/// Either does not.
+fn check_fits(cfg: &RoFormerConfig, args: &Args) -> anyhow::Result<()> {
+    if cfg.position_embedding_type == PositionEmbeddingType::Absolute
+        && args.seq_len > cfg.max_position_embeddings
+    {
+        bail!(
+            "--seq-len {} is past the absolute position table (max_position_embeddings = {})",
+            args.seq_len,
+            cfg.max_position_embeddings
+        );
+    }
+    check_training_memory(cfg, ModelKind::MaskedLm, args.batch, args.seq_len).context(
+        "the run does not fit in memory: lower --batch or --seq-len, or use a smaller model",
+    )?;
+    Ok(())
+}
+
+/// The training and validation blocks of the corpus; a corpus too short for one block names
+/// the flags that set the block.
+///
+/// # Errors
+/// As [`prepare_mlm_data`].
+fn prepare_data(
+    tokenizer: &RoFormerTokenizer,
+    options: &MlmDataOptions,
+    args: &Args,
+) -> anyhow::Result<MlmData> {
+    prepare_mlm_data(tokenizer, options).map_err(|e| match e {
+        e @ TrainError::NoTrainingBlock { .. } => {
+            let line_by_line = if args.line_by_line {
+                ", --line-by-line"
+            } else {
+                ""
+            };
+            let flags = format!(
+                "--seq-len {}, --validation {}{line_by_line}",
+                args.seq_len, args.validation
+            );
+            anyhow::Error::new(e).context(flags)
+        }
+        e => e.into(),
+    })
 }

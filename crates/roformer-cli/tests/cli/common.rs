@@ -1,9 +1,11 @@
 //! Helpers shared by the end-to-end tests.
 
+use std::ffi::OsStr;
+use std::fmt::Debug;
 use std::process::{Command, Output};
 
 /// Runs the `roformer` binary built for this test run with `args`.
-pub fn roformer(args: &[&str]) -> Output {
+pub fn roformer<S: AsRef<OsStr> + Debug>(args: &[S]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_roformer"))
         .args(args)
         .output()
@@ -11,7 +13,7 @@ pub fn roformer(args: &[&str]) -> Output {
 }
 
 /// Runs `roformer` with `args`, asserting that it succeeds (showing its stderr if not).
-pub fn roformer_ok(args: &[&str]) -> Output {
+pub fn roformer_ok<S: AsRef<OsStr> + Debug>(args: &[S]) -> Output {
     let out = roformer(args);
     assert!(
         out.status.success(),

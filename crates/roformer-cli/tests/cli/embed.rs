@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use candle_core::Tensor;
+use test_support::max_abs_diff;
 
 use crate::fill_mask::{fails, forward, model_dir, ok, scratch, token_ids};
 
@@ -67,14 +68,6 @@ fn reference_of_ids(model: &Path, ids: &[i64], mean: bool, dir: &Path) -> Vec<f3
     };
     assert_eq!(pooled.dims().len(), 1);
     pooled.to_vec1().unwrap()
-}
-
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
 }
 
 /// Batched (size 3, padded, reordered by length) vectors equal the unbatched forward's, in

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
+use test_support::max_abs_diff;
 
 use crate::common::roformer;
 
@@ -42,20 +43,6 @@ fn input_json(case: &str, path: &Path) -> HashMap<String, Tensor> {
     }
     std::fs::write(path, serde_json::Value::Object(json).to_string()).unwrap();
     r
-}
-
-fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    assert_eq!(a.dims(), b.dims());
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap()
 }
 
 fn run_forward(model: &Path, input: &Path, output: &Path) -> std::process::Output {

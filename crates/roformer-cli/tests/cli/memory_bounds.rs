@@ -2,14 +2,16 @@
 //! naming what it needs and what there is; inputs are read with a bound (no device, FIFO or
 //! file larger than memory) and long texts are cut before they are tokenised.
 
+use std::ffi::OsStr;
+use std::fmt::Debug;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::common::{roformer, roformer_ok};
-use crate::train::{classify_examples, poetry, scratch, set, tiny_config, vocab};
+use crate::train::{classify_examples, poetry, scratch, tiny_config, vocab, Args};
 
 /// Runs `args`, asserting that it fails within `limit` with a message holding each of `says`.
-fn refused_quickly(args: &[&str], says: &[&str], limit: Duration) {
+fn refused_quickly<S: AsRef<OsStr> + Debug>(args: &[S], says: &[&str], limit: Duration) {
     let started = Instant::now();
     let out = roformer(args);
     let took = started.elapsed();
@@ -28,8 +30,9 @@ fn refused_quickly(args: &[&str], says: &[&str], limit: Duration) {
 
 /// The arguments of a 1-step `train mlm` of `config` and `vocab` on `corpus` into `out`, with
 /// the flag-value pairs `extra` replacing or adding to them.
-fn mlm<'a>([config, vocab, corpus, out]: [&'a str; 4], extra: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec![
+fn mlm(config_vocab_corpus_out: [&str; 4], extra: &[&str]) -> Vec<String> {
+    let [config, vocab, corpus, out] = config_vocab_corpus_out;
+    let mut args = Args::new(&[
         "train",
         "mlm",
         "--config",
@@ -47,11 +50,11 @@ fn mlm<'a>([config, vocab, corpus, out]: [&'a str; 4], extra: &[&'a str]) -> Vec
         "--out",
         out,
         "--quiet",
-    ];
+    ]);
     for pair in extra.chunks(2) {
-        set(&mut args, pair[0], pair[1]);
+        args = args.set(pair[0], pair[1]);
     }
-    args
+    args.0
 }
 
 /// A config like the tiny one with `field` set to `value`.

@@ -6,8 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::common::{roformer, roformer_ok};
 use crate::train::{
-    checkpoint_step, classify_examples, copy_dir, poetry, scratch, set, tiny_config, train_args,
-    vocab, with_corpus,
+    checkpoint_step, classify_examples, copy_dir, poetry, scratch, sized_config, tiny_run, TinyRun,
 };
 
 /// Runs `args`, asserting exit `code` with a message that contains every one of `want`.
@@ -22,24 +21,13 @@ fn fails_with(args: &[&str], code: i32, want: &[&str]) -> String {
     err
 }
 
-/// A run of `steps` steps in `dir/name` on `corpus`, stopped after `stop` (saved there).
-fn started_run(dir: &Path, name: &str, corpus: &Path, steps: &str, stop: &str) -> PathBuf {
-    let vocab = vocab(dir);
-    let config = tiny_config(dir, "rotary");
-    let out = dir.join(name);
-    let mut args = with_corpus(
-        train_args(
-            config.to_str().unwrap(),
-            vocab.to_str().unwrap(),
-            out.to_str().unwrap(),
-            steps,
-        ),
-        corpus.to_str().unwrap(),
-    );
-    set(&mut args, "--batch", "4");
-    set(&mut args, "--warmup", "0");
-    set(&mut args, "--stop-after", stop);
-    roformer_ok(&args);
+/// A run of `steps` steps (batch 4, no warm-up) in `t.dir/name` on `corpus`, stopped after
+/// `stop` (saved there).
+fn started_run(t: &TinyRun, name: &str, corpus: &Path, steps: &str, stop: &str) -> PathBuf {
+    let out = t.dir.join(name);
+    let args = t.mlm(&out, steps).set("--corpus", corpus.to_str().unwrap());
+    let args = args.set("--batch", "4").set("--warmup", "0");
+    roformer_ok(&args.set("--stop-after", stop).strs());
     out
 }
 
@@ -69,8 +57,8 @@ fn copy_of(out: &Path, name: &str) -> PathBuf {
 
 #[test]
 fn resume_takes_only_the_flags_a_resume_may_change() {
-    let dir = scratch("checks-flags");
-    let out = started_run(&dir, "run", &poetry(), "6", "2");
+    let t = tiny_run("checks-flags");
+    let out = started_run(&t, "run", &poetry(), "6", "2");
     fails_with(
         &resume(&out, &["--lr", "0.01"]),
         1,
@@ -105,8 +93,8 @@ fn resume_takes_only_the_flags_a_resume_may_change() {
 
 #[test]
 fn resume_refuses_a_step_the_run_cannot_continue_from() {
-    let dir = scratch("checks-step");
-    let out = started_run(&dir, "run", &poetry(), "6", "2");
+    let t = tiny_run("checks-step");
+    let out = started_run(&t, "run", &poetry(), "6", "2");
     for (name, step, want) in [
         ("max", "18446744073709551615", "records step 2"),
         (
@@ -129,7 +117,8 @@ fn resume_refuses_a_step_the_run_cannot_continue_from() {
 
 #[test]
 fn resume_refuses_another_vocabulary_corpus_or_shape_and_accepts_an_old_record() {
-    let dir = scratch("checks-fingerprint");
+    let t = tiny_run("checks-fingerprint");
+    let dir = &t.dir;
     let corpus = dir.join("corpus.txt");
     let songci = std::fs::read_to_string(poetry().join("songci/ci.song.0.json")).unwrap();
     let lines: String = songci
@@ -138,7 +127,7 @@ fn resume_refuses_another_vocabulary_corpus_or_shape_and_accepts_an_old_record()
         .map(|s| format!("{s}\n"))
         .collect();
     std::fs::write(&corpus, &lines).unwrap();
-    let out = started_run(&dir, "run", &corpus, "6", "2");
+    let out = started_run(&t, "run", &corpus, "6", "2");
 
     // One token of the checkpoint's vocabulary edited (the size stays).
     let copy = copy_of(&out, "vocab");
@@ -160,20 +149,10 @@ fn resume_refuses_another_vocabulary_corpus_or_shape_and_accepts_an_old_record()
 
     // The checkpoint of another run, of another width.
     let other = dir.join("other");
-    let vocab_path = dir.join("vocab.txt");
-    let wide = crate::train::sized_config(&dir, "rotary", 32);
-    let mut args = with_corpus(
-        train_args(
-            wide.to_str().unwrap(),
-            vocab_path.to_str().unwrap(),
-            other.to_str().unwrap(),
-            "2",
-        ),
-        corpus.to_str().unwrap(),
-    );
-    set(&mut args, "--batch", "4");
-    set(&mut args, "--warmup", "0");
-    roformer_ok(&args);
+    let wide = sized_config(dir, "rotary", 32);
+    let args = t.mlm(&other, "2").set("--config", wide.to_str().unwrap());
+    let args = args.set("--corpus", corpus.to_str().unwrap());
+    roformer_ok(&args.set("--batch", "4").set("--warmup", "0").strs());
     let copy = copy_of(&out, "shape");
     std::fs::remove_dir_all(copy.join("checkpoint")).unwrap();
     copy_dir(&other.join("checkpoint"), &copy.join("checkpoint"));
@@ -222,8 +201,9 @@ fn numeric_flags_are_checked_at_the_flag() {
 
 #[test]
 fn labels_vocabularies_and_arms_are_checked() {
-    let dir = scratch("checks-labels");
-    let init = started_run(&dir, "mlm", &poetry(), "1", "1").join("checkpoint");
+    let t = tiny_run("checks-labels");
+    let dir = &t.dir;
+    let init = started_run(&t, "mlm", &poetry(), "1", "1").join("checkpoint");
     let i = init.to_str().unwrap();
     let write = |name: &str, labels: &[&str]| {
         let path = dir.join(name);
@@ -312,25 +292,11 @@ fn labels_vocabularies_and_arms_are_checked() {
 
 #[test]
 fn a_resumed_run_that_fails_before_saving_names_the_checkpoint_it_had() {
-    let dir = scratch("checks-diverge");
-    let vocab = vocab(&dir);
-    let config = tiny_config(&dir, "rotary");
-    let out = dir.join("run");
-    let corpus = poetry();
-    let mut args = with_corpus(
-        train_args(
-            config.to_str().unwrap(),
-            vocab.to_str().unwrap(),
-            out.to_str().unwrap(),
-            "50",
-        ),
-        corpus.to_str().unwrap(),
-    );
+    let t = tiny_run("checks-diverge");
+    let out = t.dir.join("run");
     // Step 1 is finite (its loss comes before the update); the steps after diverge.
-    set(&mut args, "--lr", "1e30");
-    set(&mut args, "--warmup", "0");
-    set(&mut args, "--stop-after", "1");
-    roformer_ok(&args);
+    let args = t.mlm(&out, "50").set("--lr", "1e30").set("--warmup", "0");
+    roformer_ok(&args.set("--stop-after", "1").strs());
     let err = fails_with(&resume(&out, &[]), 1, &["non-finite"]);
     assert!(
         err.contains("the last good checkpoint is") && err.contains("step 1, from before"),
@@ -341,23 +307,12 @@ fn a_resumed_run_that_fails_before_saving_names_the_checkpoint_it_had() {
 
 #[test]
 fn a_corpus_too_short_for_one_block_is_named() {
-    let dir = scratch("checks-block");
-    let vocab = vocab(&dir);
-    let config = tiny_config(&dir, "rotary");
-    let corpus = dir.join("one.txt");
+    let t = tiny_run("checks-block");
+    let corpus = t.dir.join("one.txt");
     std::fs::write(&corpus, "床前明月光\n").unwrap();
-    let out = dir.join("out");
-    let args = with_corpus(
-        train_args(
-            config.to_str().unwrap(),
-            vocab.to_str().unwrap(),
-            out.to_str().unwrap(),
-            "1",
-        ),
-        corpus.to_str().unwrap(),
-    );
+    let args = t.mlm(&t.dir.join("out"), "1");
     fails_with(
-        &args,
+        &args.set("--corpus", corpus.to_str().unwrap()).strs(),
         1,
         &[
             "--seq-len 64",

@@ -84,53 +84,94 @@ fn summary(stdout: &[u8]) -> Value {
         .expect("a summary line")
 }
 
-pub(crate) fn train_args<'a>(
-    config: &'a str,
-    vocab: &'a str,
-    out: &'a str,
-    steps: &'a str,
-) -> Vec<&'a str> {
-    vec![
-        "train",
-        "mlm",
-        "--config",
-        config,
-        "--vocab",
-        vocab,
-        "--corpus",
-        // The corpus path is appended by the caller.
-        "--seq-len",
-        "64",
-        "--batch",
-        "8",
-        "--steps",
-        steps,
-        "--lr",
-        "2e-3",
-        "--warmup",
-        "10",
-        "--seed",
-        "3",
-        "--out",
-        out,
-        "--json",
-    ]
-    .into_iter()
-    .collect()
-}
+/// A `roformer` command line under construction.
+#[derive(Clone, Debug)]
+pub(crate) struct Args(pub(crate) Vec<String>);
 
-/// Sets `flag`'s value in `args` (appending the flag when absent).
-pub(crate) fn set<'a>(args: &mut Vec<&'a str>, flag: &'a str, value: &'a str) {
-    match args.iter().position(|a| *a == flag) {
-        Some(i) => args[i + 1] = value,
-        None => args.extend_from_slice(&[flag, value]),
+impl Args {
+    /// The command line `args`.
+    pub(crate) fn new(args: &[&str]) -> Self {
+        Self(args.iter().map(|a| a.to_string()).collect())
+    }
+
+    /// Sets `flag`'s value (appending the flag when absent).
+    pub(crate) fn set(mut self, flag: &str, value: &str) -> Self {
+        match self.0.iter().position(|a| a == flag) {
+            Some(i) => self.0[i + 1] = value.to_string(),
+            None => self.0.extend([flag.to_string(), value.to_string()]),
+        }
+        self
+    }
+
+    /// Appends `extra`.
+    pub(crate) fn with(mut self, extra: &[&str]) -> Self {
+        self.0.extend(extra.iter().map(|a| a.to_string()));
+        self
+    }
+
+    /// Drops the value-less flag `flag` (such as `--json`).
+    pub(crate) fn without(mut self, flag: &str) -> Self {
+        self.0.retain(|a| a != flag);
+        self
+    }
+
+    /// The arguments, as `roformer` and the assertion helpers take them.
+    pub(crate) fn strs(&self) -> Vec<&str> {
+        self.0.iter().map(String::as_str).collect()
     }
 }
 
-pub(crate) fn with_corpus<'a>(mut args: Vec<&'a str>, corpus: &'a str) -> Vec<&'a str> {
-    let at = args.iter().position(|a| *a == "--corpus").unwrap() + 1;
-    args.insert(at, corpus);
-    args
+/// What most training tests start from, in a fresh scratch directory: a vocabulary built from
+/// the poetry sample, a tiny config (hidden 64, 2 layers, rotary) and the sample as corpus.
+pub(crate) struct TinyRun {
+    pub(crate) dir: PathBuf,
+    pub(crate) vocab: PathBuf,
+    pub(crate) config: PathBuf,
+    pub(crate) corpus: PathBuf,
+}
+
+/// The [`TinyRun`] of the test `name`.
+pub(crate) fn tiny_run(name: &str) -> TinyRun {
+    let dir = scratch(name);
+    TinyRun {
+        vocab: vocab(&dir),
+        config: tiny_config(&dir, "rotary"),
+        corpus: poetry(),
+        dir,
+    }
+}
+
+impl TinyRun {
+    /// `train mlm` of `steps` steps into `out` (sequences of 64, batch 8, lr 2e-3, warm-up 10,
+    /// seed 3, JSON lines on stdout); change any of them with [`Args::set`].
+    pub(crate) fn mlm(&self, out: &Path, steps: &str) -> Args {
+        let path = |p: &Path| p.to_str().unwrap().to_string();
+        Args::new(&[
+            "train",
+            "mlm",
+            "--config",
+            &path(&self.config),
+            "--vocab",
+            &path(&self.vocab),
+            "--corpus",
+            &path(&self.corpus),
+            "--seq-len",
+            "64",
+            "--batch",
+            "8",
+            "--steps",
+            steps,
+            "--lr",
+            "2e-3",
+            "--warmup",
+            "10",
+            "--seed",
+            "3",
+            "--out",
+            &path(out),
+            "--json",
+        ])
+    }
 }
 
 #[test]
@@ -173,24 +214,17 @@ fn vocab_build_covers_the_corpus() {
 /// plot.
 #[test]
 fn train_mlm_learns_past_the_unigram_entropy() {
-    let dir = scratch("mlm");
-    let vocab = vocab(&dir);
-    let config = sized_config(&dir, "rotary", 128);
-    let out = dir.join("run");
-    let corpus = poetry().join("songci");
-    let mut args = with_corpus(
-        train_args(
-            config.to_str().unwrap(),
-            vocab.to_str().unwrap(),
-            out.to_str().unwrap(),
-            "300",
-        ),
-        corpus.to_str().unwrap(),
-    );
-    set(&mut args, "--batch", "16");
-    set(&mut args, "--weight-decay", "0");
-    set(&mut args, "--validation", "0");
-    let run = roformer_ok(&args);
+    let t = tiny_run("mlm");
+    let config = sized_config(&t.dir, "rotary", 128);
+    let out = t.dir.join("run");
+    let args = t
+        .mlm(&out, "300")
+        .set("--config", config.to_str().unwrap())
+        .set("--corpus", t.corpus.join("songci").to_str().unwrap())
+        .set("--batch", "16")
+        .set("--weight-decay", "0")
+        .set("--validation", "0");
+    let run = roformer_ok(&args.strs());
     let s = summary(&run.stdout);
     let entropy = s["unigram_entropy"].as_f64().unwrap();
     let lines = json_lines(&run.stdout);
@@ -240,7 +274,7 @@ fn train_mlm_learns_past_the_unigram_entropy() {
     let v: Value = serde_json::from_slice(&filled.stdout).unwrap();
     assert_eq!(v["masks"][0]["predictions"].as_array().unwrap().len(), 5);
     // The output directory now holds a run: a second run must not overwrite it silently.
-    let again = roformer(&args);
+    let again = roformer(&args.strs());
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("--overwrite"));
 }
@@ -249,29 +283,15 @@ fn train_mlm_learns_past_the_unigram_entropy() {
 /// was never interrupted: same losses, same final weights, bit for bit.
 #[test]
 fn resume_reproduces_the_uninterrupted_run() {
-    let dir = scratch("resume");
-    let vocab = vocab(&dir);
+    let t = tiny_run("resume");
     // With dropout, so that its seeding is part of what must repeat.
-    let config = tiny_config(&dir, "rotary");
-    let text = std::fs::read_to_string(&config)
+    let text = std::fs::read_to_string(&t.config)
         .unwrap()
         .replace("0.0", "0.1");
-    std::fs::write(&config, text).unwrap();
-    let corpus = poetry();
-    let (straight, split) = (dir.join("straight"), dir.join("split"));
+    std::fs::write(&t.config, text).unwrap();
+    let (straight, split) = (t.dir.join("straight"), t.dir.join("split"));
     let run = |out: &Path, extra: &[&str]| {
-        let mut args = with_corpus(
-            train_args(
-                config.to_str().unwrap(),
-                vocab.to_str().unwrap(),
-                out.to_str().unwrap(),
-                "8",
-            ),
-            corpus.to_str().unwrap(),
-        );
-        set(&mut args, "--warmup", "2");
-        args.extend_from_slice(extra);
-        roformer_ok(&args)
+        roformer_ok(&t.mlm(out, "8").set("--warmup", "2").with(extra).strs())
     };
     run(&straight, &[]);
     run(&split, &["--stop-after", "4"]);
@@ -297,22 +317,10 @@ fn resume_reproduces_the_uninterrupted_run() {
 
 #[test]
 fn ctrl_c_writes_a_checkpoint_and_exits_cleanly() {
-    let dir = scratch("ctrlc");
-    let vocab = vocab(&dir);
-    let config = tiny_config(&dir, "rotary");
-    let out = dir.join("run");
-    let corpus = poetry();
-    let args = with_corpus(
-        train_args(
-            config.to_str().unwrap(),
-            vocab.to_str().unwrap(),
-            out.to_str().unwrap(),
-            "100000",
-        ),
-        corpus.to_str().unwrap(),
-    );
+    let t = tiny_run("ctrlc");
+    let out = t.dir.join("run");
     let child = Command::new(env!("CARGO_BIN_EXE_roformer"))
-        .args(&args)
+        .args(t.mlm(&out, "100000").strs())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -347,25 +355,15 @@ fn ctrl_c_writes_a_checkpoint_and_exits_cleanly() {
 
 #[test]
 fn a_diverging_run_stops_at_the_bad_step_and_keeps_the_last_good_checkpoint() {
-    let dir = scratch("nan");
-    let vocab = vocab(&dir);
-    let config = tiny_config(&dir, "rotary");
-    let out = dir.join("run");
-    let corpus = poetry();
-    let mut args = with_corpus(
-        train_args(
-            config.to_str().unwrap(),
-            vocab.to_str().unwrap(),
-            out.to_str().unwrap(),
-            "50",
-        ),
-        corpus.to_str().unwrap(),
-    );
+    let t = tiny_run("nan");
+    let out = t.dir.join("run");
     // A learning rate of 1e30 sends the weights to inf within a few steps, each saved.
-    set(&mut args, "--lr", "1e30");
-    set(&mut args, "--warmup", "0");
-    set(&mut args, "--save-every", "1");
-    let run = roformer(&args);
+    let args = t
+        .mlm(&out, "50")
+        .set("--lr", "1e30")
+        .set("--warmup", "0")
+        .set("--save-every", "1");
+    let run = roformer(&args.strs());
     assert!(!run.status.success());
     let err = String::from_utf8_lossy(&run.stderr);
     assert!(err.contains("non-finite") && err.contains("step"), "{err}");
@@ -385,9 +383,9 @@ fn a_diverging_run_stops_at_the_bad_step_and_keeps_the_last_good_checkpoint() {
 
 #[test]
 fn train_mlm_refuses_bad_input() {
-    let dir = scratch("bad");
-    let vocab = vocab(&dir);
-    let config = tiny_config(&dir, "rotary");
+    let TinyRun {
+        dir, vocab, config, ..
+    } = tiny_run("bad");
     let absolute = tiny_config(&dir, "absolute");
     let empty = dir.join("empty.txt");
     std::fs::write(&empty, "\n\n").unwrap();
@@ -481,21 +479,10 @@ fn train_mlm_refuses_bad_input() {
 /// pre-trained model, its best checkpoint, and `classify` with it.
 #[test]
 fn train_classify_and_classify() {
-    let dir = scratch("classify");
-    let vocab = vocab(&dir);
-    let config = tiny_config(&dir, "rotary");
-    let corpus = poetry();
+    let t = tiny_run("classify");
+    let (dir, corpus) = (&t.dir, &t.corpus);
     let pre = dir.join("pre");
-    let args = with_corpus(
-        train_args(
-            config.to_str().unwrap(),
-            vocab.to_str().unwrap(),
-            pre.to_str().unwrap(),
-            "20",
-        ),
-        corpus.to_str().unwrap(),
-    );
-    roformer_ok(&args);
+    roformer_ok(&t.mlm(&pre, "20").strs());
     // Labelled examples: the sample's Song lyrics (ci) and Tang and Song poems (shi), every
     // fifth one held out.
     let (mut train, mut dev) = (String::new(), String::new());
@@ -604,23 +591,12 @@ fn train_classify_and_classify() {
 
 #[test]
 fn bf16_training_tracks_f32_saves_f32_and_resume_may_switch_precision() {
-    let dir = scratch("bf16");
-    let vocab = vocab(&dir);
-    let config = sized_config(&dir, "rotary", 96);
-    let corpus = poetry();
+    let t = tiny_run("bf16");
+    let dir = &t.dir;
+    let config = sized_config(dir, "rotary", 96);
     let run = |out: &Path, extra: &[&str]| {
-        let mut args = with_corpus(
-            train_args(
-                config.to_str().unwrap(),
-                vocab.to_str().unwrap(),
-                out.to_str().unwrap(),
-                "8",
-            ),
-            corpus.to_str().unwrap(),
-        );
-        set(&mut args, "--warmup", "2");
-        args.extend_from_slice(extra);
-        roformer_ok(&args)
+        let args = t.mlm(out, "8").set("--config", config.to_str().unwrap());
+        roformer_ok(&args.set("--warmup", "2").with(extra).strs())
     };
     let losses = step_losses;
     let (f32_run, bf16_run, switched) = (dir.join("f32"), dir.join("bf16"), dir.join("switch"));
@@ -671,25 +647,10 @@ fn bf16_training_tracks_f32_saves_f32_and_resume_may_switch_precision() {
 
 #[test]
 fn alone_share_adds_one_document_blocks_beside_the_packed_ones() {
-    let dir = scratch("alone");
-    let vocab = vocab(&dir);
-    let config = tiny_config(&dir, "rotary");
-    let corpus = poetry();
+    let t = tiny_run("alone");
     let blocks = |share: &str, out: &str| -> usize {
-        let out = dir.join(out);
-        let mut args = with_corpus(
-            train_args(
-                config.to_str().unwrap(),
-                vocab.to_str().unwrap(),
-                out.to_str().unwrap(),
-                "2",
-            ),
-            corpus.to_str().unwrap(),
-        );
-        set(&mut args, "--warmup", "1");
-        args.retain(|a| *a != "--json");
-        args.extend_from_slice(&["--alone-share", share]);
-        let out = roformer_ok(&args);
+        let args = t.mlm(&t.dir.join(out), "2").set("--warmup", "1");
+        let out = roformer_ok(&args.without("--json").set("--alone-share", share).strs());
         let text = String::from_utf8_lossy(&out.stderr).to_string();
         let at = text.find(" training blocks").expect("the data line");
         text[..at].rsplit(' ').next().unwrap().parse().unwrap()
@@ -701,18 +662,12 @@ fn alone_share_adds_one_document_blocks_beside_the_packed_ones() {
         packed < mixed && mixed < all_alone,
         "{packed} {mixed} {all_alone}"
     );
-    let refused = dir.join("d");
-    let mut args = with_corpus(
-        train_args(
-            config.to_str().unwrap(),
-            vocab.to_str().unwrap(),
-            refused.to_str().unwrap(),
-            "2",
-        ),
-        corpus.to_str().unwrap(),
+    let args = t.mlm(&t.dir.join("d"), "2");
+    let out = roformer(
+        &args
+            .with(&["--alone-share", "0.5", "--line-by-line"])
+            .strs(),
     );
-    args.extend_from_slice(&["--alone-share", "0.5", "--line-by-line"]);
-    let out = roformer(&args);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--alone-share"));
 }
@@ -779,22 +734,10 @@ pub(crate) fn classify_examples(dir: &Path) -> PathBuf {
 /// directory its `run.json` recorded (`train mlm`, and `train classify` with its `best/`).
 #[test]
 fn resuming_a_copied_run_writes_the_copy_and_leaves_the_original_alone() {
-    let dir = scratch("copied");
-    let vocab = vocab(&dir);
-    let config = tiny_config(&dir, "rotary");
-    let corpus = poetry();
+    let t = tiny_run("copied");
+    let dir = &t.dir;
     let (run, copy) = (dir.join("run"), dir.join("copy"));
-    let mut args = with_corpus(
-        train_args(
-            config.to_str().unwrap(),
-            vocab.to_str().unwrap(),
-            run.to_str().unwrap(),
-            "2",
-        ),
-        corpus.to_str().unwrap(),
-    );
-    set(&mut args, "--warmup", "1");
-    roformer_ok(&args);
+    roformer_ok(&t.mlm(&run, "2").set("--warmup", "1").strs());
     copy_dir(&run, &copy);
     let original = snapshot(&run);
     roformer_ok(&[
@@ -814,7 +757,7 @@ fn resuming_a_copied_run_writes_the_copy_and_leaves_the_original_alone() {
     assert!(recorded.contains(copy.to_str().unwrap()), "{recorded}");
 
     // `train classify`: the copy's best/ is written, the original's stays.
-    let examples = classify_examples(&dir);
+    let examples = classify_examples(dir);
     let (cls, cls_copy) = (dir.join("cls"), dir.join("cls-copy"));
     roformer_ok(&[
         "train",
@@ -858,29 +801,18 @@ fn resuming_a_copied_run_writes_the_copy_and_leaves_the_original_alone() {
     assert_eq!(checkpoint_step(&cls_copy), 4, "the copy advanced");
 }
 
-/// The arguments of a one-step run without warm-up.
-fn one_step<'a>(config: &'a str, vocab: &'a str, out: &'a str, corpus: &'a str) -> Vec<&'a str> {
-    let mut args = with_corpus(train_args(config, vocab, out, "1"), corpus);
-    set(&mut args, "--warmup", "0");
-    args
-}
-
 /// Issue 19, item 2: `--overwrite` replaces only a directory that is recognisably a run, and
 /// never one that holds an input of the same command.
 #[test]
 fn overwrite_replaces_only_a_run_and_never_an_input() {
-    let dir = scratch("overwrite");
-    let vocab = vocab(&dir);
-    let config = tiny_config(&dir, "rotary");
-    let corpus = poetry();
-    let (c, v, p) = (
-        config.to_str().unwrap(),
-        vocab.to_str().unwrap(),
-        corpus.to_str().unwrap(),
-    );
+    let t = tiny_run("overwrite");
+    let dir = &t.dir;
+    let p = t.corpus.to_str().unwrap();
+    // A one-step run without warm-up.
+    let one_step = |out: &Path| t.mlm(out, "1").set("--warmup", "0");
     let fresh = |out: &Path| {
         let _ = std::fs::remove_dir_all(out);
-        roformer_ok(&one_step(c, v, out.to_str().unwrap(), p));
+        roformer_ok(&one_step(out).strs());
     };
     let refused = |args: &[&str], names: &str, kept: &[&Path]| {
         let out = roformer(args);
@@ -897,8 +829,8 @@ fn overwrite_replaces_only_a_run_and_never_an_input() {
     std::fs::create_dir_all(thesis.join("data")).unwrap();
     std::fs::write(thesis.join("data/points.csv"), "1,2\n").unwrap();
     std::fs::write(thesis.join("thesis.tex"), "\\documentclass{article}\n").unwrap();
-    let mut args = one_step(c, v, thesis.to_str().unwrap(), p);
-    args.push("--overwrite");
+    let args = one_step(&thesis).with(&["--overwrite"]);
+    let args = args.strs();
     refused(
         &args,
         "data/",
@@ -911,10 +843,9 @@ fn overwrite_replaces_only_a_run_and_never_an_input() {
     let run = dir.join("run");
     fresh(&run);
     std::fs::write(run.join("notes.txt"), "mine\n").unwrap();
-    let mut args = one_step(c, v, run.to_str().unwrap(), p);
-    args.push("--overwrite");
+    let args = one_step(&run).with(&["--overwrite"]);
     refused(
-        &args,
+        &args.strs(),
         "notes.txt",
         &[&run.join("notes.txt"), &run.join("run.json")],
     );
@@ -924,17 +855,22 @@ fn overwrite_replaces_only_a_run_and_never_an_input() {
     let ckpt = run.join("checkpoint");
     let (in_config, in_vocab) = (ckpt.join("config.json"), ckpt.join("vocab.txt"));
     let o = run.to_str().unwrap();
-    let mut args = one_step(in_config.to_str().unwrap(), v, o, p);
-    args.push("--overwrite");
-    refused(&args, "--config", &[&in_config]);
-    let mut args = one_step(c, in_vocab.to_str().unwrap(), o, p);
-    args.push("--overwrite");
-    refused(&args, "--vocab", &[&in_vocab]);
+    let args = one_step(&run).set("--config", in_config.to_str().unwrap());
+    refused(
+        &args.with(&["--overwrite"]).strs(),
+        "--config",
+        &[&in_config],
+    );
+    let args = one_step(&run).set("--vocab", in_vocab.to_str().unwrap());
+    refused(&args.with(&["--overwrite"]).strs(), "--vocab", &[&in_vocab]);
     let in_corpus = run.join("corpus.txt");
     std::fs::write(&in_corpus, "床前明月光，疑是地上霜。\n").unwrap();
-    let mut args = one_step(c, v, o, in_corpus.to_str().unwrap());
-    args.push("--overwrite");
-    refused(&args, "--corpus", &[&in_corpus]);
+    let args = one_step(&run).set("--corpus", in_corpus.to_str().unwrap());
+    refused(
+        &args.with(&["--overwrite"]).strs(),
+        "--corpus",
+        &[&in_corpus],
+    );
     std::fs::remove_file(&in_corpus).unwrap();
     let init = [
         "train",
@@ -950,7 +886,7 @@ fn overwrite_replaces_only_a_run_and_never_an_input() {
         "--overwrite",
     ];
     refused(&init, "--init", &[&ckpt.join("model.safetensors")]);
-    let examples = classify_examples(&dir);
+    let examples = classify_examples(dir);
     let in_train = run.join("train.jsonl");
     std::fs::copy(&examples, &in_train).unwrap();
     let pre = dir.join("pre");
@@ -987,9 +923,7 @@ fn overwrite_replaces_only_a_run_and_never_an_input() {
     // A run, with what killed runs leave, is replaced.
     std::fs::create_dir(run.join(".checkpoint.partial-1")).unwrap();
     std::fs::write(run.join(".run.json.1-0.tmp"), "{").unwrap();
-    let mut args = one_step(c, v, o, p);
-    args.push("--overwrite");
-    roformer_ok(&args);
+    roformer_ok(&one_step(&run).with(&["--overwrite"]).strs());
     assert!(!run.join(".checkpoint.partial-1").exists());
     assert!(!run.join(".run.json.1-0.tmp").exists());
     assert_eq!(checkpoint_step(&run), 1);
@@ -1000,32 +934,20 @@ fn overwrite_replaces_only_a_run_and_never_an_input() {
 /// finds; the resumed run ends with the weights of an uninterrupted one, and no leftovers.
 #[test]
 fn a_kill_at_any_point_of_a_save_leaves_a_checkpoint_that_resume_continues() {
-    let dir = scratch("savekill");
-    let vocab = vocab(&dir);
-    let config = tiny_config(&dir, "rotary");
-    let corpus = poetry();
-    let args_for = |out: &Path| -> Vec<String> {
-        let mut args = with_corpus(
-            train_args(
-                config.to_str().unwrap(),
-                vocab.to_str().unwrap(),
-                out.to_str().unwrap(),
-                "4",
-            ),
-            corpus.to_str().unwrap(),
-        );
-        set(&mut args, "--warmup", "1");
-        set(&mut args, "--save-every", "1");
-        args.into_iter().map(String::from).collect()
+    let t = tiny_run("savekill");
+    let dir = &t.dir;
+    let args_for = |out: &Path| {
+        t.mlm(out, "4")
+            .set("--warmup", "1")
+            .set("--save-every", "1")
     };
     let straight = dir.join("straight");
-    let args: Vec<String> = args_for(&straight);
-    roformer_ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    roformer_ok(&args_for(&straight).strs());
     let weights = |out: &Path| std::fs::read(out.join("checkpoint/model.safetensors")).unwrap();
     for point in ["first-file", "written", "moved-aside", "renamed"] {
         let out = dir.join(point);
         let killed = Command::new(env!("CARGO_BIN_EXE_roformer"))
-            .args(args_for(&out))
+            .args(args_for(&out).strs())
             .env("ROFORMER_TEST_ABORT_IN_SAVE", format!("2:{point}"))
             .output()
             .unwrap();
@@ -1122,37 +1044,22 @@ fn last_logged_step(out: &Path) -> u64 {
 /// is killed, the kernel has released its lock and `--resume` continues.
 #[test]
 fn a_second_writer_is_refused_while_a_run_holds_its_directory() {
-    let dir = scratch("lock");
-    let vocab = vocab(&dir);
-    let config = tiny_config(&dir, "rotary");
-    let corpus = poetry();
-    let out = dir.join("run");
-    let mut args = with_corpus(
-        train_args(
-            config.to_str().unwrap(),
-            vocab.to_str().unwrap(),
-            out.to_str().unwrap(),
-            "100000",
-        ),
-        corpus.to_str().unwrap(),
-    );
-    set(&mut args, "--save-every", "1");
-    set(&mut args, "--warmup", "0");
-    let child = Background::spawn(&args);
+    let t = tiny_run("lock");
+    let out = t.dir.join("run");
+    let args = t.mlm(&out, "100000").set("--save-every", "1");
+    let args = args.set("--warmup", "0");
+    let child = Background::spawn(&args.strs());
     wait_for("the lock", || out.join(".lock").is_file());
     wait_for("a checkpoint", || {
         out.join("checkpoint/trainer_state.json").is_file()
     });
     let in_use = format!("{} is in use by process {}", out.display(), child.id());
-    let mut overwrite = args.clone();
-    overwrite.push("--overwrite");
+    let overwrite = args.clone().with(&["--overwrite"]);
     let o = out.to_str().unwrap();
-    for second in [
-        &args[..],
-        &overwrite[..],
-        &["train", "mlm", "--resume", "--out", o],
-    ] {
-        let refused = roformer(second);
+    let resume = Args::new(&["train", "mlm", "--resume", "--out", o]);
+    for second in [&args, &overwrite, &resume] {
+        let second = second.strs();
+        let refused = roformer(&second);
         let err = String::from_utf8_lossy(&refused.stderr);
         assert!(!refused.status.success(), "{second:?}");
         assert!(err.contains(&in_use), "{second:?}: {err}");
@@ -1172,22 +1079,9 @@ fn a_second_writer_is_refused_while_a_run_holds_its_directory() {
 /// finishing the step and saving, but exits non-zero with a message; `--resume` continues.
 #[test]
 fn sigterm_saves_a_checkpoint_and_exits_with_an_error() {
-    let dir = scratch("sigterm");
-    let vocab = vocab(&dir);
-    let config = tiny_config(&dir, "rotary");
-    let out = dir.join("run");
-    let corpus = poetry();
-    let mut args = with_corpus(
-        train_args(
-            config.to_str().unwrap(),
-            vocab.to_str().unwrap(),
-            out.to_str().unwrap(),
-            "100000",
-        ),
-        corpus.to_str().unwrap(),
-    );
-    set(&mut args, "--warmup", "0");
-    let child = Background::spawn(&args);
+    let t = tiny_run("sigterm");
+    let out = t.dir.join("run");
+    let child = Background::spawn(&t.mlm(&out, "100000").set("--warmup", "0").strs());
     wait_for("the first step", || last_logged_step(&out) >= 1);
     let kill = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])

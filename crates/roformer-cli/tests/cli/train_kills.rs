@@ -33,7 +33,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::roformer_ok;
-use crate::train::{poetry, scratch, set, tiny_config, train_args, vocab, with_corpus};
+use crate::train::{tiny_run, TinyRun};
 
 /// Steps of every run; a checkpoint every [`SAVE_EVERY`] of them.
 const STEPS: u64 = 12;
@@ -126,10 +126,8 @@ impl Rng {
 
 /// A tiny MLM run's setting: config, vocabulary and corpus, and the uninterrupted run.
 struct Setup {
+    run: TinyRun,
     dir: PathBuf,
-    config: PathBuf,
-    vocab: PathBuf,
-    corpus: PathBuf,
     /// The uninterrupted run's weights and optimiser state.
     expected: (Vec<u8>, Vec<u8>),
     /// How long the uninterrupted run took.
@@ -138,12 +136,10 @@ struct Setup {
 
 impl Setup {
     fn new(name: &str) -> Self {
-        let dir = scratch(name);
+        let run = tiny_run(name);
         let mut setup = Setup {
-            vocab: vocab(&dir),
-            config: tiny_config(&dir, "rotary"),
-            corpus: poetry(),
-            dir,
+            dir: run.dir.clone(),
+            run,
             expected: (Vec::new(), Vec::new()),
             span: Duration::ZERO,
         };
@@ -157,22 +153,15 @@ impl Setup {
 
     /// `train mlm` into `out` from scratch.
     fn fresh_args(&self, out: &Path) -> Vec<String> {
-        let mut args = with_corpus(
-            train_args(
-                self.config.to_str().unwrap(),
-                self.vocab.to_str().unwrap(),
-                out.to_str().unwrap(),
-                "12",
-            ),
-            self.corpus.to_str().unwrap(),
-        );
-        set(&mut args, "--warmup", "2");
-        set(&mut args, "--save-every", SAVE_EVERY);
         // Short steps and a short final evaluation: the test is about kills, not training.
-        set(&mut args, "--seq-len", "32");
-        set(&mut args, "--batch", "4");
-        set(&mut args, "--eval-batches", "2");
-        args.into_iter().map(String::from).collect()
+        self.run
+            .mlm(out, "12")
+            .set("--warmup", "2")
+            .set("--save-every", SAVE_EVERY)
+            .set("--seq-len", "32")
+            .set("--batch", "4")
+            .set("--eval-batches", "2")
+            .0
     }
 }
 

@@ -9,8 +9,8 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use candle_core::{DType, Device, Tensor};
-use roformer::{HeadModel, ModelDir, RoFormerForMaskedLM, RoFormerModel};
+use candle_core::{Device, Tensor};
+use roformer::{HeadModel, ModelDir, Precision, RoFormerForMaskedLM, RoFormerModel};
 
 use crate::fixtures::{DECODER_CONFIG, DECODER_SAFETENSORS, MLM_CONFIG, MLM_SAFETENSORS};
 use crate::outcome::{check_finite, Outcome};
@@ -64,10 +64,10 @@ fn models() -> &'static Models {
             .and_then(|mlm| Ok((mlm, load(DECODER_CONFIG, DECODER_SAFETENSORS)?)))
             .and_then(|(mlm, decoder)| {
                 Ok((
-                    mlm.load::<RoFormerForMaskedLM>(DType::F32, &Device::Cpu)?
+                    mlm.load::<RoFormerForMaskedLM>(&Device::Cpu, Precision::F32)?
                         .model,
                     decoder
-                        .load::<RoFormerModel>(DType::F32, &Device::Cpu)?
+                        .load::<RoFormerModel>(&Device::Cpu, Precision::F32)?
                         .model,
                 ))
             })

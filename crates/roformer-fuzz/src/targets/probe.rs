@@ -1,9 +1,9 @@
 //! Building a model from a checkpoint directory and running it once on a short padded batch:
 //! the last step of the config, safetensors and pickle targets.
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 use roformer::error::Result;
-use roformer::{HeadModel, ModelDir, RoFormerForMaskedLM, RoFormerModel};
+use roformer::{HeadModel, ModelDir, Precision, RoFormerForMaskedLM, RoFormerModel};
 
 use crate::outcome::{check_finite, Outcome};
 
@@ -23,7 +23,7 @@ pub fn load_and_run(dir: &ModelDir) -> Result<Outcome> {
     let mask = Tensor::from_vec(vec![1u32, 1, 1, 1, 0], (1, IDS.len()), &Device::Cpu)?;
     if dir.checkpoint.has_mlm_head() {
         let model = dir
-            .load::<RoFormerForMaskedLM>(DType::F32, &Device::Cpu)?
+            .load::<RoFormerForMaskedLM>(&Device::Cpu, Precision::F32)?
             .model;
         let out = model.forward(&ids, None, Some(&mask), None)?;
         Ok(check_finite(&[
@@ -31,7 +31,9 @@ pub fn load_and_run(dir: &ModelDir) -> Result<Outcome> {
             ("logits", &out.logits),
         ])?)
     } else {
-        let model = dir.load::<RoFormerModel>(DType::F32, &Device::Cpu)?.model;
+        let model = dir
+            .load::<RoFormerModel>(&Device::Cpu, Precision::F32)?
+            .model;
         let hidden = model.forward(&ids, None, Some(&mask), None)?;
         Ok(check_finite(&[("last_hidden_state", &hidden)])?)
     }

@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::common::{config, max_diff, start, Model, TestServer, TOLERANCE};
+use crate::common::{config, start, Model, TestServer, TOLERANCE};
+use test_support::max_abs_diff;
 
 /// Texts of different lengths (so batches are padded), each with a mask.
 fn texts() -> Vec<String> {
@@ -87,7 +88,7 @@ async fn batched_answers_equal_unbatched_ones() {
         let formed = batches(&batched).await - before;
         assert!(formed < 12, "{route}: {formed} batches for 12 requests");
         let one = one_by_one(&alone, route, body).await;
-        let diff = max_diff(&Value::from(together.clone()), &Value::from(one.clone()));
+        let diff = max_abs_diff(&Value::from(together.clone()), &Value::from(one.clone()));
         eprintln!("{route}: {formed} batches for 12 requests, max difference {diff:e}");
         assert!(
             diff < TOLERANCE,
@@ -109,7 +110,7 @@ async fn batched_answers_equal_unbatched_ones() {
     let predict = |t: &str| json!({"inputs": t.replace("[MASK]", ""), "raw_scores": true});
     let together = all_at_once(&cls_batched, "/predict", predict).await;
     let one = one_by_one(&cls_alone, "/predict", predict).await;
-    let diff = max_diff(&Value::from(together), &Value::from(one));
+    let diff = max_abs_diff(&Value::from(together), &Value::from(one));
     assert!(
         diff < TOLERANCE,
         "/predict: batched and unbatched differ by {diff:e}"

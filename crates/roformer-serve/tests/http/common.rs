@@ -182,25 +182,3 @@ pub fn floats(v: &Value) -> Vec<f64> {
 /// `batching::batched_answers_equal_unbatched_ones`; measured: 1.0e-7 on unit vectors, 1.9e-6
 /// on fill-mask probabilities, where the softmax scales the logits' last-bit differences).
 pub const TOLERANCE: f64 = 1e-5;
-
-/// The largest difference between the numbers of two JSON values of the same shape.
-pub fn max_diff(a: &Value, b: &Value) -> f64 {
-    match (a, b) {
-        (Value::Array(a), Value::Array(b)) => {
-            assert_eq!(a.len(), b.len());
-            a.iter()
-                .zip(b)
-                .map(|(x, y)| max_diff(x, y))
-                .fold(0.0, f64::max)
-        }
-        (Value::Object(a), Value::Object(b)) => a
-            .iter()
-            .map(|(k, x)| max_diff(x, &b[k]))
-            .fold(0.0, f64::max),
-        (Value::Number(x), Value::Number(y)) => (x.as_f64().unwrap() - y.as_f64().unwrap()).abs(),
-        _ => {
-            assert_eq!(a, b);
-            0.0
-        }
-    }
-}

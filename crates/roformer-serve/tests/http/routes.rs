@@ -3,7 +3,8 @@
 use base64::Engine;
 use serde_json::{json, Value};
 
-use crate::common::{config, error_of, floats, max_diff, start, Model, TOLERANCE};
+use crate::common::{config, error_of, floats, start, Model, TOLERANCE};
+use test_support::max_abs_diff;
 
 fn norm(v: &[f64]) -> f64 {
     v.iter().map(|x| x * x).sum::<f64>().sqrt()
@@ -94,7 +95,7 @@ async fn embed_gives_a_list_of_vectors_normalised_by_default() {
     let three = three.as_array().unwrap();
     assert_eq!(three.len(), 3);
     // The same text alone and in a (padded) list.
-    assert!(max_diff(&three[2], &one[0]) < TOLERANCE);
+    assert!(max_abs_diff(&three[2], &one[0]) < TOLERANCE);
 
     let (_, cls) = s
         .post("/embed", json!({"inputs": "一丁七", "pooling": "cls"}))
@@ -129,7 +130,7 @@ async fn openai_embeddings_with_usage_and_base64() {
         assert_eq!(d["embedding"].as_array().unwrap().len(), 32);
     }
     let (_, tei) = s.post("/embed", json!({"inputs": "一丁"})).await;
-    assert!(max_diff(&data[0]["embedding"], &tei[0]) < TOLERANCE);
+    assert!(max_abs_diff(&data[0]["embedding"], &tei[0]) < TOLERANCE);
 
     let (_, b) = s
         .post(
@@ -192,7 +193,7 @@ async fn fill_mask_answers_in_the_hugging_face_shapes() {
     let list = list.as_array().unwrap();
     assert_eq!(list.len(), 2);
     assert!(
-        max_diff(&list[0], &one) < TOLERANCE,
+        max_abs_diff(&list[0], &one) < TOLERANCE,
         "the same text alone and in a list"
     );
     assert_eq!(list[1].as_array().unwrap().len(), 2);

@@ -46,18 +46,7 @@ fn causal_mask(t: usize) -> Tensor {
     Tensor::from_vec(values, (1, 1, t, t), &Device::Cpu).unwrap()
 }
 
-fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_scalar()
-        .unwrap()
-}
+use test_support::max_abs_diff;
 
 /// Runs `encoder` fused (asserting the fused path ran) and op by op on random `[b, t,
 /// hidden]` inputs, on `threads` threads, and returns the largest difference.
@@ -69,7 +58,7 @@ fn fused_vs_ops(
     positions: Positions<'_>,
     mask: Option<&Tensor>,
     threads: usize,
-) -> f32 {
+) -> f64 {
     let x = Tensor::randn(0f32, 1.0, (b, t, cfg.hidden_size), &Device::Cpu).unwrap();
     let (fused, ops) = fused_and_ops(encoder, &x, positions, mask, threads);
     max_abs_diff(&fused, &ops)
@@ -133,7 +122,7 @@ fn tiny(hidden_act: &str) -> RawConfig {
 // against candle's, row sums in 16 lanes) and the polynomial exp/erf here (within a few
 // 1e-7 of libm): differences of a few 1e-6 on layer-normed outputs of size ~1. A wrong
 // head, position, mask row or bias moves outputs by ~0.1 or more.
-const TOLERANCE: f32 = 1e-4;
+const TOLERANCE: f64 = 1e-4;
 
 #[test]
 fn fused_matches_op_by_op_with_padding_on_any_thread_count() {
@@ -229,7 +218,7 @@ fn other_masks_devices_and_dtypes_take_the_op_path() {
 /// worst of ~10^4 elements (measured: means 4.5e-3..6.5e-3, maxima 0.038..0.049). A packing or
 /// panel mix-up moves them by ~1 on average.
 const BF16_MEAN_TOLERANCE: f32 = 1e-2;
-const BF16_MAX_TOLERANCE: f32 = 0.1;
+const BF16_MAX_TOLERANCE: f64 = 0.1;
 
 #[test]
 fn bf16_fused_matches_f32_op_by_op_within_bf16_rounding() {

@@ -27,18 +27,7 @@ fn var(rng: &mut StdRng, dims: &[usize]) -> Var {
     Var::from_tensor(&random(rng, dims)).unwrap()
 }
 
-fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap()
-}
+use test_support::max_abs_diff;
 
 /// `sum(y * w)` for a fixed random `w`: a loss whose gradient with respect to `y` is `w`.
 fn weighted_sum(y: &Tensor, seed: u64) -> Tensor {
@@ -70,7 +59,7 @@ fn linear_matches_matmul_bias_and_gelu_with_gradients() {
             reference = a.forward(&reference).unwrap();
         }
         assert_eq!(fused.dims(), &[2, 5, 3]);
-        assert!(max_diff(&fused, &reference) < 1e-5);
+        assert!(max_abs_diff(&fused, &reference) < 1e-5);
         let gf = weighted_sum(&fused, 9).backward().unwrap();
         let gr = weighted_sum(&reference, 9).backward().unwrap();
         let mut checked = vec![&x, &w];
@@ -79,7 +68,11 @@ fn linear_matches_matmul_bias_and_gelu_with_gradients() {
         }
         for v in checked {
             let (a, r) = (gf.get(v).unwrap(), gr.get(v).unwrap());
-            assert!(max_diff(a, r) < 2e-5, "{activation:?}: {}", max_diff(a, r));
+            assert!(
+                max_abs_diff(a, r) < 2e-5,
+                "{activation:?}: {}",
+                max_abs_diff(a, r)
+            );
         }
     }
 }
@@ -190,11 +183,11 @@ fn attention_matches_the_op_by_op_path_with_gradients() {
             (&Dropout::seeded(5), p),
         );
         let case = format!("t {t}, rotary {rotary}/{rotary_value}, {masking}, p {p}");
-        assert!(max_diff(&fused, &reference) < 1e-5, "{case}: values");
+        assert!(max_abs_diff(&fused, &reference) < 1e-5, "{case}: values");
         let gf = weighted_sum(&fused, 3).backward().unwrap();
         let gr = weighted_sum(&reference, 3).backward().unwrap();
         for (name, x) in [("q", &q), ("k", &k), ("v", &v)] {
-            let diff = max_diff(gf.get(x).unwrap(), gr.get(x).unwrap());
+            let diff = max_abs_diff(gf.get(x).unwrap(), gr.get(x).unwrap());
             assert!(diff < 1e-4, "{case}: d{name} differs by {diff}");
         }
     }
@@ -242,13 +235,13 @@ fn dropout_ops_scale_by_the_mask_with_gradients() {
     let factors = Tensor::from_vec(mask.factors(), (3, 50), &Device::Cpu).unwrap();
     let fused = dropout_add(y.as_tensor(), r.as_tensor(), mask.clone()).unwrap();
     let reference = ((y.as_tensor() * &factors).unwrap() + r.as_tensor()).unwrap();
-    assert!(max_diff(&fused, &reference) < 1e-6);
+    assert!(max_abs_diff(&fused, &reference) < 1e-6);
     let g = weighted_sum(&fused, 1).backward().unwrap();
     let w = random(&mut StdRng::seed_from_u64(1), &[3, 50]);
-    assert!(max_diff(g.get(&y).unwrap(), &(&w * &factors).unwrap()) < 1e-6);
-    assert!(max_diff(g.get(&r).unwrap(), &w) < 1e-6);
+    assert!(max_abs_diff(g.get(&y).unwrap(), &(&w * &factors).unwrap()) < 1e-6);
+    assert!(max_abs_diff(g.get(&r).unwrap(), &w) < 1e-6);
     let alone = dropout(y.as_tensor(), mask).unwrap();
-    assert!(max_diff(&alone, &(y.as_tensor() * &factors).unwrap()) < 1e-6);
+    assert!(max_abs_diff(&alone, &(y.as_tensor() * &factors).unwrap()) < 1e-6);
     // The slow path (here in f64) uses the same factors.
     let y64 = y.as_tensor().to_dtype(DType::F64).unwrap();
     let mask = Dropout::seeded(2).keep_mask(150, 0.4).unwrap();
@@ -256,7 +249,7 @@ fn dropout_ops_scale_by_the_mask_with_gradients() {
         .unwrap()
         .to_dtype(DType::F32)
         .unwrap();
-    assert!(max_diff(&composite, &alone) < 1e-6);
+    assert!(max_abs_diff(&composite, &alone) < 1e-6);
 }
 
 #[test]
@@ -269,7 +262,7 @@ fn cross_entropy_matches_log_softmax_with_gradients() {
     let index = Tensor::from_slice(&targets, (6, 1), &Device::Cpu).unwrap();
     let reference =
         (log_probs.gather(&index, 1).unwrap().sum_all().unwrap() * (-1.0 / 6.0)).unwrap();
-    assert!(max_diff(&loss, &reference) < 1e-5);
+    assert!(max_abs_diff(&loss, &reference) < 1e-5);
     let argmax = logits
         .as_tensor()
         .argmax(D::Minus1)
@@ -279,7 +272,7 @@ fn cross_entropy_matches_log_softmax_with_gradients() {
     assert_eq!(predictions, argmax);
     let gf = (loss * 3.0).unwrap().backward().unwrap();
     let gr = (reference * 3.0).unwrap().backward().unwrap();
-    assert!(max_diff(gf.get(&logits).unwrap(), gr.get(&logits).unwrap()) < 1e-6);
+    assert!(max_abs_diff(gf.get(&logits).unwrap(), gr.get(&logits).unwrap()) < 1e-6);
     assert!(cross_entropy(logits.as_tensor(), &[40, 0, 0, 0, 0, 0]).is_err());
     assert!(cross_entropy(logits.as_tensor(), &[0]).is_err());
 }
@@ -307,11 +300,11 @@ fn embedding_matches_index_select_with_gradients() {
         .unwrap()
         .reshape((2, 3, 70))
         .unwrap();
-        assert_eq!(max_diff(&fused, &reference), 0.0);
+        assert_eq!(max_abs_diff(&fused, &reference), 0.0);
         let gf = weighted_sum(&fused, 2).backward().unwrap();
         let gr = weighted_sum(&reference, 2).backward().unwrap();
         for v in [&word, &types] {
-            assert!(max_diff(gf.get(v).unwrap(), gr.get(v).unwrap()) < 1e-6);
+            assert!(max_abs_diff(gf.get(v).unwrap(), gr.get(v).unwrap()) < 1e-6);
         }
     }
     let bad = embed(word.as_tensor(), types.as_tensor(), vec![11], None, (1, 1));
@@ -363,13 +356,13 @@ fn bf16_linear_is_the_f32_op_on_bf16_rounded_operands() {
         ("dW", &fast.2, &reference.2),
         ("db", &fast.3, &reference.3),
     ] {
-        let diff = max_diff(a, r);
+        let diff = max_abs_diff(a, r);
         assert!(diff < 2e-5, "{name}: {diff}");
     }
     if native {
         let unrounded = run(&x, &w, Precision::F32);
         assert!(
-            max_diff(&fast.0, &unrounded.0) > 1e-4,
+            max_abs_diff(&fast.0, &unrounded.0) > 1e-4,
             "the bf16 path did not run"
         );
     }
@@ -408,13 +401,13 @@ fn bf16_attention_is_within_bf16_rounding_of_f32() {
     // Scores of 16 products of terms in [-1, 1] and contexts averaging values in [-1, 1]:
     // each bf16 operand is within 2^-9 relative, so values and gradients (of size ~1) move
     // by a few 1e-3; a wrong head, tile or operand moves them by ~0.5.
-    let diff = max_diff(&fast, &slow);
+    let diff = max_abs_diff(&fast, &slow);
     assert!(diff < 2e-2, "values: {diff}");
     for (name, (f, s)) in ["dq", "dk", "dv"]
         .iter()
         .zip(fast_grads.iter().zip(&slow_grads))
     {
-        let diff = max_diff(f, s);
+        let diff = max_abs_diff(f, s);
         assert!(diff < 5e-2, "{name}: {diff}");
     }
     if crate::cpu::bf16::native().is_some() {

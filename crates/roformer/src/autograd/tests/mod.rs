@@ -46,17 +46,7 @@ pub(super) fn random(dims: &[usize], seed: u64, scale: f64) -> Tensor {
     Tensor::from_vec(values(n, seed, scale), dims, &Device::Cpu).unwrap()
 }
 
-/// `max |a - b|` over all elements, in f64.
-pub(super) fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
-    assert_eq!(a.dims(), b.dims());
-    let a = a.to_dtype(DType::F64).unwrap().flatten_all().unwrap();
-    let b = b.to_dtype(DType::F64).unwrap().flatten_all().unwrap();
-    let (a, b) = (a.to_vec1::<f64>().unwrap(), b.to_vec1::<f64>().unwrap());
-    a.iter()
-        .zip(&b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max)
-}
+pub(super) use test_support::max_abs_diff;
 
 /// The elements of `t` as f64.
 pub(super) fn to_vec(t: &Tensor) -> Vec<f64> {
