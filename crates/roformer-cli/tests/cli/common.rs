@@ -36,3 +36,33 @@ pub fn assert_each_fails(command: &[&str], cases: &[&[&str]]) {
         );
     }
 }
+
+/// Runs `roformer ARGS`, halves `file` `delay_ms` into the run (a concurrent writer truncating
+/// what the command reads), and returns the stderr after checking that the process ended with
+/// an exit code: a signal (SIGBUS from a mapped file) leaves none.
+pub fn run_while_truncating(
+    args: &[&str],
+    file: &std::path::Path,
+    delay_ms: u64,
+) -> (bool, String) {
+    let len = std::fs::metadata(file).unwrap().len();
+    let child = Command::new(env!("CARGO_BIN_EXE_roformer"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+    let writer = std::fs::OpenOptions::new().write(true).open(file).unwrap();
+    writer.set_len(len / 2).unwrap();
+    let result = child.wait_with_output().unwrap();
+    assert!(
+        result.status.code().is_some(),
+        "{delay_ms} ms: {:?}",
+        result.status
+    );
+    (
+        result.status.success(),
+        String::from_utf8_lossy(&result.stderr).into_owned(),
+    )
+}

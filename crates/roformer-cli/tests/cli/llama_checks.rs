@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use llama::gguf::GgufFile;
 
-use crate::common::roformer;
+use crate::common::{roformer, run_while_truncating};
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../llama/tests/fixtures/tiny-llama/tiny.gguf")
@@ -224,25 +224,8 @@ fn a_gguf_truncated_during_the_load_is_a_clean_error_never_a_signal() {
     let mut changed = 0;
     for delay_ms in [0, 5, 10, 20, 40, 80] {
         big_model(&gguf);
-        let len = std::fs::metadata(&gguf).unwrap().len();
-        let child = Command::new(env!("CARGO_BIN_EXE_roformer"))
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(delay_ms));
-        let file = std::fs::OpenOptions::new().write(true).open(&gguf).unwrap();
-        file.set_len(len / 2).unwrap();
-        let result = child.wait_with_output().unwrap();
-        let stderr = String::from_utf8_lossy(&result.stderr);
-        // A signal leaves no exit code; a clean run or a clean error has one.
-        assert!(
-            result.status.code().is_some(),
-            "{delay_ms} ms: {:?}",
-            result.status
-        );
-        if !result.status.success() {
+        let (success, stderr) = run_while_truncating(&args, &gguf, delay_ms);
+        if !success {
             assert!(
                 stderr.contains("changed while it was being read")
                     || stderr.contains("ends past the end"),

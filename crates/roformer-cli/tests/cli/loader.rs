@@ -7,12 +7,11 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::Duration;
+use std::process::Output;
 
 use candle_core::{Device, Tensor};
 
-use crate::common::roformer;
+use crate::common::{roformer, run_while_truncating};
 use crate::fill_mask::scratch;
 
 fn mlm_fixture() -> PathBuf {
@@ -119,25 +118,8 @@ fn a_checkpoint_truncated_during_the_load_is_a_clean_error_never_a_signal() {
     let mut changed = 0;
     for delay_ms in [0, 5, 10, 20, 40, 80] {
         big_model(&dir);
-        let len = std::fs::metadata(&st).unwrap().len();
-        let child = Command::new(env!("CARGO_BIN_EXE_roformer"))
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(delay_ms));
-        let file = std::fs::OpenOptions::new().write(true).open(&st).unwrap();
-        file.set_len(len / 2).unwrap();
-        let result = child.wait_with_output().unwrap();
-        let stderr = String::from_utf8_lossy(&result.stderr);
-        // A signal leaves no exit code; a clean run or a clean error has one.
-        assert!(
-            result.status.code().is_some(),
-            "{delay_ms} ms: {:?}",
-            result.status
-        );
-        if !result.status.success() {
+        let (success, stderr) = run_while_truncating(&args, &st, delay_ms);
+        if !success {
             // Truncated before the header was read, the file is simply a malformed one.
             let clean = stderr.contains("changed while it was being read")
                 || stderr.contains("unreadable checkpoint");
