@@ -929,17 +929,14 @@ def big_safetensors_model(d):
         f.write('{"input_ids": [[2, 50, 96, 3]]}')
 
 
-def safetensors_truncate(binary, tmp):
-    """Issue 19 item 14, RoFormer half: a safetensors checkpoint truncated while `forward`
-    loads it. Each run must end in success or a clear error naming the file, never a signal
-    (the mapped loader died of SIGBUS, exit 135)."""
-    d = os.path.join(tmp, "big-st")
-    args = ["forward", "--model", d, "--input", os.path.join(d, "input.json"), "--output",
-            os.path.join(tmp, "big-st-out.safetensors")]
+def truncate_during_load(binary, args, path, remake, short_message, tmp):
+    """Runs `binary args` six times, remaking `path` (`remake()`) and halving it 0-80 ms into
+    each run. Each run must end in success or a clear error: "changed while it was being read",
+    or `short_message` when the cut came before the load read that far; never a signal (the
+    mapped loaders died of SIGBUS, exit 135)."""
     outcomes = []
     for delay in [0, 0.005, 0.01, 0.02, 0.04, 0.08]:
-        big_safetensors_model(d)
-        path = os.path.join(d, "model.safetensors")
+        remake()
         size = os.path.getsize(path)
         p = subprocess.Popen([binary] + args, cwd=tmp, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE)
@@ -951,40 +948,32 @@ def safetensors_truncate(binary, tmp):
             outcomes.append("ok")
         elif p.returncode == 1 and "changed while it was being read" in err:
             outcomes.append("changed")
-        elif p.returncode == 1 and "unreadable checkpoint" in err:
+        elif p.returncode == 1 and short_message in err:
             outcomes.append("short")
         else:
             return False, f"exit {p.returncode}: {err.strip()[:100]}"
     return True, "outcomes " + ", ".join(outcomes)
 
 
+def safetensors_truncate(binary, tmp):
+    """Issue 19 item 14, RoFormer half: a safetensors checkpoint truncated while `forward`
+    loads it."""
+    d = os.path.join(tmp, "big-st")
+    args = ["forward", "--model", d, "--input", os.path.join(d, "input.json"), "--output",
+            os.path.join(tmp, "big-st-out.safetensors")]
+    return truncate_during_load(binary, args, os.path.join(d, "model.safetensors"),
+                                lambda: big_safetensors_model(d), "unreadable checkpoint", tmp)
+
+
 def gguf_special(binary, kind, tmp):
-    """Issue 19 item 14: a GGUF truncated while `llama logits` reads it. Each run must end in
-    success or a clear error, never a signal (SIGBUS was exit 135)."""
+    """Issue 19 item 14: a GGUF truncated while `llama logits` reads it."""
     assert kind == "gguf-truncate"
     path = os.path.join(tmp, "big.gguf")
     ids = os.path.join(tmp, "gguf-ids.json")
     args = ["llama", "logits", "--gguf", path, "--input", ids, "--output",
             os.path.join(tmp, "big-logits.safetensors")]
-    outcomes = []
-    for delay in [0, 0.005, 0.01, 0.02, 0.04, 0.08]:
-        big_gguf(path)
-        size = os.path.getsize(path)
-        p = subprocess.Popen([binary] + args, cwd=tmp, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE)
-        time.sleep(delay)
-        os.truncate(path, size // 2)
-        _, err = p.communicate(timeout=TIMEOUT_S)
-        err = err.decode(errors="replace")
-        if p.returncode == 0:
-            outcomes.append("ok")
-        elif p.returncode == 1 and "changed while it was being read" in err:
-            outcomes.append("changed")
-        elif p.returncode == 1 and "ends past the end" in err:
-            outcomes.append("short")
-        else:
-            return False, f"exit {p.returncode}: {err.strip()[:100]}"
-    return True, "outcomes " + ", ".join(outcomes)
+    return truncate_during_load(binary, args, path, lambda: big_gguf(path), "ends past the end",
+                                tmp)
 
 
 def main():
