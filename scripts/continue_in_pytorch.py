@@ -99,6 +99,35 @@ def parse_args(argv=None):
     p.add_argument("--blocks", type=Path, default=None,
                    help="train on these packed blocks instead of --corpus: an .npy of shape "
                         "[blocks, seq_len] of token ids, as scripts/pack_poetry_blocks.py writes")
+    p.add_argument("--docs", type=Path, default=None,
+                   help="train on blocks built here from tokenised training documents: an .npz "
+                        "as `scripts/pack_poetry_blocks.py --split train-docs` writes; "
+                        "--also-simplified, --also-lines and --alone-share apply to them")
+    p.add_argument("--alone-share", type=float, default=0.0, metavar="SHARE",
+                   help="with --docs: this share of the documents (lines included) gets a "
+                        "block of its own, [CLS] doc [SEP] padded, as `roformer train mlm "
+                        "--alone-share` (default 0)")
+    p.add_argument("--alone-every", type=int, default=0, metavar="N",
+                   help="with --alone-share: the lone documents in a stream of their own, cut "
+                        "and padded to --alone-seq-len, every Nth step a batch of them with "
+                        "as many token slots as a packed batch (0: mixed into the packed "
+                        "blocks at --seq-len, as `roformer train mlm` does, where a line of "
+                        "7 characters fills a block of 128)")
+    p.add_argument("--alone-seq-len", type=int, default=64,
+                   help="with --alone-every: tokens per lone block, [CLS] and [SEP] included")
+    p.add_argument("--bf16", action="store_true",
+                   help="on a GPU: the forward and backward under torch.autocast(bfloat16), "
+                        "TF32 matrix products elsewhere; weights, optimiser and loss stay f32")
+    p.add_argument("--time-budget-s", type=float, default=0.0,
+                   help="fit the schedule to this many seconds of training: after "
+                        "--calibrate-steps steps, --steps becomes what the measured speed "
+                        "finishes in the budget (0: --steps as given)")
+    p.add_argument("--calibrate-steps", type=int, default=60,
+                   help="steps timed for --time-budget-s (the first 10 not counted); must be "
+                        "below --warmup, which does not depend on --steps")
+    p.add_argument("--save-shard-mb", type=int, default=0,
+                   help="write model.safetensors in shards of at most this many MB (a device's "
+                        "per-file transfer limit); 0: one file")
     p.add_argument("--from-scratch", action="store_true",
                    help="start from random weights of --init's config.json (seeded by --seed) "
                         "instead of its model.safetensors")
@@ -138,8 +167,16 @@ def parse_args(argv=None):
     p.add_argument("--cache-dir", type=Path, default=None,
                    help="where the tokenised blocks are cached (default: OUT.cache, beside OUT)")
     args = p.parse_args(argv)
-    if (args.corpus is None) == (args.blocks is None):
-        p.error("give exactly one of --corpus and --blocks")
+    if sum(x is not None for x in (args.corpus, args.blocks, args.docs)) != 1:
+        p.error("give exactly one of --corpus, --blocks and --docs")
+    if args.alone_share and args.docs is None:
+        p.error("--alone-share needs --docs")
+    if args.time_budget_s and not 10 < args.calibrate_steps < args.warmup:
+        p.error("--time-budget-s needs 10 < --calibrate-steps < --warmup")
+    if args.alone_every and not (args.alone_share and 3 <= args.alone_seq_len <= args.seq_len):
+        p.error("--alone-every needs --alone-share and 3 <= --alone-seq-len <= --seq-len")
+    if not 0.0 <= args.alone_share <= 1.0:
+        p.error("--alone-share must be in [0, 1]")
     if args.steps < 1 or args.batch < 1 or args.grad_accum < 1 or args.log_every < 1:
         p.error("--steps, --batch, --grad-accum and --log-every must be at least 1")
     if not 0 <= args.warmup <= args.steps:
@@ -348,19 +385,70 @@ def prepare_blocks(args, tokenizer):
     return blocks, info
 
 
+def blocks_from_docs(args, tokenizer):
+    """Training blocks from a --docs file, prepared as `roformer train mlm` prepares documents:
+    simplified copies appended (ids mapped by the file's `simplified` table; documents that do
+    not change give no copy), then the lines (runs between line-ending ids, empty ones left
+    out) of an --also-lines share of the documents, then an --alone-share of all of them in
+    blocks of their own ([CLS] doc [SEP], cut to --seq-len, or --alone-seq-len with
+    --alone-every, and padded with [PAD]) and the rest packed. Returns the blocks, the lone
+    blocks when they are a stream of their own (--alone-every), else None, and a summary. `roformer` chooses the lines' and the lone documents' share by a hash of the text;
+    here a generator seeded by --seed chooses them, in the same proportions."""
+    data = np.load(args.docs)
+    tokens, offsets = data["tokens"].astype(np.int32), data["offsets"]
+    docs = [tokens[offsets[k]:offsets[k + 1]] for k in range(len(offsets) - 1)]
+    docs = [d for d in docs if len(d)]
+    info = {"docs_file": str(args.docs), "documents": len(docs)}
+    if args.also_simplified:
+        table = data["simplified"].astype(np.int32)
+        copies = [c for d, c in ((d, table[d]) for d in docs) if not np.array_equal(c, d)]
+        docs += copies
+        info["simplified"] = f"{len(copies)} copies by the file's id table"
+    rng = np.random.default_rng(args.seed)
+    if args.also_lines > 0:
+        ends = data["line_ends"]
+        lines = []
+        for d in (d for d, chosen in zip(docs, rng.random(len(docs)) < args.also_lines)
+                  if chosen):
+            parts = np.split(d, np.flatnonzero(np.isin(d, ends)))
+            # every part after the first starts with the mark it was cut at
+            lines.extend(p for p in (p if i == 0 else p[1:] for i, p in enumerate(parts)) if len(p))
+        docs += lines
+        info["line_documents"] = len(lines)
+    alone = rng.random(len(docs)) < args.alone_share
+    packed = pack([d.tolist() for d, a in zip(docs, alone) if not a], args.seq_len,
+                  tokenizer.cls_token_id, tokenizer.sep_token_id)
+    lone_len = args.alone_seq_len if args.alone_every else args.seq_len
+    lone = [d[:lone_len - 2] for d, a in zip(docs, alone) if a]
+    lone_blocks = np.full((len(lone), lone_len), tokenizer.pad_token_id, dtype=np.int32)
+    for row, d in zip(lone_blocks, lone):
+        row[0], row[1:len(d) + 1], row[len(d) + 1] = tokenizer.cls_token_id, d, tokenizer.sep_token_id
+    info.update(tokens=int(sum(len(d) for d in docs)), packed_blocks=len(packed),
+                alone_blocks=len(lone_blocks), alone_seq_len=lone_len)
+    if args.alone_every:
+        return packed, lone_blocks, info
+    return np.concatenate([packed, lone_blocks]), None, info
+
+
 def _file_hash(path):
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
 
 
 def load_blocks(args, tokenizer, accelerator):
-    """The training blocks: --blocks as given, or built once from --corpus by the main process
-    and cached under --cache-dir."""
+    """The training blocks and the lone blocks of --alone-every (or None): --blocks as given,
+    built from --docs, or built once from --corpus by the main process and cached under
+    --cache-dir."""
+    if args.docs is not None:
+        t0 = time.time()
+        blocks, alone, info = blocks_from_docs(args, tokenizer)
+        info["prepare_seconds"] = round(time.time() - t0, 1)
+        return blocks, alone, info
     if args.blocks is not None:
         blocks = np.load(args.blocks, mmap_mode="r")
         if blocks.ndim != 2 or blocks.shape[1] != args.seq_len:
             raise SystemExit(f"{args.blocks}: shape {blocks.shape}, expected [blocks, {args.seq_len}]")
-        return blocks, {"blocks_file": str(args.blocks), "blocks": int(blocks.shape[0]),
-                        "tokens": int(blocks.shape[0]) * args.seq_len}
+        return blocks, None, {"blocks_file": str(args.blocks), "blocks": int(blocks.shape[0]),
+                              "tokens": int(blocks.shape[0]) * args.seq_len}
     key = json.dumps({"corpus": [str(p.resolve()) for p in args.corpus], "seq_len": args.seq_len,
                       "validation": args.validation, "simplified": args.also_simplified,
                       "lines": args.also_lines,
@@ -384,17 +472,19 @@ def load_blocks(args, tokenizer, accelerator):
         blocks = np.load(blocks_path, mmap_mode="r")
         info = json.loads(info_path.read_text())
     info["cache"] = str(blocks_path)
-    return blocks, info
+    return blocks, None, info
 
 
 _ORDER = {}
 
 
 def epoch_order(count, seed, epoch):
-    """The block order of one epoch (kept until the next epoch asks for its own)."""
+    """The block order of one epoch (kept until the next epoch of the same stream asks for its
+    own; two streams, the packed and the lone blocks, keep theirs side by side)."""
     key = (count, seed, epoch)
     if key not in _ORDER:
-        _ORDER.clear()
+        for old in [k for k in _ORDER if k[0] == count]:
+            del _ORDER[old]
         _ORDER[key] = torch.randperm(count, generator=torch.Generator().manual_seed(
             seed * 1_000_003 + epoch))
     return _ORDER[key]
@@ -422,16 +512,17 @@ def mask_tokens(ids, specials, mask_id, random_ids, generator):
     n = candidate.sum(dim=1, keepdim=True)
     k = torch.clamp(torch.round(MASK_PROBABILITY * n.double()).long(), min=1)
     k = torch.minimum(k, n)
-    scores = torch.rand(ids.shape, generator=generator)
+    scores = torch.rand(ids.shape, generator=generator, device=ids.device)
     scores[~candidate] = 2.0  # after every candidate
     rank = scores.argsort(dim=1).argsort(dim=1)
     chosen = candidate & (rank < k)
     labels = torch.where(chosen, ids, torch.full_like(ids, -100))
-    u = torch.rand(ids.shape, generator=generator)
+    u = torch.rand(ids.shape, generator=generator, device=ids.device)
     inputs = ids.clone()
     inputs[chosen & (u < MASK_SHARE)] = mask_id
     swap = chosen & (u >= MASK_SHARE) & (u < MASK_SHARE + RANDOM_SHARE)
-    draws = random_ids[torch.randint(len(random_ids), ids.shape, generator=generator)]
+    draws = random_ids[torch.randint(len(random_ids), ids.shape, generator=generator,
+                                     device=ids.device)]
     inputs[swap] = draws[swap]
     return inputs, labels
 
@@ -486,7 +577,8 @@ def save(accelerator, model, args, step):
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         args.out.mkdir(parents=True, exist_ok=True)
-        accelerator.unwrap_model(model).save_pretrained(args.out, safe_serialization=True)
+        shard = {"max_shard_size": f"{args.save_shard_mb}MB"} if args.save_shard_mb else {}
+        accelerator.unwrap_model(model).save_pretrained(args.out, **shard)
         for name in ("vocab.txt", "tokenizer_config.json"):
             if (args.init / name).exists():
                 shutil.copyfile(args.init / name, args.out / name)
@@ -496,6 +588,25 @@ def save(accelerator, model, args, step):
             indent=2, default=str))
         print(json.dumps({"event": "saved", "step": step, "path": str(args.out)}), flush=True)
     accelerator.wait_for_everyone()
+
+
+_CALIBRATION = {}
+
+
+def fit_schedule(args, step, train_start, device, log):
+    """--time-budget-s: at step 10 notes the time; at --calibrate-steps sets --steps to what
+    the speed between the two finishes within the budget (counted from the first step)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    now = time.perf_counter()
+    if step == 10:
+        _CALIBRATION["t10"] = now
+        return
+    per_step = (now - _CALIBRATION["t10"]) / (step - 10)
+    left = args.time_budget_s - (now - train_start)
+    args.steps = max(step + 1, step + int(left / per_step))
+    log({"event": "schedule", "step": step, "seconds_per_step": per_step, "steps": args.steps,
+         "tokens": args.steps * args.batch * args.grad_accum * args.seq_len})
 
 
 def main(argv=None):
@@ -513,6 +624,8 @@ def main(argv=None):
     if world != launched:
         raise SystemExit(f"launched as {launched} processes but accelerate sees {world} "
                          f"({accelerator.distributed_type}); pass --cpu on a machine without GPUs")
+    if args.time_budget_s and world > 1:
+        raise SystemExit("--time-budget-s fits the schedule in one process only")
     log = (lambda record: print(json.dumps(record, ensure_ascii=False), flush=True)) \
         if accelerator.is_main_process else (lambda record: None)
     set_seed(args.seed)
@@ -522,7 +635,9 @@ def main(argv=None):
         model = RoFormerForMaskedLM(RoFormerConfig.from_pretrained(args.init))
         loading = {}
     else:
-        model, loading = RoFormerForMaskedLM.from_pretrained(args.init, output_loading_info=True)
+        # f32 whatever the file holds (transformers 5 would otherwise keep an f16 file's dtype)
+        model, loading = RoFormerForMaskedLM.from_pretrained(args.init, output_loading_info=True,
+                                                             dtype=torch.float32)
     loading = {k: sorted(v) if isinstance(v, (set, list)) else str(v) for k, v in loading.items()}
     problems = ("missing_keys", "unexpected_keys", "mismatched_keys")
     if accelerator.is_main_process and any(loading.get(k) for k in problems):
@@ -536,17 +651,24 @@ def main(argv=None):
     if len(tokenizer) != model.config.vocab_size:
         raise SystemExit(f"vocab.txt has {len(tokenizer)} tokens, config.json's vocab_size is "
                          f"{model.config.vocab_size}")
-    blocks, data_info = load_blocks(args, tokenizer, accelerator)
+    blocks, alone_blocks, data_info = load_blocks(args, tokenizer, accelerator)
     eval_blocks = np.load(args.eval_blocks, mmap_mode="r") if args.eval_blocks else None
     specials = torch.tensor(special_ids(tokenizer))
     random_ids = torch.tensor([i for i in range(len(tokenizer)) if i not in set(specials.tolist())])
-    mask_gen = torch.Generator().manual_seed(args.seed * 1_000_003 + 7919 * (rank + 1))
 
     model.train()
     optimizer = torch.optim.AdamW(param_groups(model, args.weight_decay), lr=args.lr,
-                                  betas=(0.9, 0.999), eps=1e-8)
+                                  betas=(0.9, 0.999), eps=1e-8,
+                                  fused=accelerator.device.type == "cuda")
     model, optimizer = accelerator.prepare(model, optimizer)
     device = accelerator.device
+    # masks are drawn where the model runs, so the GPU is not left waiting for the CPU
+    mask_gen = torch.Generator(device=device).manual_seed(args.seed * 1_000_003 + 7919 * (rank + 1))
+    specials_here, random_here = specials.to(device), random_ids.to(device)
+    bf16 = args.bf16 and device.type == "cuda"
+    if bf16:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     log({"event": "start", "init": str(args.init), "processes": world,
          "backend": str(accelerator.state.backend), "device": str(device),
          "tokenizer": tokenizer_name,
@@ -555,23 +677,33 @@ def main(argv=None):
          "parameters": sum(p.numel() for p in accelerator.unwrap_model(model).parameters()
                            if p.requires_grad),
          "global_batch": args.batch * world * args.grad_accum, "seq_len": args.seq_len,
+         "bf16_autocast": bf16,
          "data": data_info})
 
     tokens_per_step = args.batch * world * args.grad_accum * args.seq_len
     window_loss, window_steps, window_start = torch.zeros((), device=device), 0, time.perf_counter()
-    for step in range(args.steps):
+    train_start, step, packed_index, alone_index = time.perf_counter(), 0, 0, 0
+    alone_batch = args.batch * args.seq_len // args.alone_seq_len
+    while step < args.steps:
+        if args.time_budget_s and step in (10, args.calibrate_steps):
+            fit_schedule(args, step, train_start, device, log)
         lr = lr_at(step, args.lr, args.warmup, args.steps)
         for group in optimizer.param_groups:
             group["lr"] = lr
         for micro in range(args.grad_accum):
-            index = step * args.grad_accum + micro
-            ids = micro_batch(blocks, index, args.batch, rank, world, args.seed)
-            inputs, labels = mask_tokens(ids, specials, tokenizer.mask_token_id, random_ids,
-                                         mask_gen)
-            inputs, labels = inputs.to(device), labels.to(device)
+            if alone_blocks is not None and step % args.alone_every == args.alone_every - 1:
+                ids = micro_batch(alone_blocks, alone_index, alone_batch, rank, world, args.seed)
+                alone_index += 1
+            else:
+                ids = micro_batch(blocks, packed_index, args.batch, rank, world, args.seed)
+                packed_index += 1
+            ids = ids.to(device)
+            inputs, labels = mask_tokens(ids, specials_here, tokenizer.mask_token_id,
+                                         random_here, mask_gen)
             last = micro == args.grad_accum - 1
-            with nullcontext() if last else accelerator.no_sync(model):
-                out = model(input_ids=inputs, attention_mask=torch.ones_like(inputs),
+            autocast = torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else nullcontext()
+            with nullcontext() if last else accelerator.no_sync(model), autocast:
+                out = model(input_ids=inputs, attention_mask=(ids != tokenizer.pad_token_id).long(),
                             token_type_ids=torch.zeros_like(inputs), labels=labels)
                 accelerator.backward(out.loss / args.grad_accum)
             window_loss += out.loss.detach() / args.grad_accum
@@ -579,7 +711,7 @@ def main(argv=None):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         window_steps += 1
-        done = step + 1
+        step = done = step + 1
         if done % args.log_every == 0 or done == args.steps:
             loss = accelerator.reduce(window_loss, reduction="mean").item() / window_steps
             seconds = time.perf_counter() - window_start

@@ -3,6 +3,9 @@
 `continue_in_pytorch.py --eval-blocks` (their JSON-lines logs, "eval" events).
 
     ~/.cache/roformer-peers/venv/bin/python scripts/plot_gpu_scaling.py OUT.png NAME=LOG.jsonl ...
+
+A run that continued from earlier weights is given as NAME=LOG.jsonl@M: its tokens are
+counted from M million (the tokens its starting weights had seen).
 """
 import json
 import sys
@@ -28,8 +31,9 @@ def main():
     fig, (loss_ax, top1_ax) = plt.subplots(1, 2, figsize=(10, 4))
     for spec in sys.argv[2:]:
         name, path = spec.split("=", 1)
+        path, _, offset = path.partition("@")
         rows = evals(path)
-        tokens = [r["tokens"] / 1e6 for r in rows]
+        tokens = [float(offset or 0) + r["tokens"] / 1e6 for r in rows]
         loss_ax.plot(tokens, [r["loss"] for r in rows], marker="o", label=name)
         top1_ax.plot(tokens, [100 * r["top1"] for r in rows], marker="o", label=name)
     loss_ax.set(xlabel="training tokens (M)", ylabel="held-out masked-LM loss")
