@@ -295,7 +295,8 @@ pub struct RoFormerConfig {
     pub attention_type: AttentionType,
     /// How positions enter (rotary unless the config says otherwise, absolute for `bert`).
     pub position_embedding_type: PositionEmbeddingType,
-    /// Buckets of the T5 relative bias (used by `t5_relative` only; at least 4).
+    /// Buckets of the T5 relative bias (used by `t5_relative` only; 4 to
+    /// [`MAX_RELATIVE_BUCKETS`]).
     pub relative_attention_num_buckets: usize,
     /// Distance of the last T5 bucket (used by `t5_relative` only; above
     /// `relative_attention_num_buckets / 4`, the exact buckets of a side).
@@ -638,16 +639,23 @@ fn check_bias_attention(kind: PositionEmbeddingType, attention: AttentionType) -
     Ok(())
 }
 
-/// T5's bucket count (default 32, at least 4: two a side, one exact) and maximum distance
+/// The most buckets of a T5 relative bias table (T5 uses 32): bucket indices stay u32.
+pub const MAX_RELATIVE_BUCKETS: usize = 1 << 20;
+
+/// T5's bucket count (default 32, at least 4: two a side, one exact; at most
+/// [`MAX_RELATIVE_BUCKETS`]) and maximum distance
 /// (default 128, above the exact buckets of a side, `num_buckets / 4`, so that the logarithm of
 /// [`crate::position_bias::t5_bucket`] is defined).
 fn t5_buckets_of(raw: &RawConfig) -> Result<(usize, usize)> {
     let buckets = raw.relative_attention_num_buckets.unwrap_or(32);
     let distance = raw.relative_attention_max_distance.unwrap_or(128);
-    if buckets < 4 {
+    if !(4..=MAX_RELATIVE_BUCKETS).contains(&buckets) {
         return Err(invalid(
             "relative_attention_num_buckets",
-            format!("{buckets} is below 4 (two buckets a side, one of them exact)"),
+            format!(
+                "{buckets} is not in 4..={MAX_RELATIVE_BUCKETS} (two buckets a side, one of \
+                 them exact; T5 uses 32)"
+            ),
         ));
     }
     if distance <= buckets / 4 {
@@ -749,6 +757,10 @@ mod tests {
             ),
             (
                 r#"{"relative_attention_num_buckets": 3}"#,
+                "relative_attention_num_buckets",
+            ),
+            (
+                r#"{"relative_attention_num_buckets": 1048577}"#,
                 "relative_attention_num_buckets",
             ),
             (
