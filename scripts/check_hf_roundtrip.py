@@ -11,7 +11,8 @@ Run with the peers virtualenv (transformers 5.23, torch, safetensors, rjieba; se
 Each DIR must hold what our Rust side writes:
 
 * config.json whose `architectures[0]` is RoFormerForMaskedLM, RoFormerForSequenceClassification
-  or BertForMaskedLM (RoFormer-V2, `norm_type: rms_norm`, is not in transformers and is refused);
+  or BertForMaskedLM (RoFormer-V2, `norm_type: rms_norm`, is not in transformers and is refused,
+  as are `position_embedding_type` "alibi" and "t5_relative", this project's own);
 * model.safetensors (or a model.safetensors.index.json and its shards) with the metadata
   {"format": "pt"};
 * vocab.txt and tokenizer_config.json;
@@ -62,6 +63,13 @@ ARCHITECTURES = {
     "RoFormerForMaskedLM": ("roformer", "RoFormerTokenizer"),
     "RoFormerForSequenceClassification": ("roformer", "RoFormerTokenizer"),
     "BertForMaskedLM": ("bert", "BertTokenizer"),
+}
+# Position types of this project's own, which transformers' RoFormer has not (it ignores the
+# config field, so it would load such a checkpoint as a rotary model and give other logits).
+OURS_ONLY_POSITIONS = {
+    "alibi": "ALiBi's attention bias is this project's own",
+    "t5_relative": "the T5 relative bias (roformer.encoder.relative_attention_bias.weight) is "
+                   "this project's own",
 }
 SAMPLE_TEXT = "今天天气非常好。Hello world!"
 REQUIRED_FILES = ("config.json", "vocab.txt", "tokenizer_config.json", "inputs.safetensors",
@@ -128,6 +136,11 @@ def check_dir(d, tol, strict, report):
         errors.append(f"model_type {config.get('model_type')!r}, expected {model_type!r} for {arch}")
     if config.get("norm_type", "layer_norm") != "layer_norm":
         errors.append(f"norm_type {config['norm_type']!r}: RoFormer-V2 is not in transformers")
+        return
+    position = config.get("position_embedding_type")
+    if position in OURS_ONLY_POSITIONS:
+        errors.append(f"position_embedding_type {position!r}: {OURS_ONLY_POSITIONS[position]}; "
+                      "transformers' RoFormer ignores the field and would run rotary attention")
         return
 
     metadata = {}

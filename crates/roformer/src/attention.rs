@@ -11,6 +11,8 @@
 //!
 //! Without rotary positions (BERT's absolute table, sinusoidal, none: positions, if any, were
 //! added to the embeddings) q, k and v are not rotated: transformers' `BertSelfAttention`.
+//! ALiBi and T5 positions arrive as a per-head bias inside the additive mask
+//! ([`crate::position_bias`]).
 //! Dropout runs in training only ([`Mode::Train`]).
 //!
 //! The attention proper (scores and context from rotated q, k, v) is [`softmax_attention`],
@@ -118,7 +120,10 @@ impl SelfAttention {
     }
 
     /// The fused training path (`autograd::attention`): softmax attention where the plan runs
-    /// the fused training ops, with a mask of a shape it reads. `None` when it does not apply.
+    /// the fused training ops, with a mask of a shape it reads (`[1 or b, 1, 1 or t, t]`).
+    /// `None` when it does not apply: a position bias (ALiBi, T5) makes the mask per head,
+    /// `[1 or b, heads, t, t]`, so those run op by op ([`attend`]), where T5's table gets its
+    /// gradient through the mask.
     fn forward_fused(
         &self,
         x: &Tensor,

@@ -33,8 +33,18 @@ pub struct RawConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub architectures: Option<Vec<String>>,
     /// How positions enter: `rotary` (RoFormer's default), `absolute` (BERT's learned table),
-    /// `sinusoidal` (Vaswani et al.'s fixed table) or `none`.
+    /// `sinusoidal` (Vaswani et al.'s fixed table), `alibi`, `t5_relative` or `none` (see
+    /// [`PositionEmbeddingType`]).
     pub position_embedding_type: Option<String>,
+    /// This crate's extension, for `t5_relative` positions: buckets of the relative bias table
+    /// (default 32, T5's `relative_attention_num_buckets`). Written only for `t5_relative`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub relative_attention_num_buckets: Option<usize>,
+    /// This crate's extension, for `t5_relative` positions: the distance from which every
+    /// relative position shares the last bucket of its side (default 128, T5's
+    /// `relative_attention_max_distance`). Written only for `t5_relative`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub relative_attention_max_distance: Option<usize>,
     /// Word vocabulary size (default 50000).
     pub vocab_size: usize,
     /// Width of the word embeddings; `None` means `hidden_size`.
@@ -102,6 +112,8 @@ impl Default for RawConfig {
             model_type: None,
             architectures: None,
             position_embedding_type: None,
+            relative_attention_num_buckets: None,
+            relative_attention_max_distance: None,
             vocab_size: 50000,
             embedding_size: None,
             hidden_size: 768,
@@ -154,7 +166,14 @@ pub enum AttentionType {
 }
 
 /// How token positions enter the model: the one switch between RoFormer and BERT (everything
-/// else is shared), and two controls for comparison.
+/// else is shared), two controls for comparison, and two attention biases that came after the
+/// paper (ALiBi, T5's relative bias; see [`crate::position_bias`]).
+///
+/// `alibi` and `t5_relative` are this crate's own: transformers' RoFormer has no such option.
+/// It would read such a `config.json` as a rotary RoFormer (it ignores
+/// `position_embedding_type`) and drop `roformer.encoder.relative_attention_bias.weight` as an
+/// unexpected key, so a checkpoint of either type runs only here; `scripts/check_hf_roundtrip.py`
+/// refuses them by name. Both need softmax attention (`attention_type: linear` is refused).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum PositionEmbeddingType {
     /// RoPE: q and k of every layer rotated by `m * theta_i` (RoFormer).
@@ -167,6 +186,15 @@ pub enum PositionEmbeddingType {
     /// `P[m, 2i] = sin(m / 10000^(2i/e))`, `P[m, 2i+1] = cos(m / 10000^(2i/e))`, `e` the
     /// embedding width; any position.
     Sinusoidal,
+    /// ALiBi (Press et al. 2022): no position embedding; `-m_h |p_j - p_i|` added to the
+    /// scores of head `h`, the slopes `m_h` of [`crate::position_bias::alibi_slopes`]. No
+    /// parameter; any position.
+    Alibi,
+    /// T5's relative bias (Raffel et al. 2020): no position embedding; a learned scalar per
+    /// (bucket of `p_j - p_i`, head) added to the scores, one table for all layers:
+    /// `roformer.encoder.relative_attention_bias.weight`, `[relative_attention_num_buckets,
+    /// num_attention_heads]`; buckets of [`crate::position_bias::t5_bucket`]; any position.
+    T5Relative,
     /// No position information at all (a bag of tokens, the ablation).
     None,
 }
@@ -178,6 +206,8 @@ impl PositionEmbeddingType {
             PositionEmbeddingType::Rotary => "rotary",
             PositionEmbeddingType::Absolute => "absolute",
             PositionEmbeddingType::Sinusoidal => "sinusoidal",
+            PositionEmbeddingType::Alibi => "alibi",
+            PositionEmbeddingType::T5Relative => "t5_relative",
             PositionEmbeddingType::None => "none",
         }
     }
@@ -191,11 +221,14 @@ impl PositionEmbeddingType {
             "rotary" => Ok(PositionEmbeddingType::Rotary),
             "absolute" => Ok(PositionEmbeddingType::Absolute),
             "sinusoidal" => Ok(PositionEmbeddingType::Sinusoidal),
+            "alibi" => Ok(PositionEmbeddingType::Alibi),
+            "t5_relative" => Ok(PositionEmbeddingType::T5Relative),
             "none" => Ok(PositionEmbeddingType::None),
             other => Err(invalid(
                 "position_embedding_type",
                 format!(
-                    "{other:?} is not one of \"rotary\", \"absolute\", \"sinusoidal\", \"none\""
+                    "{other:?} is not one of \"rotary\", \"absolute\", \"sinusoidal\", \
+                     \"alibi\", \"t5_relative\", \"none\""
                 ),
             )),
         }
@@ -262,6 +295,12 @@ pub struct RoFormerConfig {
     pub attention_type: AttentionType,
     /// How positions enter (rotary unless the config says otherwise, absolute for `bert`).
     pub position_embedding_type: PositionEmbeddingType,
+    /// Buckets of the T5 relative bias (used by `t5_relative` only; 4 to
+    /// [`MAX_RELATIVE_BUCKETS`]).
+    pub relative_attention_num_buckets: usize,
+    /// Distance of the last T5 bucket (used by `t5_relative` only; above
+    /// `relative_attention_num_buckets / 4`, the exact buckets of a side).
+    pub relative_attention_max_distance: usize,
 }
 
 impl RoFormerConfig {
@@ -284,6 +323,7 @@ impl RoFormerConfig {
     /// [`RoFormerConfig::try_from`] reads back to an equal config.
     pub fn to_raw(&self, architecture: &str) -> RawConfig {
         let bert = self.position_embedding_type == PositionEmbeddingType::Absolute;
+        let t5 = self.position_embedding_type == PositionEmbeddingType::T5Relative;
         let id2label = (!self.id2label.is_empty()).then(|| {
             self.id2label
                 .iter()
@@ -296,6 +336,8 @@ impl RoFormerConfig {
             model_type: Some(self.model_type().into()),
             architectures: Some(vec![architecture.into()]),
             position_embedding_type: Some(self.position_embedding_type.as_str().into()),
+            relative_attention_num_buckets: t5.then_some(self.relative_attention_num_buckets),
+            relative_attention_max_distance: t5.then_some(self.relative_attention_max_distance),
             vocab_size: self.vocab_size,
             embedding_size: (!bert).then_some(self.embedding_size),
             hidden_size: self.hidden_size,
@@ -468,6 +510,9 @@ impl TryFrom<RawConfig> for RoFormerConfig {
             }
         };
         let position_embedding_type = positions_of(&raw, hidden_size / heads)?;
+        check_bias_attention(position_embedding_type, attention_type)?;
+        let (relative_attention_num_buckets, relative_attention_max_distance) =
+            t5_buckets_of(&raw)?;
         let vocab_size = positive("vocab_size", raw.vocab_size)?;
         if let Some(pad) = raw.pad_token_id.filter(|&p| p as usize >= vocab_size) {
             return Err(invalid(
@@ -508,6 +553,8 @@ impl TryFrom<RawConfig> for RoFormerConfig {
             pooler_activation: Activation::parse("pooler_activation", &raw.pooler_activation)?,
             attention_type,
             position_embedding_type,
+            relative_attention_num_buckets,
+            relative_attention_max_distance,
         })
     }
 }
@@ -570,6 +617,58 @@ fn positions_of(raw: &RawConfig, head_dim: usize) -> Result<PositionEmbeddingTyp
         check_rotary_sizes(head_dim, raw.max_position_embeddings)?;
     }
     Ok(kind)
+}
+
+/// Refuses a position bias (ALiBi, T5) with linear attention, which has no score matrix to add
+/// it to.
+fn check_bias_attention(kind: PositionEmbeddingType, attention: AttentionType) -> Result<()> {
+    let biased = matches!(
+        kind,
+        PositionEmbeddingType::Alibi | PositionEmbeddingType::T5Relative
+    );
+    if biased && attention == AttentionType::Linear {
+        return Err(invalid(
+            "attention_type",
+            format!(
+                "\"linear\" attention has no score matrix for the {:?} position bias; use \
+                 \"softmax\" (or rotary, sinusoidal, absolute or no positions)",
+                kind.as_str()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The most buckets of a T5 relative bias table (T5 uses 32): bucket indices stay u32.
+pub const MAX_RELATIVE_BUCKETS: usize = 1 << 20;
+
+/// T5's bucket count (default 32, at least 4: two a side, one exact; at most
+/// [`MAX_RELATIVE_BUCKETS`]) and maximum distance
+/// (default 128, above the exact buckets of a side, `num_buckets / 4`, so that the logarithm of
+/// [`crate::position_bias::t5_bucket`] is defined).
+fn t5_buckets_of(raw: &RawConfig) -> Result<(usize, usize)> {
+    let buckets = raw.relative_attention_num_buckets.unwrap_or(32);
+    let distance = raw.relative_attention_max_distance.unwrap_or(128);
+    if !(4..=MAX_RELATIVE_BUCKETS).contains(&buckets) {
+        return Err(invalid(
+            "relative_attention_num_buckets",
+            format!(
+                "{buckets} is not in 4..={MAX_RELATIVE_BUCKETS} (two buckets a side, one of \
+                 them exact; T5 uses 32)"
+            ),
+        ));
+    }
+    if distance <= buckets / 4 {
+        return Err(invalid(
+            "relative_attention_max_distance",
+            format!(
+                "{distance} must exceed the {} exact buckets of a side \
+                 (relative_attention_num_buckets / 4)",
+                buckets / 4
+            ),
+        ));
+    }
+    Ok((buckets, distance))
 }
 
 /// `id2label` with integer keys, and the number of labels: `num_labels`, else as many as
@@ -648,6 +747,30 @@ mod tests {
             (r#"{"vocab_size": 0}"#, "vocab_size"),
             (r#"{"hidden_dropout_prob": 2}"#, "hidden_dropout_prob"),
             (r#"{"id2label": {"x": "a"}}"#, "id2label"),
+            (
+                r#"{"position_embedding_type": "alibi", "attention_type": "linear"}"#,
+                "attention_type",
+            ),
+            (
+                r#"{"position_embedding_type": "t5_relative", "attention_type": "linear"}"#,
+                "attention_type",
+            ),
+            (
+                r#"{"relative_attention_num_buckets": 3}"#,
+                "relative_attention_num_buckets",
+            ),
+            (
+                r#"{"relative_attention_num_buckets": 1048577}"#,
+                "relative_attention_num_buckets",
+            ),
+            (
+                r#"{"relative_attention_num_buckets": 32, "relative_attention_max_distance": 8}"#,
+                "relative_attention_max_distance",
+            ),
+            (
+                r#"{"position_embedding_type": "t5"}"#,
+                "position_embedding_type",
+            ),
         ];
         for (json, field) in cases {
             match RoFormerConfig::from_json_str(json) {
@@ -655,6 +778,32 @@ mod tests {
                 other => panic!("{json}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn bias_positions_parse_and_round_trip() {
+        let c =
+            RoFormerConfig::from_json_str(r#"{"position_embedding_type": "t5_relative"}"#).unwrap();
+        assert_eq!(c.position_embedding_type, PositionEmbeddingType::T5Relative);
+        assert_eq!(
+            (
+                c.relative_attention_num_buckets,
+                c.relative_attention_max_distance
+            ),
+            (32, 128)
+        );
+        let raw = c.to_raw("RoFormerForMaskedLM");
+        assert_eq!(raw.relative_attention_num_buckets, Some(32));
+        assert_eq!(RoFormerConfig::try_from(raw).unwrap(), c);
+        let alibi =
+            RoFormerConfig::from_json_str(r#"{"position_embedding_type": "alibi"}"#).unwrap();
+        assert_eq!(alibi.position_embedding_type, PositionEmbeddingType::Alibi);
+        let raw = alibi.to_raw("RoFormerForMaskedLM");
+        assert_eq!(
+            raw.relative_attention_num_buckets, None,
+            "written for T5 only"
+        );
+        assert_eq!(RoFormerConfig::try_from(raw).unwrap(), alibi);
     }
 
     #[test]

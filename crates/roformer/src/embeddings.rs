@@ -8,8 +8,8 @@
 //! ```
 //!
 //! `P` is the learned table `embeddings.position_embeddings` (absolute, BERT) or the fixed
-//! sinusoidal table (sinusoidal); with rotary (RoFormer) or no positions nothing is added here:
-//! rotary positions enter through the attention.
+//! sinusoidal table (sinusoidal); with rotary (RoFormer), ALiBi, T5 or no positions nothing is
+//! added here: those positions enter through the attention.
 
 use candle_core::{Device, Tensor, D};
 use candle_nn::{Embedding, Linear, Module, VarBuilder};
@@ -92,7 +92,10 @@ impl Embeddings {
                 emb.pp("position_embeddings"),
             )?),
             PositionEmbeddingType::Sinusoidal => PositionTable::Sinusoidal,
-            PositionEmbeddingType::Rotary | PositionEmbeddingType::None => PositionTable::None,
+            PositionEmbeddingType::Rotary
+            | PositionEmbeddingType::Alibi
+            | PositionEmbeddingType::T5Relative
+            | PositionEmbeddingType::None => PositionTable::None,
         };
         Ok(Embeddings {
             word: candle_nn::embedding(cfg.vocab_size, e, emb.pp("word_embeddings"))?,

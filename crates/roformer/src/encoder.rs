@@ -7,9 +7,13 @@
 //! y = Norm(Dropout(act(a W1 + b1) W2 + b2) + a)     intermediate.dense, output.dense, output.LayerNorm
 //! ```
 //!
+//! With ALiBi or T5 positions ([`crate::position_bias`]) the encoder computes the bias
+//! `[1 or b, heads, t, t]` once per pass and hands every layer the mask plus the bias as its
+//! additive mask (T5's table is shared by the layers, as in T5).
+//!
 //! Where the pass's [`Plan`] runs the fused encoder (inference on the CPU in f32) and the
-//! attention is rotary softmax, the stack runs as the fused passes of `fused`; in training, and
-//! elsewhere, layer by layer, as written above, every op carrying gradients (in training on
+//! attention is rotary softmax, the stack runs as the fused passes of `fused` (never with a
+//! position bias: [`Encoder::runs_fused`]); in training, and elsewhere, layer by layer, as written above, every op carrying gradients (in training on
 //! the CPU in f32 through the fused training ops of `autograd`: a dense layer with its
 //! activation, the attention, dropout with the residual add are one op each).
 
@@ -25,8 +29,10 @@ use crate::config::{AttentionType, PositionEmbeddingType, RoFormerConfig};
 use crate::cpu::Precision;
 use crate::error::{ModelError, Result};
 use crate::fused::{self, LayerParts, PackedLayer};
+use crate::input::mask_value;
 use crate::norm::Norm;
 use crate::plan::Plan;
+use crate::position_bias::PositionBias;
 
 /// One encoder layer (`encoder.layer.{i}`).
 #[derive(Debug, Clone)]
@@ -104,20 +110,24 @@ impl Layer {
 /// The layer stack and its rotary embedding: pair `i` of a head at position `m` rotates by
 /// `m * 10000^(-2i / head_dim)` (interleaved pairs), the table transformers builds in
 /// `RoFormerSinusoidalPositionalEmbedding`, computed here for any position. Without rotary
-/// positions there is no rotation (`rope` is `None`).
+/// positions there is no rotation (`rope` is `None`); with ALiBi or T5 positions, the bias of
+/// the attention scores (`bias`).
 #[derive(Debug)]
 pub struct Encoder {
     layers: Vec<Layer>,
     rope: Option<Rope>,
+    bias: Option<PositionBias>,
 }
 
 impl Encoder {
-    /// Loads `layer.{0..num_hidden_layers}` under `vb` (the `encoder` scope).
+    /// Loads T5's `relative_attention_bias.weight` (`t5_relative` positions only) and
+    /// `layer.{0..num_hidden_layers}` under `vb` (the `encoder` scope).
     ///
     /// # Errors
     /// Candle errors from the var builder, or the rotary configuration's (an odd head dim,
     /// which a validated config excludes).
     pub fn load(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> Result<Self> {
+        let bias = PositionBias::load(vb.clone(), cfg)?;
         let layers = (0..cfg.num_hidden_layers)
             .map(|i| Layer::load(vb.pp("layer").pp(i), cfg))
             .collect::<candle_core::Result<Vec<_>>>()?;
@@ -133,7 +143,7 @@ impl Encoder {
             ),
             _ => None,
         };
-        Ok(Encoder { layers, rope })
+        Ok(Encoder { layers, rope, bias })
     }
 
     /// Sets the precision of the fused inference path's matrix products: [`Precision::Bf16`]
@@ -163,13 +173,50 @@ impl Encoder {
         self.rope.as_ref()
     }
 
-    /// Runs every layer on `x` (`[b, t, hidden]`) with the tokens at `positions` and an
-    /// additive mask broadcastable to `[b, heads, t, t]`. The fused CPU path runs where the
-    /// plan says ([`Plan`]'s fused encoder) and the layers and mask fit it.
+    /// The bias of the attention scores (`None` unless positions are ALiBi or T5).
+    pub fn position_bias(&self) -> Option<&PositionBias> {
+        self.bias.as_ref()
+    }
+
+    /// Whether a pass of `plan` runs the fused inference encoder ([`crate::fused`]): where the
+    /// plan allows it and positions are rotary (any other position type, a position bias
+    /// included, runs op by op, [`Encoder::forward_ops`]). The layers must still be softmax
+    /// attention and the tensors and mask of shapes the fused path takes.
+    pub fn runs_fused(&self, plan: Plan<'_>) -> bool {
+        plan.fused_encoder() && self.rope.is_some() && self.bias.is_none()
+    }
+
+    /// The additive mask every layer gets: `mask` (broadcastable to `[b, heads, t, t]`) plus
+    /// the position bias `[1 or b, heads, t, t]` of `b` sequences of `t` tokens at
+    /// `positions`, floored at the dtype's lowest value so that a masked score stays finite;
+    /// `mask` itself without a bias.
     ///
     /// # Errors
-    /// Rotary errors for positions that do not fit the batch (as [`ModelError::Input`]), and
-    /// candle errors.
+    /// The errors of [`PositionBias::bias`].
+    fn biased_mask(
+        &self,
+        mask: Option<&Tensor>,
+        positions: Positions<'_>,
+        x: &Tensor,
+    ) -> Result<Option<Tensor>> {
+        let Some(bias) = &self.bias else {
+            return Ok(mask.cloned());
+        };
+        let (b, t, _) = x.dims3()?;
+        let bias = bias.bias(positions, b, t, x.dtype(), x.device())?;
+        Ok(Some(match mask {
+            Some(m) => m.broadcast_add(&bias)?.maximum(mask_value(x.dtype()))?,
+            None => bias,
+        }))
+    }
+
+    /// Runs every layer on `x` (`[b, t, hidden]`) with the tokens at `positions` and an
+    /// additive mask broadcastable to `[b, heads, t, t]` (plus the position bias, if any). The
+    /// fused CPU path runs where [`Encoder::runs_fused`] says and the layers and mask fit it.
+    ///
+    /// # Errors
+    /// Rotary and position bias errors for positions that do not fit the batch (as
+    /// [`ModelError::Input`]), and candle errors.
     pub fn forward(
         &self,
         x: &Tensor,
@@ -185,7 +232,9 @@ impl Encoder {
             ),
             None => None,
         };
-        if let (true, Some(c)) = (plan.fused_encoder(), &coefficients) {
+        let mask = self.biased_mask(mask, positions, x)?;
+        let mask = mask.as_ref();
+        if let (true, Some(c)) = (self.runs_fused(plan), &coefficients) {
             if let Some(parts) = self
                 .layers
                 .iter()

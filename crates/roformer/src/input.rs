@@ -162,7 +162,7 @@ pub(crate) fn validate(
 
 /// The most negative finite value of `dtype`: what a masked score gets added (as transformers'
 /// eager attention does), so that a fully masked row attends uniformly instead of giving NaN.
-fn mask_value(dtype: DType) -> f64 {
+pub(crate) fn mask_value(dtype: DType) -> f64 {
     match dtype {
         DType::F16 => f64::from(half::f16::MIN),
         DType::BF16 => f64::from(half::bf16::MIN),

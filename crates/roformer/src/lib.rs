@@ -20,6 +20,7 @@ pub mod norm;
 pub mod optim;
 pub mod pipeline;
 pub mod plan;
+pub mod position_bias;
 pub mod shapes;
 pub mod tasks;
 pub mod tokenizer;

@@ -106,6 +106,20 @@ fn embeddings(cfg: &RoFormerConfig) -> Vec<ExpectedTensor> {
     b.tensors
 }
 
+/// The encoder's own tensors before its layers ([`crate::encoder::Encoder::load`]): T5's
+/// relative bias table `encoder.relative_attention_bias.weight`, `[num_buckets, heads]`, shared
+/// by every layer (`t5_relative` positions only).
+fn encoder(cfg: &RoFormerConfig) -> Vec<ExpectedTensor> {
+    let mut b = Block::new(format!("{}.encoder", cfg.base_prefix()));
+    if cfg.position_embedding_type == PositionEmbeddingType::T5Relative {
+        b.tensor(
+            "relative_attention_bias.weight",
+            &[cfg.relative_attention_num_buckets, cfg.num_attention_heads],
+        );
+    }
+    b.tensors
+}
+
 /// `encoder.layer.{i}.*` ([`crate::encoder::Layer::load`]).
 fn layer(cfg: &RoFormerConfig, i: usize) -> Vec<ExpectedTensor> {
     let (h, inner, bias) = (cfg.hidden_size, cfg.intermediate_size, cfg.use_bias);
@@ -181,6 +195,7 @@ fn tensors_with_layers(
 ) -> impl Iterator<Item = ExpectedTensor> + '_ {
     embeddings(cfg)
         .into_iter()
+        .chain(encoder(cfg))
         .chain((0..layers).flat_map(move |i| layer(cfg, i)))
         .chain(head(cfg, kind))
 }

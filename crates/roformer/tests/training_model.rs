@@ -1,5 +1,6 @@
 //! The trainable model beyond parity: config round trips, transformers' initialisation,
-//! train/inference modes, and the position variants (rotary, absolute, sinusoidal, none).
+//! train/inference modes, and the position variants (rotary, absolute, sinusoidal, ALiBi, T5
+//! relative, none).
 
 use candle_core::{DType, Device, Tensor};
 use roformer::train::{build_trainable, mlm_loss, BatchInputs, IGNORE};
@@ -31,7 +32,14 @@ fn ids(rows: &[&[u32]]) -> Tensor {
 
 #[test]
 fn config_round_trips_through_config_json() {
-    for position in ["rotary", "absolute", "sinusoidal", "none"] {
+    for position in [
+        "rotary",
+        "absolute",
+        "sinusoidal",
+        "alibi",
+        "t5_relative",
+        "none",
+    ] {
         let mut cfg = config(position);
         cfg.id2label = [(0, "neg".to_string()), (1, "pos".to_string())].into();
         let json = serde_json::to_string(&cfg.to_raw("RoFormerForMaskedLM")).unwrap();
@@ -180,7 +188,14 @@ fn a_missing_head_is_initialised_and_listed_but_a_missing_encoder_tensor_is_an_e
 
 #[test]
 fn training_mode_without_dropout_is_the_inference_function() {
-    for position in ["rotary", "absolute", "sinusoidal", "none"] {
+    for position in [
+        "rotary",
+        "absolute",
+        "sinusoidal",
+        "alibi",
+        "t5_relative",
+        "none",
+    ] {
         let cfg = config(position);
         let t = build_trainable::<RoFormerForMaskedLM>(&cfg, None, 1, &Device::Cpu).unwrap();
         let x = ids(&[&[2, 7, 9, 11, 3], &[2, 5, 4, 3, 0]]);
@@ -226,7 +241,14 @@ fn positions_matter_except_with_none() {
             .logits
     };
     let (a, b) = ([2u32, 7, 9, 11, 3], [2u32, 9, 7, 11, 3]);
-    for position in ["rotary", "absolute", "sinusoidal", "none"] {
+    for position in [
+        "rotary",
+        "absolute",
+        "sinusoidal",
+        "alibi",
+        "t5_relative",
+        "none",
+    ] {
         // Swapping tokens 1 and 2: without positions the outputs are swapped with them.
         let (la, lb) = (forward(position, &a), forward(position, &b));
         let swapped = Tensor::cat(
@@ -251,7 +273,14 @@ fn positions_matter_except_with_none() {
 #[test]
 fn absolute_positions_stop_at_the_table_while_the_others_go_on() {
     let long: Vec<u32> = (0..40).map(|i| 5 + i % 40).collect();
-    for position in ["rotary", "sinusoidal", "none", "absolute"] {
+    for position in [
+        "rotary",
+        "sinusoidal",
+        "alibi",
+        "t5_relative",
+        "none",
+        "absolute",
+    ] {
         let cfg = config(position);
         let t = build_trainable::<RoFormerForMaskedLM>(&cfg, None, 0, &Device::Cpu).unwrap();
         let out = t.model.forward(&ids(&[&long]), None, None, None);
@@ -266,7 +295,14 @@ fn absolute_positions_stop_at_the_table_while_the_others_go_on() {
 
 #[test]
 fn every_parameter_gets_a_gradient_in_every_variant() {
-    for position in ["rotary", "absolute", "sinusoidal", "none"] {
+    for position in [
+        "rotary",
+        "absolute",
+        "sinusoidal",
+        "alibi",
+        "t5_relative",
+        "none",
+    ] {
         let cfg = config(position);
         let t = build_trainable::<RoFormerForMaskedLM>(&cfg, None, 0, &Device::Cpu).unwrap();
         let x = ids(&[&[2, 4, 9, 4, 3], &[2, 8, 4, 6, 3]]);

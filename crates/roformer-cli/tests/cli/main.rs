@@ -24,6 +24,7 @@ mod non_finite;
 mod output_paths;
 mod page;
 mod plot_files;
+mod position_bias;
 mod rope_freqs;
 mod run_checks;
 mod serve;

@@ -39,6 +39,8 @@ pub const FIELDS: &[&str] = &[
     "use_bias",
     "pooler_activation",
     "attention_type",
+    "relative_attention_num_buckets",
+    "relative_attention_max_distance",
 ];
 
 /// The fixture configs.

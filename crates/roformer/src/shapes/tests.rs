@@ -99,6 +99,8 @@ fn expected_tensors_are_what_every_build_asks_for() {
         serde_json::json!({"norm_type": "rms_norm", "embedding_size": 6, "tie_word_embeddings": false}),
         serde_json::json!({"position_embedding_type": "sinusoidal", "num_hidden_layers": 0}),
         serde_json::json!({"position_embedding_type": "none", "is_decoder": true}),
+        serde_json::json!({"position_embedding_type": "alibi"}),
+        serde_json::json!({"position_embedding_type": "t5_relative", "relative_attention_num_buckets": 6}),
     ];
     let stored_decoder_bias: BTreeSet<String> = ["cls.predictions.decoder.bias".to_string()].into();
     for extra in configs {
