@@ -5,7 +5,7 @@ Usage: scripts/import_pairs.py crates/roformer/src crates/rotary/src
 
 A file "imports" another when its code (comments aside) names a path into it: `crate::a::b`,
 `super::x` (relative to the file's module), or, in a `mod.rs` / `lib.rs`, `use child::...`.
-A path resolves to the longest prefix that is a file of the crate (an item re-exported by
+`super` counts from the inline module (`mod tests { ... }`) it is written in. A path resolves to the longest prefix that is a file of the crate (an item re-exported by
 `lib.rs` or a `mod.rs` counts as that file). Exits 1 when a pair is found.
 """
 
@@ -45,6 +45,21 @@ def file_of(files, parts):
     return None
 
 
+def inline_modules(code):
+    """The inline modules (`mod name { ... }`) of `code` as (start, end, name) spans, found by
+    counting braces (strings holding braces could mislead it; none of ours do)."""
+    spans = []
+    for m in re.finditer(r"\bmod\s+(\w+)\s*\{", code):
+        depth, at = 0, m.end() - 1
+        while at < len(code):
+            depth += {"{": 1, "}": -1}.get(code[at], 0)
+            if depth == 0:
+                break
+            at += 1
+        spans.append((m.start(), at, m.group(1)))
+    return spans
+
+
 def imports(files, rel, source):
     """The files `rel` names paths into."""
     code = "\n".join(l for l in source.split("\n") if not l.strip().startswith("//"))
@@ -52,8 +67,11 @@ def imports(files, rel, source):
     found = set()
     for m in re.finditer(r"\bcrate((?:::\w+)+)", code):
         found.add(file_of(files, m.group(1).strip(":").split("::")))
+    spans = inline_modules(code)
     for m in re.finditer(r"\b((?:super::)+)(\{|(?:\w+::)*\w+)", code):
-        base = module[: max(len(module) - m.group(1).count("super::"), 0)]
+        # `super` inside `mod tests { ... }` is the file's own module, not its parent
+        here = module + [name for start, end, name in spans if start < m.start() < end]
+        base = here[: max(len(here) - m.group(1).count("super::"), 0)]
         tail = [] if m.group(2) == "{" else m.group(2).split("::")
         found.add(file_of(files, base + tail))
     if rel.endswith("mod.rs") or rel == "lib.rs":

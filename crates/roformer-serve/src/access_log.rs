@@ -10,7 +10,7 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 
-use crate::state::AppState;
+use crate::metrics::Metrics;
 
 /// Where log lines go.
 pub type LogSink = Arc<dyn Fn(&str) + Send + Sync>;
@@ -31,8 +31,20 @@ pub struct Usage {
     pub texts: Vec<String>,
 }
 
+/// What the middleware needs: the metrics it counts requests in, whether texts are logged
+/// (`--log-inputs`), and where lines go.
+#[derive(Clone)]
+pub struct AccessLog {
+    /// Counters and histograms of the server.
+    pub metrics: Arc<Metrics>,
+    /// Whether a request's texts are logged.
+    pub log_inputs: bool,
+    /// Where log lines go.
+    pub sink: LogSink,
+}
+
 /// The middleware: times the request, then logs and counts it.
-pub async fn log(State(state): State<AppState>, req: Request, next: Next) -> Response {
+pub async fn log(State(access): State<AccessLog>, req: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = req.method().clone();
     let route = req
@@ -47,7 +59,7 @@ pub async fn log(State(state): State<AppState>, req: Request, next: Next) -> Res
         .cloned()
         .unwrap_or_default();
     let status = response.status().as_u16();
-    state.metrics.request(
+    access.metrics.request(
         &route,
         status,
         latency,
@@ -60,10 +72,10 @@ pub async fn log(State(state): State<AppState>, req: Request, next: Next) -> Res
         usage.inputs,
         usage.tokens
     );
-    if state.config.log_inputs && !usage.texts.is_empty() {
+    if access.log_inputs && !usage.texts.is_empty() {
         let texts = serde_json::to_string(&usage.texts).unwrap_or_default();
         line.push_str(&format!(" texts={texts}"));
     }
-    (state.log)(&line);
+    (access.sink)(&line);
     response
 }

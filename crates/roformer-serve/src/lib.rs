@@ -238,7 +238,12 @@ pub fn router(state: AppState) -> Router {
                 .allow_headers([header::CONTENT_TYPE, header::AUTHORIZATION]),
         );
     }
-    app.layer(from_fn_with_state(state.clone(), access_log::log))
+    let access = access_log::AccessLog {
+        metrics: state.metrics.clone(),
+        log_inputs: config.log_inputs,
+        sink: state.log.clone(),
+    };
+    app.layer(from_fn_with_state(access, access_log::log))
         .with_state(state)
 }
 
