@@ -101,7 +101,7 @@ impl<'a> CliObserver<'a> {
             announce(run, self.view.resume);
         }
         let sources = match run.data {
-            PreparedData::MaskedLm(data) => {
+            PreparedData::MaskedLm { data, .. } => {
                 self.unigram_entropy = Some(data.unigram_entropy);
                 data.sources.iter().map(corpus_source).collect()
             }
@@ -187,7 +187,9 @@ impl<'a> CliObserver<'a> {
             plot: &plot_path,
         };
         summary.print(view.json)?;
-        if let (Outcome::Stopped(step), Some(signal)) = (&finished.outcome, signal()) {
+        if let (Outcome::Stopped(step), Some(signal)) =
+            (&finished.outcome, super::termination_signal())
+        {
             let saved = history
                 .last_checkpoint
                 .as_ref()
@@ -227,16 +229,11 @@ impl Observer for CliObserver<'_> {
     }
 }
 
-/// The signal (SIGTERM or SIGHUP) that stopped the run, if any.
-fn signal() -> Option<&'static str> {
-    super::termination_signal()
-}
-
 /// Says on stderr what a run trains on and what its model took from the checkpoint (a
 /// resume only names the tensors a checkpoint lacked).
 fn announce(run: &Prepared<'_>, resume: bool) {
     match run.data {
-        PreparedData::MaskedLm(data) => {
+        PreparedData::MaskedLm { options, data } => {
             if run.from_checkpoint && !run.initialised.is_empty() {
                 eprintln!(
                     "initialised (not in the checkpoint): {}",
@@ -249,7 +246,7 @@ fn announce(run: &Prepared<'_>, resume: bool) {
                      blocks; {} parameters; unigram entropy {:.3} nats",
                     data.documents,
                     data.blocks.0,
-                    data.train_tokens / data.blocks.0.max(1),
+                    options.seq_len,
                     data.train_tokens,
                     data.blocks.1,
                     run.params.element_count(),
@@ -321,7 +318,9 @@ impl Summary<'_> {
             println!("{}", self.to_json()?);
             return Ok(());
         }
-        if let (Outcome::Stopped(step), None) = (&self.finished.outcome, signal()) {
+        if let (Outcome::Stopped(step), None) =
+            (&self.finished.outcome, super::termination_signal())
+        {
             eprintln!("stopped after step {step}; continue with --resume");
         }
         self.print_text();

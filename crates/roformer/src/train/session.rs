@@ -119,7 +119,12 @@ pub struct TrainOptions<'a> {
 #[derive(Debug, Clone, Copy)]
 pub enum PreparedData<'a> {
     /// The corpus's batches.
-    MaskedLm(&'a MlmData),
+    MaskedLm {
+        /// The task's settings (the corpus and its blocks).
+        options: &'a MlmDataOptions,
+        /// The batches and what they hold.
+        data: &'a MlmData,
+    },
     /// The classification examples, tokenised.
     Classify {
         /// The task's settings (the example files and labels).
@@ -227,7 +232,10 @@ fn fit_mlm(
         &start.config,
         &trainable,
         &files,
-        PreparedData::MaskedLm(&data),
+        PreparedData::MaskedLm {
+            options: data_options,
+            data: &data,
+        },
     ))?;
     let steps = options
         .steps
@@ -240,7 +248,7 @@ fn fit_mlm(
         tokenizer_files: files,
         precision: options.precision,
     };
-    let record = record(data_options)?;
+    let record = task_record(data_options)?;
     let (finished, _) = drive(
         options,
         task,
@@ -296,7 +304,7 @@ fn fit_classify(
         best: options.resume.then(|| best_score(&best_dir)).flatten(),
         best_dir: Some(best_dir.clone()),
     };
-    let record = record(task_options)?;
+    let record = task_record(task_options)?;
     let (mut finished, task) = drive(
         options,
         task,
@@ -335,7 +343,7 @@ fn three_epochs(items: usize, per_step: usize) -> u64 {
 }
 
 /// The task's settings as `trainer_state.json` records them.
-fn record(task: &impl serde::Serialize) -> Result<serde_json::Value, TrainError> {
+fn task_record(task: &impl serde::Serialize) -> Result<serde_json::Value, TrainError> {
     serde_json::to_value(task).map_err(|e| TrainError::Save(e.to_string()))
 }
 
