@@ -8,6 +8,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
+use crate::output::OutputArgs;
 use crate::precision::PrecisionArg;
 use anyhow::{bail, Context};
 use candle_core::Device;
@@ -18,6 +19,9 @@ use serde::Serialize;
 
 /// Arguments of `roformer classify`.
 #[derive(Debug, clap::Args)]
+#[command(mut_arg("json", |a| a.help(
+    "One JSON object per text: {\"text\", \"label\", \"probabilities\": {label: p}}"
+)))]
 pub struct Args {
     /// A classifier checkpoint (e.g. `best/` or `checkpoint/` of `roformer train classify`).
     #[arg(long)]
@@ -25,9 +29,9 @@ pub struct Args {
     /// Most tokens per text.
     #[arg(long, default_value_t = 512)]
     max_length: usize,
-    /// One JSON object per text: {"text", "label", "probabilities": {label: p}}.
-    #[arg(long)]
-    json: bool,
+    // `--json` (the help says what it prints).
+    #[command(flatten)]
+    stdout: OutputArgs,
     /// The texts; a tab separates the two texts of a pair.
     #[arg(value_name = "TEXT", required = true)]
     texts: Vec<String>,
@@ -80,7 +84,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             label: names[best].clone(),
             probabilities: names.iter().cloned().zip(p.iter().copied()).collect(),
         };
-        if args.json {
+        if args.stdout.json {
             writeln!(out, "{}", crate::json::to_string(&prediction)?)?;
         } else {
             let rest: Vec<String> = prediction

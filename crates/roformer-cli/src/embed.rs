@@ -22,6 +22,7 @@ use roformer::{pipeline, Encoding, RoFormerModel, RoFormerTokenizer};
 use serde::Serialize;
 
 use crate::inputs::{checkpoint_files, refuse_output_among_inputs, InputPath};
+use crate::output::OutputArgs;
 use crate::precision::PrecisionArg;
 use crate::truncation::{self, Cut, Limit};
 use crate::{default_model, json, output};
@@ -58,6 +59,10 @@ pub enum InputFormat {
 
 /// Arguments of `roformer embed`.
 #[derive(Debug, clap::Args)]
+#[command(mut_arg("json", |a| a.help(
+    "Print the summary as one JSON object: {\"output\", \"vectors\", \"dim\", \"pooling\", \
+     \"max_length\" (0: no limit), \"truncated\": [{\"line\", \"tokens\", \"kept\"}]}"
+)))]
 pub struct Args {
     /// Checkpoint directory: config.json, model.safetensors (or pytorch_model.bin), vocab.txt
     /// and, if present, tokenizer_config.json [default: the built-in poetry model]
@@ -86,10 +91,9 @@ pub struct Args {
     /// may not be the --input file or a file of the --model checkpoint.
     #[arg(long, value_name = "FILE")]
     output: PathBuf,
-    /// Print the summary as one JSON object: {"output", "vectors", "dim", "pooling",
-    /// "max_length" (0: no limit), "truncated": [{"line", "tokens", "kept"}]}.
-    #[arg(long)]
-    json: bool,
+    // `--json` (the help says what it prints).
+    #[command(flatten)]
+    stdout: OutputArgs,
     /// No progress bar (it is only drawn when stderr is a terminal anyway).
     #[arg(long)]
     quiet: bool,
@@ -231,7 +235,7 @@ fn print_summary(
         Pooling::Cls => "cls",
         Pooling::Mean => "mean",
     };
-    let summary = if args.json {
+    let summary = if args.stdout.json {
         json::to_string(&Summary {
             output: &args.output,
             vectors,

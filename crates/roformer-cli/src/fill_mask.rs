@@ -19,6 +19,7 @@ use anyhow::{bail, ensure};
 use candle_core::Device;
 use roformer::{pipeline, Encoding, RoFormerForMaskedLM, RoFormerTokenizer};
 
+use crate::output::OutputArgs;
 use crate::precision::PrecisionArg;
 use crate::truncation::{self, Cut, Limit};
 use crate::{default_model, json};
@@ -26,6 +27,12 @@ use serde::Serialize;
 
 /// Arguments of `roformer fill-mask`.
 #[derive(Debug, clap::Args)]
+#[command(mut_arg("json", |a| a.help(
+    "One JSON object on one line: {\"text\", \"masks\": [{\"position\", \"predictions\": \
+     [{\"id\", \"token\", \"probability\", \"sequence\"}]}], \"truncated\": null or \
+     {\"tokens\", \"kept\"}}; position is the token index in [CLS] text [SEP], sequence the \
+     text with that mask filled by the token"
+)))]
 pub struct Args {
     /// Checkpoint directory: config.json, model.safetensors (or pytorch_model.bin) with a
     /// masked-LM head, vocab.txt and, if present, tokenizer_config.json [default: the
@@ -41,12 +48,9 @@ pub struct Args {
     /// mask token past the cut is an error.
     #[arg(long, value_name = "N", value_parser = truncation::parse)]
     max_length: Option<u32>,
-    /// One JSON object on one line: {"text", "masks": [{"position", "predictions": [{"id",
-    /// "token", "probability", "sequence"}]}], "truncated": null or {"tokens", "kept"}};
-    /// position is the token index in [CLS] text [SEP], sequence the text with that mask
-    /// filled by the token.
-    #[arg(long)]
-    json: bool,
+    // `--json` (the help says what it prints).
+    #[command(flatten)]
+    stdout: OutputArgs,
     /// The text, with one or more mask tokens written as the tokenizer's mask token
     /// (usually [MASK]).
     #[arg(value_name = "TEXT")]
@@ -115,7 +119,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
 
     let mut out = std::io::stdout().lock();
-    if args.json {
+    if args.stdout.json {
         writeln!(out, "{}", json::to_string(&report)?)?;
     } else {
         print_table(&mut out, &report)?;

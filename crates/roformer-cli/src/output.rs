@@ -19,6 +19,16 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
+use serde::{Deserialize, Serialize};
+
+/// `--json`: the flag's one declaration, flattened into every command that prints (a command
+/// says what its JSON holds with `#[command(mut_arg("json", ..))]`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::Args, Serialize, Deserialize)]
+pub struct OutputArgs {
+    /// JSON on stdout instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// How many symbolic links are followed before giving up (Linux's limit).
 const MAX_LINKS: usize = 40;

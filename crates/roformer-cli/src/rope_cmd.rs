@@ -7,6 +7,8 @@ use anyhow::Context;
 use rotary::RopeSpec;
 use serde::Serialize;
 
+use crate::output::OutputArgs;
+
 /// Which inspection to run.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -16,6 +18,9 @@ pub enum Command {
 
 /// Arguments of `rope freqs`.
 #[derive(Debug, clap::Args)]
+#[command(mut_arg("json", |a| a.help(
+    "Print {\"inv_freq\": [...], \"attention_factor\": x} instead of a table"
+)))]
 pub struct FreqsArgs {
     /// A transformers config.json (legacy `rope_scaling` or `rope_parameters` form).
     #[arg(long)]
@@ -24,9 +29,9 @@ pub struct FreqsArgs {
     /// Without it: the values transformers computes when the model is built.
     #[arg(long)]
     seq_len: Option<usize>,
-    /// Print {"inv_freq": [...], "attention_factor": x} instead of a table.
-    #[arg(long)]
-    json: bool,
+    // `--json` (the help says what it prints).
+    #[command(flatten)]
+    stdout: OutputArgs,
 }
 
 /// The JSON output of `rope freqs`.
@@ -50,7 +55,7 @@ fn freqs(args: &FreqsArgs) -> anyhow::Result<()> {
         serde_json::from_str(&text).with_context(|| format!("{path} is not valid JSON"))?;
     let spec = RopeSpec::from_hf_config(&config).with_context(|| format!("interpreting {path}"))?;
     let f = spec.freqs(args.seq_len)?;
-    if args.json {
+    if args.stdout.json {
         let out = FreqsJson {
             inv_freq: &f.inv_freq,
             attention_factor: f.attention_factor,

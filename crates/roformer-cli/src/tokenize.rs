@@ -6,18 +6,22 @@ use std::path::PathBuf;
 use roformer::Encoding;
 
 use crate::default_model;
+use crate::output::OutputArgs;
 
 /// Arguments of `roformer tokenize`.
 #[derive(Debug, clap::Args)]
+#[command(mut_arg("json", |a| a.help(
+    "One JSON object per text and line: {\"input_ids\", \"tokens\", \"offsets\"}; offsets \
+     are [start, end) char ranges in the text, [0, 0] for [CLS] and [SEP]"
+)))]
 pub struct Args {
     /// Checkpoint directory: vocab.txt and, if present, tokenizer_config.json [default: the
     /// built-in poetry model]
     #[arg(long)]
     model: Option<PathBuf>,
-    /// One JSON object per text and line: {"input_ids", "tokens", "offsets"}; offsets are
-    /// [start, end) char ranges in the text, [0, 0] for [CLS] and [SEP].
-    #[arg(long)]
-    json: bool,
+    // `--json` (the help says what it prints).
+    #[command(flatten)]
+    stdout: OutputArgs,
     /// Cut each text so that it has at most this many tokens, [CLS] and [SEP] included.
     #[arg(long, value_name = "N")]
     max_length: Option<usize>,
@@ -35,7 +39,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Some(max_length) => tokenizer.encode_truncated(text, None, max_length)?,
             None => tokenizer.encode(text),
         };
-        writeln!(out, "{}", render(&encoding, args.json)?)?;
+        writeln!(out, "{}", render(&encoding, args.stdout.json)?)?;
     }
     out.flush()?;
     Ok(())

@@ -13,6 +13,7 @@ use serde_json::json;
 
 use crate::inputs::{refuse_output_among_inputs, InputPath};
 use crate::output;
+use crate::output::OutputArgs;
 
 /// The vocabulary commands.
 #[derive(Debug, clap::Subcommand)]
@@ -23,6 +24,7 @@ pub enum Command {
 
 /// Arguments of `roformer vocab build`.
 #[derive(Debug, clap::Args)]
+#[command(mut_arg("json", |a| a.help("One JSON object with the coverage figures")))]
 pub struct BuildArgs {
     /// Corpus files or directories (format by extension: `.jsonl` JSON lines with `text`,
     /// `.json` the chinese-poetry layout, else a document per line).
@@ -51,9 +53,9 @@ pub struct BuildArgs {
     /// directory.
     #[arg(long, value_name = "FILE")]
     tokenizer_config: Option<PathBuf>,
-    /// One JSON object with the coverage figures.
-    #[arg(long)]
-    json: bool,
+    // `--json` (the help says what it prints).
+    #[command(flatten)]
+    stdout: OutputArgs,
 }
 
 /// Runs `roformer vocab ...`.
@@ -99,7 +101,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
             println!("{line}");
         }
     };
-    if args.json {
+    if args.stdout.json {
         report(
             json!({
                 "vocab": args.out,

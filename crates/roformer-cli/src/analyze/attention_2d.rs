@@ -22,6 +22,7 @@ use rotary::{inv_freqs, CosSin, Layout};
 use serde::Serialize;
 
 use super::limits::{at_most, MAX_SAMPLES, MAX_TABLE_ELEMENTS, MAX_WORK};
+use crate::output::OutputArgs;
 use crate::plot::{self, err, Figure, FAMILY};
 
 /// Arguments of `roformer analyze attention-2d`.
@@ -29,6 +30,9 @@ use crate::plot::{self, err, Figure, FAMILY};
 /// Limits (see `analyze::limits`): at most 2^20 patches, d at most 65536, patches x d at most
 /// 2^26, samples at most 2^16 and samples x patches x d at most 2^30.
 #[derive(Debug, clap::Args)]
+#[command(mut_arg("json", |a| a.help(
+    "Print JSON (grid, centre and both maps as rows of scores) instead of text"
+)))]
 pub struct Args {
     /// Grid of patches as ROWSxCOLS (at most 2^20 patches).
     #[arg(long, default_value = "16x16", value_parser = parse_grid)]
@@ -49,9 +53,9 @@ pub struct Args {
     /// Write the two heat maps to this file (.png or .svg).
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Print JSON (grid, centre and both maps as rows of scores) instead of text.
-    #[arg(long)]
-    json: bool,
+    // `--json` (the help says what it prints).
+    #[command(flatten)]
+    stdout: OutputArgs,
 }
 
 fn parse_grid(s: &str) -> Result<(usize, usize), String> {
@@ -314,7 +318,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(path) = &args.out {
         plot::save(&HeatFigure { maps: &maps }, path, (1280, 600))?;
     }
-    if args.json {
+    if args.stdout.json {
         println!("{}", crate::json::to_string(&maps)?);
     } else {
         print_maps(&maps)?;

@@ -16,6 +16,7 @@ use rotary::{inv_freqs, Layout, Rope};
 use serde::Serialize;
 
 use super::limits::{at_most, MAX_DISTANCE, MAX_SAMPLES, MAX_TABLE_ELEMENTS, MAX_WORK};
+use crate::output::OutputArgs;
 use crate::plot::{self, err, Figure, FAMILY};
 
 /// Arguments of `roformer analyze decay`.
@@ -24,6 +25,9 @@ use crate::plot::{self, err, Figure, FAMILY};
 /// 2^30; with --measured, samples at most 2^16, (r + 1) x d at most 2^26 and
 /// samples x (r + 1) x d at most 2^30.
 #[derive(Debug, clap::Args)]
+#[command(mut_arg("json", |a| a.help(
+    "Print JSON (a list of {\"distance\", \"bound\"[, \"measured\"]}) instead of a table"
+)))]
 pub struct Args {
     /// Rotated dimensions d (even, at most 65536).
     #[arg(long, default_value_t = 128)]
@@ -37,9 +41,9 @@ pub struct Args {
     /// Write the plot to this file (.png or .svg).
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Print JSON (a list of {"distance", "bound"[, "measured"]}) instead of a table.
-    #[arg(long)]
-    json: bool,
+    // `--json` (the help says what it prints).
+    #[command(flatten)]
+    stdout: OutputArgs,
     /// Also measure mean |<R_m q, R_n k>| over random Gaussian vectors, rotated by the kernels.
     #[arg(long)]
     measured: bool,
@@ -271,7 +275,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         };
         plot::save(&figure, path, (900, 560))?;
     }
-    if args.json {
+    if args.stdout.json {
         println!("{}", crate::json::to_string(&rows)?);
     } else {
         print_table(&rows)?;

@@ -23,11 +23,13 @@ use serde_json::json;
 
 use crate::json;
 use crate::llama::ModelArgs;
+use crate::output::OutputArgs;
 
 use super::timing::median;
 
 /// Arguments of `roformer bench llama`.
 #[derive(Debug, clap::Args)]
+#[command(mut_arg("json", |a| a.help("Print one JSON object instead of a table")))]
 pub struct Args {
     #[command(flatten)]
     model: ModelArgs,
@@ -40,9 +42,9 @@ pub struct Args {
     /// Timed runs (after one warm-up); the figures are medians.
     #[arg(long, default_value_t = 3)]
     repeats: usize,
-    /// Print one JSON object instead of a table.
-    #[arg(long)]
-    json: bool,
+    // `--json` (the help says what it prints).
+    #[command(flatten)]
+    stdout: OutputArgs,
 }
 
 /// The most memory the timings of `--repeats` runs may take (about 1.4 million runs).
@@ -58,6 +60,14 @@ struct Run {
     decode: Duration,
 }
 
+/// The medians of a benchmark's repeats, seconds.
+struct Medians {
+    prefill: f64,
+    decode: f64,
+    prefill_rope: f64,
+    decode_rope: f64,
+}
+
 /// Runs the benchmark.
 pub fn run(args: Args) -> Result<()> {
     if args.prompt_tokens == 0 || args.new_tokens == 0 || args.repeats == 0 {
@@ -69,10 +79,25 @@ pub fn run(args: Args) -> Result<()> {
     if args.prompt_tokens.saturating_add(args.new_tokens) > context {
         bail!("--prompt-tokens + --new-tokens exceed the model's context of {context}");
     }
+    let runs = time_runs(&model, &args)?;
+    let medians = medians(&model, &runs, &args)?;
+    if args.stdout.json {
+        println!(
+            "{}",
+            json::to_string_pretty(&report_json(&args, &medians)?)?
+        );
+    } else {
+        print_report(&args, &medians);
+    }
+    Ok(())
+}
+
+/// `--repeats` timed runs after one untimed, each said on stderr.
+fn time_runs(model: &Llama, args: &Args) -> Result<Vec<Run>> {
     let prompt = prompt_ids(model.config().vocab_size, args.prompt_tokens);
     let mut runs = Vec::with_capacity(args.repeats);
     for i in 0..=args.repeats {
-        let run = time_run(&model, &prompt, args.new_tokens)?;
+        let run = time_run(model, &prompt, args.new_tokens)?;
         if i > 0 {
             eprintln!(
                 "run {i}/{}: prefill {:.3} s, decode {:.3} s",
@@ -83,70 +108,85 @@ pub fn run(args: Args) -> Result<()> {
             runs.push(run);
         }
     }
-    let prefill = median(
-        &runs
-            .iter()
-            .map(|r| r.prefill.as_secs_f64())
-            .collect::<Vec<_>>(),
-    );
-    let decode = median(
-        &runs
-            .iter()
-            .map(|r| r.decode.as_secs_f64())
-            .collect::<Vec<_>>(),
-    );
-    let prefill_rope = median(
-        &(0..args.repeats)
-            .map(|_| rope_time(&model, args.prompt_tokens, 0))
-            .collect::<Result<Vec<_>>>()?,
-    );
-    let decode_rope = median(
-        &(0..args.repeats)
-            .map(|_| decode_rope_time(&model, args.prompt_tokens, args.new_tokens))
-            .collect::<Result<Vec<_>>>()?,
-    );
-    let threads = rayon::current_num_threads();
-    let prefill_tps = args.prompt_tokens as f64 / prefill;
-    let decode_tps = args.new_tokens as f64 / decode;
-    let weights = if args.model.dequantize {
+    Ok(runs)
+}
+
+/// The medians of the runs' phases, and of the rotation's time in each phase (measured
+/// `--repeats` times on its own).
+fn medians(model: &Llama, runs: &[Run], args: &Args) -> Result<Medians> {
+    let of = |phase: fn(&Run) -> Duration| {
+        median(
+            &runs
+                .iter()
+                .map(|r| phase(r).as_secs_f64())
+                .collect::<Vec<_>>(),
+        )
+    };
+    let prefill_rope = (0..args.repeats)
+        .map(|_| rope_time(model, args.prompt_tokens, 0))
+        .collect::<Result<Vec<_>>>()?;
+    let decode_rope = (0..args.repeats)
+        .map(|_| decode_rope_time(model, args.prompt_tokens, args.new_tokens))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Medians {
+        prefill: of(|r| r.prefill),
+        decode: of(|r| r.decode),
+        prefill_rope: median(&prefill_rope),
+        decode_rope: median(&decode_rope),
+    })
+}
+
+/// How the weights were used.
+fn weights_kind(args: &Args) -> &'static str {
+    if args.model.dequantize {
         "f32 (dequantized)"
     } else {
         "as stored (quantized)"
-    };
-    if args.json {
-        let out = json!({
-            "gguf": args.model.gguf.display().to_string(),
-            "weights": weights,
-            "layout": format!("{:?}", args.model.layout).to_lowercase(),
-            "threads": threads,
-            "prefill_tokens": args.prompt_tokens,
-            "decode_tokens": args.new_tokens,
-            "prefill_tok_s": json::finite("prefill_tok_s", prefill_tps)?,
-            "decode_tok_s": json::finite("decode_tok_s", decode_tps)?,
-            "rope_share_prefill": json::finite("rope_share_prefill", prefill_rope / prefill)?,
-            "rope_share_decode": json::finite("rope_share_decode", decode_rope / decode)?,
-        });
-        println!("{}", json::to_string_pretty(&out)?);
-    } else {
-        println!(
-            "{} ({weights}, {threads} threads)",
-            args.model.gguf.display()
-        );
-        println!("phase    tokens  tokens/s  RoPE share");
-        println!(
-            "prefill  {:>6}  {:>8.1}  {:>9.2}%",
-            args.prompt_tokens,
-            prefill_tps,
-            100.0 * prefill_rope / prefill
-        );
-        println!(
-            "decode   {:>6}  {:>8.1}  {:>9.2}%",
-            args.new_tokens,
-            decode_tps,
-            100.0 * decode_rope / decode
-        );
     }
-    Ok(())
+}
+
+/// The `--json` report.
+///
+/// # Errors
+/// A rate that is not finite.
+fn report_json(args: &Args, m: &Medians) -> Result<serde_json::Value> {
+    let prefill_tps = args.prompt_tokens as f64 / m.prefill;
+    let decode_tps = args.new_tokens as f64 / m.decode;
+    Ok(json!({
+        "gguf": args.model.gguf.display().to_string(),
+        "weights": weights_kind(args),
+        "layout": format!("{:?}", args.model.layout).to_lowercase(),
+        "threads": rayon::current_num_threads(),
+        "prefill_tokens": args.prompt_tokens,
+        "decode_tokens": args.new_tokens,
+        "prefill_tok_s": json::finite("prefill_tok_s", prefill_tps)?,
+        "decode_tok_s": json::finite("decode_tok_s", decode_tps)?,
+        "rope_share_prefill": json::finite("rope_share_prefill", m.prefill_rope / m.prefill)?,
+        "rope_share_decode": json::finite("rope_share_decode", m.decode_rope / m.decode)?,
+    }))
+}
+
+/// The report as a table.
+fn print_report(args: &Args, m: &Medians) {
+    println!(
+        "{} ({}, {} threads)",
+        args.model.gguf.display(),
+        weights_kind(args),
+        rayon::current_num_threads()
+    );
+    println!("phase    tokens  tokens/s  RoPE share");
+    println!(
+        "prefill  {:>6}  {:>8.1}  {:>9.2}%",
+        args.prompt_tokens,
+        args.prompt_tokens as f64 / m.prefill,
+        100.0 * m.prefill_rope / m.prefill
+    );
+    println!(
+        "decode   {:>6}  {:>8.1}  {:>9.2}%",
+        args.new_tokens,
+        args.new_tokens as f64 / m.decode,
+        100.0 * m.decode_rope / m.decode
+    );
 }
 
 /// Refuses a `--repeats` whose timings alone would take more than [`MAX_TIMING_BYTES`], before

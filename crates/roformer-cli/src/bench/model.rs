@@ -26,6 +26,7 @@ use roformer::{RawConfig, RoFormerConfig, RoFormerModel};
 use serde_json::json;
 
 use crate::json;
+use crate::output::OutputArgs;
 
 use super::alloc;
 use super::timing::{round_robin, Budget, Stats};
@@ -78,11 +79,14 @@ impl ConfigName {
 
 /// Arguments of `roformer bench model`.
 #[derive(Debug, clap::Args)]
+#[command(mut_arg("json", |a| a.help(
+    "One JSON object per case and line: impl, config, batch, seq, seconds (median per \
+     forward), tokens_per_s, p10/p90 seconds, reps, params, threads, malloc_warm"
+)))]
 pub struct Args {
-    /// One JSON object per case and line: impl, config, batch, seq, seconds (median per
-    /// forward), tokens_per_s, p10/p90 seconds, reps, params, threads, malloc_warm.
-    #[arg(long)]
-    json: bool,
+    // `--json` (the help says what it prints).
+    #[command(flatten)]
+    stdout: OutputArgs,
     /// Model sizes, comma-separated.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "small,base")]
     configs: Vec<ConfigName>,
@@ -154,6 +158,14 @@ fn time_case(model: &RoFormerModel, batch: usize, seq: usize, budget: &Budget) -
     Ok(stats[0])
 }
 
+/// What every line of a run reports beside its case.
+#[derive(Debug, Clone, Copy)]
+struct Setting {
+    precision: roformer::Precision,
+    threads: usize,
+    malloc_warm: bool,
+}
+
 /// Runs the benchmark.
 ///
 /// # Errors
@@ -168,16 +180,12 @@ pub fn run(args: Args) -> Result<()> {
         }
         bail!("the benchmark (re-run with a warm allocator) failed: {status}");
     }
-    if let Some(n) = args.threads {
-        // candle sizes its matrix products by this variable, rayon its pool by the builder.
-        std::env::set_var("RAYON_NUM_THREADS", n.to_string());
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(n as usize)
-            .build_global()
-            .context("sizing the thread pool")?;
-    }
-    let threads = rayon::current_num_threads();
-    let malloc_warm = alloc::is_warm();
+    set_threads(args.threads)?;
+    let setting = Setting {
+        precision: args.precision.resolve(),
+        threads: rayon::current_num_threads(),
+        malloc_warm: alloc::is_warm(),
+    };
     let budget = Budget {
         warmup: 1,
         min_rounds: args.min_reps as usize,
@@ -185,25 +193,14 @@ pub fn run(args: Args) -> Result<()> {
         seconds: args.seconds,
         sample: Duration::ZERO,
     };
-    let precision = args.precision.resolve();
     let mut out = std::io::stdout().lock();
-    if !args.json {
-        writeln!(
-            out,
-            "RoFormerModel forward, {precision}, {threads} thread(s), warm allocator: {}",
-            if malloc_warm { "yes" } else { "no" }
-        )?;
-        writeln!(
-            out,
-            "{:<6} {:>8} {:>5} {:>5} {:>5} {:>11} {:>21} {:>10}",
-            "config", "params_M", "batch", "seq", "reps", "median_ms", "p10..p90_ms", "tokens/s"
-        )?;
-        out.flush()?;
+    if !args.stdout.json {
+        write_header(&mut out, setting)?;
     }
     for &config_name in &args.configs {
         let config = config_name.config()?;
         let (mut model, params) = random_model(&config)?;
-        model.encoder_mut().set_precision(precision)?;
+        model.encoder_mut().set_precision(setting.precision)?;
         for &(batch, seq) in &args.shapes {
             let stats = time_case(&model, batch, seq, &budget)?;
             let record = Record {
@@ -213,39 +210,87 @@ pub fn run(args: Args) -> Result<()> {
                 stats,
                 params,
             };
-            if args.json {
-                let line = json!({
-                    "impl": "roformer-rs",
-                    "config": record.config.name(),
-                    "batch": batch,
-                    "seq": seq,
-                    "seconds": json::finite("seconds", stats.median)?,
-                    "tokens_per_s": json::finite("tokens_per_s", record.tokens_per_s())?,
-                    "p10_seconds": json::finite("p10_seconds", stats.p10)?,
-                    "p90_seconds": json::finite("p90_seconds", stats.p90)?,
-                    "reps": stats.samples,
-                    "params": record.params,
-                    "threads": threads,
-                    "malloc_warm": malloc_warm,
-                    "precision": precision.name(),
-                });
-                writeln!(out, "{line}")?;
+            if args.stdout.json {
+                writeln!(out, "{}", record_json(&record, setting)?)?;
             } else {
-                writeln!(
-                    out,
-                    "{:<6} {:>8.1} {:>5} {:>5} {:>5} {:>11.1} {:>21} {:>10.0}",
-                    record.config.name(),
-                    record.params as f64 / 1e6,
-                    batch,
-                    seq,
-                    stats.samples,
-                    stats.median * 1e3,
-                    format!("{:.1}..{:.1}", stats.p10 * 1e3, stats.p90 * 1e3),
-                    record.tokens_per_s()
-                )?;
+                write_row(&mut out, &record)?;
             }
             out.flush()?;
         }
     }
+    Ok(())
+}
+
+/// `--threads`: sizes candle's matrix products (by `RAYON_NUM_THREADS`) and rayon's pool.
+///
+/// # Errors
+/// A pool already built.
+fn set_threads(threads: Option<u32>) -> Result<()> {
+    if let Some(n) = threads {
+        std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n as usize)
+            .build_global()
+            .context("sizing the thread pool")?;
+    }
+    Ok(())
+}
+
+/// The table's title and header.
+fn write_header(out: &mut impl Write, setting: Setting) -> Result<()> {
+    writeln!(
+        out,
+        "RoFormerModel forward, {}, {} thread(s), warm allocator: {}",
+        setting.precision,
+        setting.threads,
+        if setting.malloc_warm { "yes" } else { "no" }
+    )?;
+    writeln!(
+        out,
+        "{:<6} {:>8} {:>5} {:>5} {:>5} {:>11} {:>21} {:>10}",
+        "config", "params_M", "batch", "seq", "reps", "median_ms", "p10..p90_ms", "tokens/s"
+    )?;
+    out.flush()?;
+    Ok(())
+}
+
+/// A case's `--json` line.
+///
+/// # Errors
+/// A time that is not finite.
+fn record_json(record: &Record, setting: Setting) -> Result<serde_json::Value> {
+    let stats = record.stats;
+    Ok(json!({
+        "impl": "roformer-rs",
+        "config": record.config.name(),
+        "batch": record.batch,
+        "seq": record.seq,
+        "seconds": json::finite("seconds", stats.median)?,
+        "tokens_per_s": json::finite("tokens_per_s", record.tokens_per_s())?,
+        "p10_seconds": json::finite("p10_seconds", stats.p10)?,
+        "p90_seconds": json::finite("p90_seconds", stats.p90)?,
+        "reps": stats.samples,
+        "params": record.params,
+        "threads": setting.threads,
+        "malloc_warm": setting.malloc_warm,
+        "precision": setting.precision.name(),
+    }))
+}
+
+/// A case's row of the table.
+fn write_row(out: &mut impl Write, record: &Record) -> Result<()> {
+    let stats = record.stats;
+    writeln!(
+        out,
+        "{:<6} {:>8.1} {:>5} {:>5} {:>5} {:>11.1} {:>21} {:>10.0}",
+        record.config.name(),
+        record.params as f64 / 1e6,
+        record.batch,
+        record.seq,
+        stats.samples,
+        stats.median * 1e3,
+        format!("{:.1}..{:.1}", stats.p10 * 1e3, stats.p90 * 1e3),
+        record.tokens_per_s()
+    )?;
     Ok(())
 }

@@ -36,6 +36,8 @@ use load::Stop;
 use report::{Bound, Record, Report};
 use requests::{Route, RouteLoad};
 
+use crate::output::OutputArgs;
+
 /// Most requests per route and level.
 const MAX_REQUESTS: u64 = 1_000_000;
 /// Longest run per route and level, seconds.
@@ -83,6 +85,13 @@ impl Target {
 
 /// Arguments of `roformer bench serve`.
 #[derive(Debug, clap::Args)]
+#[command(mut_arg("json", |a| a.help(
+    "Print one JSON object: {\"target\", \"url\", \"cpu\", \"cores\", \"bound\", \
+     \"records\": [{\"route\", \"concurrency\", \"requests\", \"ok\", \"errors\": {status: \
+     count}, \"seconds\", \"req_s\", \"p50_ms\", \"p95_ms\", \"p99_ms\", and for \
+     completions \"tokens_s\", \"prompt_tokens\", \"completion_tokens\", \
+     \"short_answers\"}]}"
+)))]
 pub struct Args {
     /// A running server (`http://HOST:PORT`) [default: start `roformer serve` on port 0]
     #[arg(long)]
@@ -125,12 +134,9 @@ pub struct Args {
     /// as a failure with status 0.
     #[arg(long, default_value_t = 60.0)]
     timeout: f64,
-    /// Print one JSON object: {"target", "url", "cpu", "cores", "bound", "records": [{"route",
-    /// "concurrency", "requests", "ok", "errors": {status: count}, "seconds", "req_s", "p50_ms",
-    /// "p95_ms", "p99_ms", and for completions "tokens_s", "prompt_tokens",
-    /// "completion_tokens", "short_answers"}]}.
-    #[arg(long)]
-    json: bool,
+    // `--json` (the help says what it prints).
+    #[command(flatten)]
+    stdout: OutputArgs,
 }
 
 impl Args {
@@ -223,5 +229,5 @@ pub fn run(args: Args) -> Result<()> {
     }
     let report = Report::new(args.target.name(), &url, bound, records);
     drop(own);
-    report.print(args.json)
+    report.print(args.stdout.json)
 }

@@ -38,6 +38,7 @@ use super::alloc::{self, WARM_ENV};
 use super::memory::{cpu_seconds, proc_status};
 use super::model::{parse_shape, ConfigName};
 use super::timing::{median, Stats};
+use crate::output::OutputArgs;
 use crate::precision::PrecisionArg;
 
 /// The fraction of positions labelled, as in the peer script.
@@ -52,13 +53,16 @@ const MAX_GRAD_NORM: f64 = 1.0;
 
 /// Arguments of `roformer bench train`.
 #[derive(Debug, clap::Args)]
+#[command(mut_arg("json", |a| a.help(
+    "One JSON object per shape and line: impl, config, batch, seq, labelled, steps, step_s \
+     (median), p10_s, p90_s, forward_s, backward_s, optimizer_s (medians), tokens_per_s, \
+     cpu_s (CPU seconds per step), peak_rss_bytes, params, threads, malloc_warm, precision, \
+     first_loss, last_loss"
+)))]
 pub struct Args {
-    /// One JSON object per shape and line: impl, config, batch, seq, labelled, steps, step_s
-    /// (median), p10_s, p90_s, forward_s, backward_s, optimizer_s (medians), tokens_per_s,
-    /// cpu_s (CPU seconds per step), peak_rss_bytes, params, threads, malloc_warm, precision, first_loss,
-    /// last_loss.
-    #[arg(long)]
-    json: bool,
+    // `--json` (the help says what it prints).
+    #[command(flatten)]
+    stdout: OutputArgs,
     /// Model size (tiny is a smoke test).
     #[arg(long, value_enum, default_value = "small")]
     config: ConfigName,
@@ -339,7 +343,7 @@ pub fn run(args: Args) -> Result<()> {
         return run_child(spec, &args);
     }
     let mut out = std::io::stdout().lock();
-    if !args.json {
+    if !args.stdout.json {
         writeln!(
             out,
             "RoFormerForMaskedLM training steps ({} config), f32, {} thread(s), warm allocator, \
@@ -368,7 +372,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     for &(batch, seq) in &args.shapes {
         let m = measure(batch, seq, &args)?;
-        if args.json {
+        if args.stdout.json {
             let mut line = crate::json::to_value(&m)?;
             if let serde_json::Value::Object(fields) = &mut line {
                 fields.insert("impl".into(), "roformer-rs".into());

@@ -64,6 +64,7 @@ use roformer::data::{read_corpus, split_documents, with_simplified, Document};
 use roformer::{RoFormerForMaskedLM, RoFormerTokenizer};
 
 use crate::default_model;
+use crate::output::OutputArgs;
 use crate::precision::PrecisionArg;
 use agreement::Agreement;
 use masked::{is_character, Masked};
@@ -80,6 +81,7 @@ pub enum Command {
 
 /// Arguments of `roformer eval mlm`.
 #[derive(Debug, clap::Args)]
+#[command(mut_arg("json", |a| a.help("One JSON object instead of the table")))]
 pub struct MlmArgs {
     /// Checkpoint directory with a masked-LM head [default: the built-in poetry model]
     #[arg(long)]
@@ -126,9 +128,9 @@ pub struct MlmArgs {
         default_value = "data/chinese-poetry-2.0.1/dist/mengxue/tangshisanbaishou.json"
     )]
     famous_file: PathBuf,
-    /// One JSON object instead of the table.
-    #[arg(long)]
-    json: bool,
+    // `--json` (the help says what it prints).
+    #[command(flatten)]
+    stdout: OutputArgs,
     /// The precision of the encoder's matrix products: bf16 converts the weights once at load
     /// (f32 where the CPU has no native bf16 dot product).
     #[arg(long, value_enum, default_value = "f32")]

@@ -77,7 +77,7 @@ pub(super) fn print(
         against_f32: scores.against_f32.as_ref().map(|a| a.summary()),
     };
     let mut out = std::io::stdout().lock();
-    if args.json {
+    if args.stdout.json {
         write_json(&mut out, report)?;
     } else {
         write_table(&mut out, &report)?;

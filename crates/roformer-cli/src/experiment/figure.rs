@@ -1,6 +1,7 @@
 //! The experiments' figure: one line per arm (the mean over seeds) with a shaded band from the
 //! smallest to the largest seed, on a linear or log2 x axis.
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -57,6 +58,9 @@ const COLOURS: [RGBColor; 6] = [
     RGBColor(140, 86, 75),
 ];
 
+/// The chart the figure draws on: f64 on both axes.
+type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
 impl BandFigure {
     fn x_of(&self, x: f64) -> f64 {
         if self.log2_x {
@@ -65,10 +69,10 @@ impl BandFigure {
             x
         }
     }
-}
 
-impl Figure for BandFigure {
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> anyhow::Result<()> {
+    /// The x and y ranges of the points, the bands and the reference line, padded (the unit
+    /// square when there is no point).
+    fn ranges(&self) -> (std::ops::Range<f64>, std::ops::Range<f64>) {
         let points = || self.series.iter().flat_map(|s| s.points.iter());
         let (mut x0, mut x1, mut y0, mut y1) = (
             f64::INFINITY,
@@ -87,22 +91,17 @@ impl Figure for BandFigure {
             y1 = y1.max(*r);
         }
         if !x0.is_finite() || !y0.is_finite() {
-            x0 = 0.0;
-            x1 = 1.0;
-            y0 = 0.0;
-            y1 = 1.0;
+            (x0, x1, y0, y1) = (0.0, 1.0, 0.0, 1.0);
         }
         let pad = ((y1 - y0) * 0.05).max(1e-6);
         // Room on the right for the last tick's label (plotters drops a label that would not fit).
         let x_pad = ((x1 - x0) * if self.log2_x { 0.06 } else { 0.02 }).max(1e-6);
+        ((x0 - x_pad)..(x1 + x_pad), (y0 - pad)..(y1 + pad))
+    }
+
+    /// The axes: their descriptions, and on a log2 axis powers of two as tick labels.
+    fn draw_mesh<DB: DrawingBackend>(&self, chart: &mut Chart<'_, DB>) -> anyhow::Result<()> {
         let log2 = self.log2_x;
-        let mut chart = ChartBuilder::on(root)
-            .caption(&self.title, (FAMILY, 22))
-            .margin(12)
-            .x_label_area_size(45)
-            .y_label_area_size(60)
-            .build_cartesian_2d((x0 - x_pad)..(x1 + x_pad), (y0 - pad)..(y1 + pad))
-            .map_err(err)?;
         chart
             .configure_mesh()
             .x_desc(self.x_desc.as_str())
@@ -120,47 +119,74 @@ impl Figure for BandFigure {
             .label_style((FAMILY, 14))
             .axis_desc_style((FAMILY, 16))
             .draw()
-            .map_err(err)?;
-        if let Some((r, name)) = &self.reference {
-            let grey = RGBColor(120, 120, 120);
-            chart
-                .draw_series(LineSeries::new(
-                    [(x0 - x_pad, *r), (x1 + x_pad, *r)],
-                    grey.stroke_width(1),
-                ))
-                .map_err(err)?
-                .label(name.as_str())
-                .legend(move |(x, y)| {
-                    PathElement::new([(x, y), (x + 20, y)], grey.stroke_width(1))
-                });
+            .map_err(err)
+    }
+
+    /// The horizontal reference line across `x`, if any.
+    fn draw_reference<DB: DrawingBackend>(
+        &self,
+        chart: &mut Chart<'_, DB>,
+        x: &std::ops::Range<f64>,
+    ) -> anyhow::Result<()> {
+        let Some((r, name)) = &self.reference else {
+            return Ok(());
+        };
+        let grey = RGBColor(120, 120, 120);
+        chart
+            .draw_series(LineSeries::new(
+                [(x.start, *r), (x.end, *r)],
+                grey.stroke_width(1),
+            ))
+            .map_err(err)?
+            .label(name.as_str())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], grey.stroke_width(1)));
+        Ok(())
+    }
+
+    /// One arm: its min-max band, its line of means with a dot per point, its legend entry.
+    fn draw_arm<DB: DrawingBackend>(
+        &self,
+        chart: &mut Chart<'_, DB>,
+        s: &Series,
+        colour: RGBColor,
+    ) -> anyhow::Result<()> {
+        let band: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .map(|p| (self.x_of(p.x), p.max))
+            .chain(s.points.iter().rev().map(|p| (self.x_of(p.x), p.min)))
+            .collect();
+        if s.points.len() > 1 {
+            let area = Polygon::new(band, colour.mix(0.18).filled());
+            chart.draw_series(std::iter::once(area)).map_err(err)?;
         }
+        let line: Vec<(f64, f64)> = s.points.iter().map(|p| (self.x_of(p.x), p.mean)).collect();
+        chart
+            .draw_series(LineSeries::new(line.clone(), colour.stroke_width(2)))
+            .map_err(err)?
+            .label(s.name.as_str())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], colour.stroke_width(2)));
+        chart
+            .draw_series(line.into_iter().map(|p| Circle::new(p, 3, colour.filled())))
+            .map_err(err)?;
+        Ok(())
+    }
+}
+
+impl Figure for BandFigure {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> anyhow::Result<()> {
+        let (x, y) = self.ranges();
+        let mut chart = ChartBuilder::on(root)
+            .caption(&self.title, (FAMILY, 22))
+            .margin(12)
+            .x_label_area_size(45)
+            .y_label_area_size(60)
+            .build_cartesian_2d(x.clone(), y)
+            .map_err(err)?;
+        self.draw_mesh(&mut chart)?;
+        self.draw_reference(&mut chart, &x)?;
         for (i, s) in self.series.iter().enumerate() {
-            let colour = COLOURS[i % COLOURS.len()];
-            let band: Vec<(f64, f64)> = s
-                .points
-                .iter()
-                .map(|p| (self.x_of(p.x), p.max))
-                .chain(s.points.iter().rev().map(|p| (self.x_of(p.x), p.min)))
-                .collect();
-            if s.points.len() > 1 {
-                chart
-                    .draw_series(std::iter::once(Polygon::new(
-                        band,
-                        colour.mix(0.18).filled(),
-                    )))
-                    .map_err(err)?;
-            }
-            let line: Vec<(f64, f64)> = s.points.iter().map(|p| (self.x_of(p.x), p.mean)).collect();
-            chart
-                .draw_series(LineSeries::new(line.clone(), colour.stroke_width(2)))
-                .map_err(err)?
-                .label(s.name.as_str())
-                .legend(move |(x, y)| {
-                    PathElement::new([(x, y), (x + 20, y)], colour.stroke_width(2))
-                });
-            chart
-                .draw_series(line.into_iter().map(|p| Circle::new(p, 3, colour.filled())))
-                .map_err(err)?;
+            self.draw_arm(&mut chart, s, COLOURS[i % COLOURS.len()])?;
         }
         chart
             .configure_series_labels()

@@ -6,12 +6,12 @@
 //! Every model sees the same blocks and masks at a length (the validation documents packed
 //! into blocks of that length, masks drawn from seed 0), about `--tokens` tokens per length.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use candle_core::Device;
 use roformer::train::mlm::{prepare_mlm_data, MlmDataOptions, MlmTask};
-use roformer::train::run::Task;
+use roformer::train::run::{read_trainer_state, Task};
 use roformer::train::{build_trainable, Trainable};
 use roformer::{
     HeadModel, ModelDir, PositionEmbeddingType, RoFormerForMaskedLM, RoFormerTokenizer,
@@ -95,8 +95,49 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     refuse_duplicates("--lengths", &args.lengths)?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
+    let models = load_models(&args.from)?;
+    let arms = arms_of(&models);
+    let mut measured = vec![vec![Vec::new(); args.lengths.len()]; arms.len()];
+    for (li, &length) in args.lengths.iter().enumerate() {
+        for (m, loss) in evaluate_at(args, length, &models)? {
+            let ai = arms.iter().position(|a| *a == m.record.arm).unwrap_or(0);
+            measured[ai][li].push(loss);
+        }
+    }
+    let results = Results {
+        command: command_line(),
+        trained_at: trained_at(&models[0]),
+        rows: rows(args, &arms, &measured),
+    };
+    write_json(&args.out, "results.json", &results)?;
+    let figure_path = args.out.join("length.png");
+    plot::save(&figure(&results), &figure_path, (900, 560))?;
+    let table = table(&results);
+    let section = format!(
+        "### 2. Inputs longer than trained on\n\n```sh\n{}\n```\n\n\
+         The models of experiment 1 (trained on {}-token blocks), on the validation poems \
+         packed into blocks of each length, about {} tokens per length, the same blocks and \
+         masks for every model. Loss, mean ± std (min–max) over the seeds; `n/a`: past the \
+         absolute table.\n\n{}\n![loss by length]({})\n",
+        results.command,
+        trained_at_text(results.trained_at),
+        args.tokens,
+        table,
+        figure_path.display()
+    );
+    let section_path = write_section(&args.out, &section)?;
+    println!("{table}");
+    println!("section: {}", section_path.display());
+    Ok(())
+}
+
+/// The model of every finished run of `experiment convergence` in `from`, with its tokenizer.
+///
+/// # Errors
+/// No finished run, or a checkpoint that does not load.
+fn load_models(from: &Path) -> anyhow::Result<Vec<Loaded>> {
     let mut models = Vec::new();
-    for record in finished_runs(&args.from)? {
+    for record in finished_runs(from)? {
         let dir = record.dir.join("checkpoint");
         let md = ModelDir::open(&dir)?;
         let trainable = build_trainable::<RoFormerForMaskedLM>(
@@ -112,19 +153,31 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             tokenizer,
         });
     }
-    let trained_at = std::fs::read_to_string(models[0].record.dir.join("run.json"))
+    Ok(models)
+}
+
+/// The block length a run trained on, as its checkpoint records it.
+fn trained_at(model: &Loaded) -> Option<usize> {
+    read_trainer_state(&model.record.dir.join("checkpoint"))
         .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .and_then(|v| v["seq_len"].as_u64())
-        .map(|l| l as usize);
-    // losses[arm][length] = per-seed (loss, accuracy)
+        .and_then(|state| state.task["seq_len"].as_u64())
+        .map(|l| l as usize)
+}
+
+/// A training length for the report (`?` when unknown).
+fn trained_at_text(trained_at: Option<usize>) -> String {
+    trained_at.map_or("?".into(), |t| t.to_string())
+}
+
+/// The arms of the models, in the order of experiment 1 (and its colours): rotary, absolute,
+/// sinusoidal, none, then any other.
+fn arms_of(models: &[Loaded]) -> Vec<String> {
     let mut arms: Vec<String> = Vec::new();
-    for m in &models {
+    for m in models {
         if !arms.contains(&m.record.arm) {
             arms.push(m.record.arm.clone());
         }
     }
-    // The order of experiment 1 (and its colours): rotary, absolute, sinusoidal, none.
     let rank = |arm: &str| {
         ["rotary", "absolute", "sinusoidal", "none"]
             .iter()
@@ -132,56 +185,72 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             .unwrap_or(usize::MAX)
     };
     arms.sort_by_key(|a| rank(a));
-    let mut measured = vec![vec![Vec::new(); args.lengths.len()]; arms.len()];
-    for (li, &length) in args.lengths.iter().enumerate() {
-        let batch_size = (4096 / length).max(1);
-        let batches = args.tokens.div_ceil(batch_size * length).max(1);
-        let data_options = MlmDataOptions {
-            corpus: vec![args.corpus.clone()],
-            format: None,
-            seq_len: length,
-            packed: true,
-            validation_fraction: 0.05,
-            batch_size,
-            seed: 0,
-            whole_word: false,
-            max_eval_batches: batches,
-            also_simplified: false,
-            line_share: 0.0,
-            alone_share: 0.0,
-        };
-        let data = prepare_mlm_data(&models[0].tokenizer, &data_options)?;
-        for m in &models {
-            anyhow::ensure!(
-                m.tokenizer.vocab_size() == models[0].tokenizer.vocab_size(),
-                "{}: another vocabulary than the other runs'",
-                m.record.dir.display()
-            );
-            let cfg = m.trainable.model.roformer().config();
-            if cfg.position_embedding_type == PositionEmbeddingType::Absolute
-                && length > cfg.max_position_embeddings
-            {
-                continue;
-            }
-            eprintln!("length {length}: {}-s{}", m.record.arm, m.record.seed);
-            let task = MlmTask {
-                model: &m.trainable.model,
-                params: &m.trainable.params,
-                data: &data,
-                max_eval_batches: batches,
-                tokenizer_files: Vec::new(),
-                precision: roformer::Precision::F32,
-            };
-            let Some(e) = task.evaluate(0)? else {
-                anyhow::bail!("no validation block of {length} tokens");
-            };
-            let ai = arms.iter().position(|a| *a == m.record.arm).unwrap_or(0);
-            measured[ai][li].push((e.loss, e.accuracy));
+    arms
+}
+
+/// Every model that can read blocks of `length` tokens (an absolute table must be long
+/// enough), with its validation (loss, accuracy) on the same blocks and masks: the
+/// validation documents packed into blocks of that length, about `--tokens` tokens, masks from
+/// seed 0.
+///
+/// # Errors
+/// Another vocabulary than the first model's, no validation block, model errors.
+fn evaluate_at<'a>(
+    args: &Args,
+    length: usize,
+    models: &'a [Loaded],
+) -> anyhow::Result<Vec<(&'a Loaded, (f64, f64))>> {
+    let batch_size = (4096 / length).max(1);
+    let batches = args.tokens.div_ceil(batch_size * length).max(1);
+    let data_options = MlmDataOptions {
+        corpus: vec![args.corpus.clone()],
+        format: None,
+        seq_len: length,
+        packed: true,
+        validation_fraction: 0.05,
+        batch_size,
+        seed: 0,
+        whole_word: false,
+        max_eval_batches: batches,
+        also_simplified: false,
+        line_share: 0.0,
+        alone_share: 0.0,
+    };
+    let data = prepare_mlm_data(&models[0].tokenizer, &data_options)?;
+    let mut measured = Vec::new();
+    for m in models {
+        anyhow::ensure!(
+            m.tokenizer.vocab_size() == models[0].tokenizer.vocab_size(),
+            "{}: another vocabulary than the other runs'",
+            m.record.dir.display()
+        );
+        let cfg = m.trainable.model.roformer().config();
+        if cfg.position_embedding_type == PositionEmbeddingType::Absolute
+            && length > cfg.max_position_embeddings
+        {
+            continue;
         }
+        eprintln!("length {length}: {}-s{}", m.record.arm, m.record.seed);
+        let task = MlmTask {
+            model: &m.trainable.model,
+            params: &m.trainable.params,
+            data: &data,
+            max_eval_batches: batches,
+            tokenizer_files: Vec::new(),
+            precision: roformer::Precision::F32,
+        };
+        let Some(e) = task.evaluate(0)? else {
+            anyhow::bail!("no validation block of {length} tokens");
+        };
+        measured.push((m, (e.loss, e.accuracy)));
     }
-    let rows: Vec<Row> = arms
-        .iter()
-        .zip(&measured)
+    Ok(measured)
+}
+
+/// A row per arm: its (loss, accuracy) spread over the seeds at each length.
+fn rows(args: &Args, arms: &[String], measured: &[Vec<Vec<(f64, f64)>>]) -> Vec<Row> {
+    arms.iter()
+        .zip(measured)
         .map(|(arm, by_length)| Row {
             arm: arm.clone(),
             cells: args
@@ -195,18 +264,15 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 })
                 .collect(),
         })
-        .collect();
-    let results = Results {
-        command: command_line(),
-        trained_at,
-        rows,
-    };
-    write_json(&args.out, "results.json", &results)?;
-    let figure_path = args.out.join("length.png");
-    let figure = BandFigure {
+        .collect()
+}
+
+/// Loss against block length, one line per arm (lengths past an absolute table left out).
+fn figure(results: &Results) -> BandFigure {
+    BandFigure {
         title: format!(
             "Validation MLM loss by block length (trained at {})",
-            trained_at.map_or("?".into(), |t| t.to_string())
+            trained_at_text(results.trained_at)
         ),
         x_desc: "block length (tokens)".into(),
         y_desc: "validation MLM loss".into(),
@@ -232,25 +298,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             .collect(),
         reference: None,
         legend: plotters::prelude::SeriesLabelPosition::UpperRight,
-    };
-    plot::save(&figure, &figure_path, (900, 560))?;
-    let table = table(&results);
-    let section = format!(
-        "### 2. Inputs longer than trained on\n\n```sh\n{}\n```\n\n\
-         The models of experiment 1 (trained on {}-token blocks), on the validation poems \
-         packed into blocks of each length, about {} tokens per length, the same blocks and \
-         masks for every model. Loss, mean ± std (min–max) over the seeds; `n/a`: past the \
-         absolute table.\n\n{}\n![loss by length]({})\n",
-        results.command,
-        trained_at.map_or("?".into(), |t| t.to_string()),
-        args.tokens,
-        table,
-        figure_path.display()
-    );
-    let section_path = write_section(&args.out, &section)?;
-    println!("{table}");
-    println!("section: {}", section_path.display());
-    Ok(())
+    }
 }
 
 /// The Markdown table: arms by lengths.

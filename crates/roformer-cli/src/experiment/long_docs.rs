@@ -16,18 +16,22 @@ use std::time::Instant;
 
 use anyhow::Context;
 use roformer::data::{is_validation, read_corpus, text_hash};
+use roformer::optim::Decay;
+use roformer::train::classify::ClassifyOptions;
+use roformer::train::{ModelStart, TaskOptions, TrainOptions};
+use roformer::Precision;
 use serde::{Deserialize, Serialize};
 
 use super::figure::{BandFigure, Point, Series};
-use super::pretrain::finished_runs;
+use super::pretrain::{finished_runs, RunRecord};
 use super::stats::Spread;
 use super::{
-    check_stopped, command_line, is_done, mark_done, read_done, refuse_duplicates, write_json,
-    write_section,
+    check_stopped, command_line, is_done, mark_done, read_done, refuse_duplicates, train_run,
+    write_json, write_section,
 };
 use crate::plot;
-use crate::train::classify;
-use crate::train::common::Decay;
+use crate::train::checks::{check_numbers, check_vocab_fits};
+use crate::train::classify::explain;
 use crate::{json, output};
 
 /// The classes: (label, folder of the corpus).
@@ -200,23 +204,6 @@ pub struct FineTuneRecord {
     pub seconds: f64,
 }
 
-/// The last dev evaluation of a classification run: (accuracy, macro-F1).
-fn last_eval(dir: &Path) -> anyhow::Result<(f64, f64)> {
-    let path = dir.join("metrics.jsonl");
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let mut last = None;
-    for line in text.lines() {
-        let v: serde_json::Value = serde_json::from_str(line)?;
-        if v["event"] == "eval" {
-            if let (Some(a), Some(f)) = (v["accuracy"].as_f64(), v["macro_f1"].as_f64()) {
-                last = Some((a, f));
-            }
-        }
-    }
-    last.with_context(|| format!("{}: no dev evaluation", path.display()))
-}
-
 /// One arm at one length.
 #[derive(Debug, Serialize)]
 pub struct Cell {
@@ -248,89 +235,11 @@ pub struct Results {
 /// # Errors
 /// Missing pre-training runs, unreadable corpus, the runs' errors, file errors.
 pub fn run(args: &Args, stop: &AtomicBool) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        args.poems_per_doc >= 1,
-        "--poems-per-doc must be at least 1"
-    );
-    anyhow::ensure!(
-        args.steps >= 1 && args.batch >= 1,
-        "--steps and --batch must be at least 1"
-    );
-    refuse_duplicates("--arms", &args.arms)?;
-    refuse_duplicates("--lengths", &args.lengths)?;
+    check(args)?;
     let (train, dev, dataset) = build_dataset(args, &args.out)?;
     let pretrained = finished_runs(&args.from)?;
-    let mut records = Vec::new();
-    let seeds: Vec<u64> = {
-        let mut s: Vec<u64> = pretrained.iter().map(|r| r.seed).collect();
-        s.sort_unstable();
-        s.dedup();
-        s
-    };
-    let total = seeds.len() * args.arms.len() * args.lengths.len();
-    for &seed in &seeds {
-        for arm in &args.arms {
-            let Some(base) = pretrained.iter().find(|r| r.seed == seed && &r.arm == arm) else {
-                anyhow::bail!(
-                    "no finished {arm} run of seed {seed} in {}",
-                    args.from.display()
-                );
-            };
-            for &length in &args.lengths {
-                let dir = args
-                    .out
-                    .join("runs")
-                    .join(format!("{arm}-L{length}-s{seed}"));
-                if is_done(&dir) {
-                    records.push(read_done::<FineTuneRecord>(&dir)?);
-                    continue;
-                }
-                eprintln!(
-                    "[{}/{total}] fine-tuning {arm} at {length} tokens, seed {seed}",
-                    records.len() + 1
-                );
-                let started = Instant::now();
-                classify::run(
-                    classify_args(args, &base.dir, &train, &dev, length, seed, &dir),
-                    stop,
-                )?;
-                check_stopped(stop)?;
-                let (accuracy, macro_f1) = last_eval(&dir)?;
-                let record = FineTuneRecord {
-                    arm: arm.clone(),
-                    length,
-                    seed,
-                    accuracy,
-                    macro_f1,
-                    seconds: started.elapsed().as_secs_f64(),
-                };
-                mark_done(&dir, &record)?;
-                records.push(record);
-            }
-        }
-    }
-    let mut cells = Vec::new();
-    for arm in &args.arms {
-        for &length in &args.lengths {
-            let of = |f: fn(&FineTuneRecord) -> f64| {
-                Spread::of(
-                    records
-                        .iter()
-                        .filter(|r| &r.arm == arm && r.length == length)
-                        .map(f)
-                        .collect(),
-                )
-            };
-            if let (Some(accuracy), Some(macro_f1)) = (of(|r| r.accuracy), of(|r| r.macro_f1)) {
-                cells.push(Cell {
-                    arm: arm.clone(),
-                    length,
-                    accuracy,
-                    macro_f1,
-                });
-            }
-        }
-    }
+    let records = fine_tune_all(args, &pretrained, (&train, &dev), stop)?;
+    let cells = cells(args, &records);
     let results = Results {
         command: command_line(),
         dataset,
@@ -382,42 +291,181 @@ pub fn run(args: &Args, stop: &AtomicBool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The `train classify` arguments of one run.
-fn classify_args(
+/// The checks of the arguments, before anything is read.
+///
+/// # Errors
+/// A count of 0, a learning rate that is not a finite number above 0, an arm or a length
+/// named twice.
+fn check(args: &Args) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.poems_per_doc >= 1,
+        "--poems-per-doc must be at least 1"
+    );
+    anyhow::ensure!(
+        args.steps >= 1 && args.batch >= 1,
+        "--steps and --batch must be at least 1"
+    );
+    check_numbers(args.lr, 0.01, 1.0)?;
+    refuse_duplicates("--arms", &args.arms)?;
+    refuse_duplicates("--lengths", &args.lengths)
+}
+
+/// Fine-tunes every pre-trained seed's arms at every length (seed by seed), skipping
+/// finished runs: their records, in that order.
+///
+/// # Errors
+/// An arm without a finished pre-training run of a seed, the runs' errors, a stop by Ctrl-C.
+fn fine_tune_all(
     args: &Args,
-    base: &Path,
-    train: &Path,
-    dev: &Path,
+    pretrained: &[RunRecord],
+    (train, dev): (&Path, &Path),
+    stop: &AtomicBool,
+) -> anyhow::Result<Vec<FineTuneRecord>> {
+    let mut seeds: Vec<u64> = pretrained.iter().map(|r| r.seed).collect();
+    seeds.sort_unstable();
+    seeds.dedup();
+    let total = seeds.len() * args.arms.len() * args.lengths.len();
+    let mut records = Vec::new();
+    for &seed in &seeds {
+        for arm in &args.arms {
+            let Some(base) = pretrained.iter().find(|r| r.seed == seed && &r.arm == arm) else {
+                anyhow::bail!(
+                    "no finished {arm} run of seed {seed} in {}",
+                    args.from.display()
+                );
+            };
+            for &length in &args.lengths {
+                let dir = args
+                    .out
+                    .join("runs")
+                    .join(format!("{arm}-L{length}-s{seed}"));
+                if is_done(&dir) {
+                    records.push(read_done::<FineTuneRecord>(&dir)?);
+                    continue;
+                }
+                eprintln!(
+                    "[{}/{total}] fine-tuning {arm} at {length} tokens, seed {seed}",
+                    records.len() + 1
+                );
+                let started = Instant::now();
+                let run = (base.dir.as_path(), arm.as_str());
+                let (accuracy, macro_f1) =
+                    fine_tune(args, run, (train, dev), (length, seed), &dir, stop)?;
+                check_stopped(stop)?;
+                let record = FineTuneRecord {
+                    arm: arm.clone(),
+                    length,
+                    seed,
+                    accuracy,
+                    macro_f1,
+                    seconds: started.elapsed().as_secs_f64(),
+                };
+                mark_done(&dir, &record)?;
+                records.push(record);
+            }
+        }
+    }
+    Ok(records)
+}
+
+/// Each arm at each length: its dev accuracy and macro-F1 over the seeds.
+fn cells(args: &Args, records: &[FineTuneRecord]) -> Vec<Cell> {
+    let mut cells = Vec::new();
+    for arm in &args.arms {
+        for &length in &args.lengths {
+            let of = |f: fn(&FineTuneRecord) -> f64| {
+                Spread::of(
+                    records
+                        .iter()
+                        .filter(|r| &r.arm == arm && r.length == length)
+                        .map(f)
+                        .collect(),
+                )
+            };
+            if let (Some(accuracy), Some(macro_f1)) = (of(|r| r.accuracy), of(|r| r.macro_f1)) {
+                cells.push(Cell {
+                    arm: arm.clone(),
+                    length,
+                    accuracy,
+                    macro_f1,
+                });
+            }
+        }
+    }
+    cells
+}
+
+/// What an experiment's fine-tuning run records in its `run.json`.
+#[derive(Debug, Serialize)]
+struct FineTuneRun<'a> {
+    /// The arm.
+    arm: &'a str,
+    /// The max length.
     length: usize,
+    /// The seed.
     seed: u64,
+    /// The loss plot's file name.
+    plot: &'static str,
+}
+
+/// Fine-tunes the pre-trained run `base` to classify the documents of `data` (training, dev)
+/// at max length `length` with seed `seed`, into `dir`: the dev (accuracy, macro-F1) at the
+/// end.
+///
+/// # Errors
+/// The run's errors, and a run without a dev evaluation.
+fn fine_tune(
+    args: &Args,
+    (base, arm): (&Path, &str),
+    data: (&Path, &Path),
+    (length, seed): (usize, u64),
     dir: &Path,
-) -> classify::Args {
-    classify::Args {
-        init: Some(base.join("checkpoint")),
-        train: Some(train.to_path_buf()),
-        eval: Some(dev.to_path_buf()),
+    stop: &AtomicBool,
+) -> anyhow::Result<(f64, f64)> {
+    let init = base.join("checkpoint");
+    let start = ModelStart::from_checkpoint(&init)?;
+    check_vocab_fits(&init, start.tokenizer.vocab_size(), start.config.vocab_size)?;
+    let task = ClassifyOptions {
+        train: data.0.to_path_buf(),
+        eval: Some(data.1.to_path_buf()),
         labels: CLASSES.iter().map(|(l, _)| l.to_string()).collect(),
         max_length: length,
-        batch: args.batch,
-        grad_accum: 1,
+        batch_size: args.batch,
+        seed,
+    };
+    let options = TrainOptions {
+        out: dir.to_path_buf(),
+        model: &start,
+        task: TaskOptions::Classify(task),
         steps: Some(args.steps),
+        grad_accum: 1,
         lr: args.lr,
         warmup: args.steps / 10,
         decay: Decay::Linear,
         weight_decay: 0.01,
-        max_grad_norm: 1.0,
+        max_grad_norm: Some(1.0),
         seed,
         eval_every: 0,
         save_every: 0,
-        out: dir.to_path_buf(),
-        overwrite: true,
+        precision: Precision::F32,
         resume: false,
-        plot: "loss.png".into(),
-        stop_after: None,
-        precision: None,
-        json: false,
-        quiet: true,
-    }
+        save_hook: None,
+    };
+    let inputs = vec![
+        ("--init", init.as_path()),
+        ("--train", data.0),
+        ("--eval", data.1),
+    ];
+    let record = FineTuneRun {
+        arm,
+        length,
+        seed,
+        plot: "loss.png",
+    };
+    let finished = train_run(&options, inputs, &record, "Classifier", stop, explain)?;
+    let eval = finished.last_eval.filter(|e| e.macro_f1.is_some());
+    let eval = eval.with_context(|| format!("{}: no dev evaluation", dir.display()))?;
+    Ok((eval.accuracy, eval.macro_f1.unwrap_or(0.0)))
 }
 
 /// Dev accuracy against max length, one line per arm.

@@ -25,8 +25,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{bail, Context};
+use roformer::train::{Finished, TrainError, TrainOptions};
 use serde::Serialize;
 
+use crate::train::common::{prepare_out_dir, OutRequest};
+use crate::train::observer::{train, RunView};
+use crate::train::resume::write_record;
 use crate::{json, output};
 
 /// The experiments.
@@ -112,6 +116,50 @@ fn check_stopped(stop: &AtomicBool) -> anyhow::Result<()> {
         bail!("stopped; give the same command again to continue");
     }
     Ok(())
+}
+
+/// Trains one run of an experiment into its directory `options.out`, replacing what an
+/// unfinished run left there (none of `inputs` may lie inside it), quietly, with the same
+/// files as a `train` command: `run.json` (holding `record`), `metrics.jsonl`, `loss.png` and
+/// `checkpoint/`. `what` titles the loss plot; `explain` names the flags behind a failure
+/// before the first step.
+///
+/// # Errors
+/// The run's errors, and file errors.
+fn train_run(
+    options: &TrainOptions<'_>,
+    inputs: Vec<(&'static str, &Path)>,
+    record: &impl Serialize,
+    what: &str,
+    stop: &AtomicBool,
+    explain: impl FnOnce(TrainError) -> anyhow::Error,
+) -> anyhow::Result<Finished> {
+    let dir = options.out.as_path();
+    let plot = Path::new("loss.png");
+    let paths = prepare_out_dir(&OutRequest {
+        out: dir,
+        resume: false,
+        overwrite: true,
+        init: None,
+        inputs,
+        plot,
+    })?;
+    let view = RunView {
+        out: dir,
+        plot,
+        what,
+        json: false,
+        quiet: true,
+        resume: false,
+        recorded: None,
+        stop,
+        stop_after: None,
+        write_record: &|print| write_record(dir, record, print),
+    };
+    let result = train(options, view, explain);
+    // The lock on the run's directory is held until its last write.
+    drop(paths.lock);
+    result
 }
 
 /// Writes `value` as pretty JSON to `dir/name`.

@@ -13,10 +13,18 @@ use roformer::data::{build_vocab, read_corpus, VocabOptions};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::{check_stopped, is_done, mark_done, read_done, refuse_duplicates};
-use crate::train::common::Decay;
-use crate::train::mlm::{self, Format, Position};
+use roformer::optim::Decay;
+use roformer::train::mlm::MlmDataOptions;
+use roformer::train::{TaskOptions, TrainOptions};
+use roformer::Precision;
+
+use super::{check_stopped, is_done, mark_done, read_done, refuse_duplicates, train_run};
+use crate::train::checks::check_numbers;
+use crate::train::mlm::{check_position_table, explain, fresh_start, BlockFlags, Position};
 use crate::{json, output};
+
+/// The share of documents held out for validation.
+const VALIDATION: f64 = 0.05;
 
 /// Arguments shared by the pre-training experiments (`convergence`, `linear`).
 #[derive(Debug, Clone, clap::Args)]
@@ -234,6 +242,7 @@ pub fn run_arms(
     arms: &[Position],
     stop: &AtomicBool,
 ) -> anyhow::Result<Vec<RunRecord>> {
+    check(args)?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let vocab = ensure_vocab(args, out)?;
     let config = write_config(args, out, attention)?;
@@ -253,7 +262,7 @@ pub fn run_arms(
                 args.steps
             );
             let started = Instant::now();
-            mlm::run(mlm_args(args, &config, &vocab, arm, seed, &dir), stop)?;
+            pretrain(args, (&config, &vocab), (arm, seed, attention), &dir, stop)?;
             check_stopped(stop)?;
             let record = RunRecord {
                 arm: arm_name(arm).into(),
@@ -269,49 +278,100 @@ pub fn run_arms(
     Ok(records)
 }
 
-/// The `train mlm` arguments of one run.
-fn mlm_args(
-    args: &Args,
-    config: &Path,
-    vocab: &Path,
-    arm: Position,
+/// What an experiment's pre-training run records in its `run.json`.
+#[derive(Debug, Serialize)]
+struct PretrainRecord<'a> {
+    /// The experiment's attention ("softmax" or "linear").
+    attention: &'a str,
+    /// The arm.
+    arm: &'static str,
+    /// The seed.
     seed: u64,
+    /// The loss plot's file name.
+    plot: &'static str,
+}
+
+/// Checks the numbers of the arguments.
+///
+/// # Errors
+/// A count of 0, a block without room for a token, a learning rate that is not a finite
+/// number above 0.
+fn check(args: &Args) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.steps >= 1 && args.batch >= 1,
+        "--steps and --batch must be at least 1"
+    );
+    anyhow::ensure!(
+        args.seq_len >= 3,
+        "--seq-len must be at least 3 ([CLS], a token, [SEP])"
+    );
+    check_numbers(args.lr, 0.01, 1.0)
+}
+
+/// Pre-trains the model of `config` over `vocab` with positions `arm` and seed `seed` into
+/// `dir`.
+///
+/// # Errors
+/// The run's errors.
+fn pretrain(
+    args: &Args,
+    (config, vocab): (&Path, &Path),
+    (arm, seed, attention): (Position, u64, &str),
     dir: &Path,
-) -> mlm::Args {
-    mlm::Args {
-        config: Some(config.to_path_buf()),
-        vocab: Some(vocab.to_path_buf()),
-        init: None,
-        position: Some(arm),
+    stop: &AtomicBool,
+) -> anyhow::Result<()> {
+    let start = fresh_start(config, vocab, Some(arm.into()))?;
+    check_position_table(&start.config, args.seq_len)?;
+    let data = MlmDataOptions {
         corpus: vec![args.corpus.clone()],
-        format: Format::Auto,
-        text_field: "text".into(),
+        format: None,
         seq_len: args.seq_len,
-        line_by_line: false,
+        packed: true,
+        validation_fraction: VALIDATION,
+        batch_size: args.batch,
+        seed,
         whole_word: false,
+        max_eval_batches: args.eval_batches,
         also_simplified: false,
-        also_lines: 0.0,
+        line_share: 0.0,
         alone_share: 0.0,
-        validation: 0.05,
-        batch: args.batch,
-        grad_accum: 1,
+    };
+    let options = TrainOptions {
+        out: dir.to_path_buf(),
+        model: &start,
+        task: TaskOptions::MaskedLm(data),
         steps: Some(args.steps),
+        grad_accum: 1,
         lr: args.lr,
         warmup: args.warmup,
         decay: Decay::Linear,
         weight_decay: 0.01,
-        max_grad_norm: 1.0,
+        max_grad_norm: Some(1.0),
         seed,
         eval_every: args.eval_every,
-        eval_batches: args.eval_batches,
         save_every: 0,
-        out: dir.to_path_buf(),
-        overwrite: true,
+        precision: Precision::F32,
         resume: false,
-        plot: "loss.png".into(),
-        stop_after: None,
-        precision: None,
-        json: false,
-        quiet: true,
-    }
+        save_hook: None,
+    };
+    let inputs = vec![
+        ("--config", config),
+        ("--vocab", vocab),
+        ("--corpus", args.corpus.as_path()),
+    ];
+    let record = PretrainRecord {
+        attention,
+        arm: arm_name(arm),
+        seed,
+        plot: "loss.png",
+    };
+    let flags = BlockFlags {
+        seq_len: args.seq_len,
+        validation: VALIDATION,
+        line_by_line: false,
+    };
+    train_run(&options, inputs, &record, "MLM", stop, |e| {
+        explain(e, &flags)
+    })?;
+    Ok(())
 }

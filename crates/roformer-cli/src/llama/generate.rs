@@ -8,9 +8,13 @@ use llama::Tokenizer;
 
 use super::ModelArgs;
 use crate::json;
+use crate::output::OutputArgs;
 
 /// Arguments of `roformer llama generate`.
 #[derive(Debug, clap::Args)]
+#[command(mut_arg("json", |a| a.help(
+    "Print one JSON object (ids, text, timings) instead of streaming text"
+)))]
 pub struct Args {
     #[command(flatten)]
     model: ModelArgs,
@@ -27,9 +31,9 @@ pub struct Args {
     /// (`<|im_start|>user ... <|im_end|>` then `<|im_start|>assistant`).
     #[arg(long)]
     chat: bool,
-    /// Print one JSON object (ids, text, timings) instead of streaming text.
-    #[arg(long)]
-    json: bool,
+    // `--json` (the help says what it prints).
+    #[command(flatten)]
+    stdout: OutputArgs,
     /// The prompt.
     prompt: String,
 }
@@ -51,7 +55,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         temperature: args.temperature,
         seed: args.seed,
     };
-    let mut stream = TextStream::new(&tokenizer, !args.json);
+    let mut stream = TextStream::new(&tokenizer, !args.stdout.json);
     let generation = generate(
         &model,
         &ids,
@@ -64,7 +68,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let text = tokenizer.decode(&generation.tokens)?;
     let prefill = generation.prefill_tokens_per_second();
     let decode = generation.decode_tokens_per_second();
-    if args.json {
+    if args.stdout.json {
         let out = serde_json::json!({
             "prompt": prompt,
             "prompt_ids": ids,

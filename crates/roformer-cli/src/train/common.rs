@@ -1,58 +1,20 @@
-//! What `train mlm` and `train classify` share: the output directory's rules (its lock, what
-//! `--overwrite` may replace, the repair of a killed save on `--resume`), the recorded
-//! arguments of `--resume`, the tokenizer files of a checkpoint, and running the loop with its
-//! report, plot and summary.
+//! The output directory's rules that `train mlm`, `train classify` and the experiments share:
+//! its lock, what `--overwrite` may replace, and the repair of a killed save on `--resume`.
 
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::Write;
 use std::path::{Component, Path, PathBuf};
-use std::sync::atomic::AtomicBool;
 
 use anyhow::{bail, Context};
-use clap::ValueEnum;
-use roformer::optim::{AdamW, AdamWConfig};
 use roformer::train::checkpoint::recover_dir;
-use roformer::train::resume::{load_resume_state, ResumeFrom};
-use roformer::train::run::{checkpoint_dir, read_trainer_state, Event, Outcome, Task, Trainer};
-use roformer::train::Params;
-use roformer::train::TrainError;
-use roformer::{RoFormerConfig, RoFormerTokenizer};
-use serde::{Deserialize, Serialize};
-use serde_json::json;
-
-use super::loss_plot::LossFigure;
-use super::progress::{History, Reporter};
-use crate::{json, plot};
-
-/// `--decay`: the learning rate after the warm-up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
-pub enum Decay {
-    /// Linearly to 0 at the last step.
-    Linear,
-    /// Half a cosine to 0 at the last step.
-    Cosine,
-    /// Constant.
-    Constant,
-}
-
-impl From<Decay> for roformer::optim::Decay {
-    fn from(d: Decay) -> Self {
-        match d {
-            Decay::Linear => roformer::optim::Decay::Linear,
-            Decay::Cosine => roformer::optim::Decay::Cosine,
-            Decay::Constant => roformer::optim::Decay::Constant,
-        }
-    }
-}
+use roformer::train::run::checkpoint_dir;
 
 /// Where a run's weights come from, and the lock that makes it the only writer of `--out`.
 #[derive(Debug)]
 pub struct RunPaths {
     /// The checkpoint the model starts from (`--init`, or the run's own on `--resume`).
     pub weights: Option<PathBuf>,
-    /// The checkpoint whose optimiser and trainer state continue (`--resume`).
-    pub resume_state: Option<PathBuf>,
     /// The lock on `--out`, held until the run ends.
     pub lock: OutLock,
 }
@@ -202,8 +164,7 @@ pub fn prepare_out_dir(request: &OutRequest<'_>) -> anyhow::Result<RunPaths> {
             );
         }
         return Ok(RunPaths {
-            weights: Some(checkpoint.clone()),
-            resume_state: Some(checkpoint),
+            weights: Some(checkpoint),
             lock,
         });
     }
@@ -232,7 +193,6 @@ pub fn prepare_out_dir(request: &OutRequest<'_>) -> anyhow::Result<RunPaths> {
     };
     Ok(RunPaths {
         weights: request.init.map(Path::to_path_buf),
-        resume_state: None,
         lock,
     })
 }
@@ -375,263 +335,4 @@ fn clear_run(out: &Path) -> anyhow::Result<()> {
         removed.with_context(|| format!("removing {}", path.display()))?;
     }
     Ok(())
-}
-
-/// The AdamW of a run over `params` (learning rate `lr`, decoupled weight decay
-/// `weight_decay`), with the state of the checkpoint `resume_state` when the run resumes, and
-/// the steps already done (0 for a fresh run).
-///
-/// # Errors
-/// As [`load_optimizer_state`].
-pub fn optimizer(
-    params: &Params,
-    lr: f64,
-    weight_decay: f64,
-    resume_state: Option<&Path>,
-    total: u64,
-) -> anyhow::Result<(AdamW, u64)> {
-    let config = AdamWConfig {
-        weight_decay,
-        ..AdamWConfig::with_lr(lr)
-    };
-    let mut optimizer = AdamW::new(params.vars().to_vec(), config)?;
-    let done = match resume_state {
-        Some(state) => load_optimizer_state(&mut optimizer, state, total)?.done(),
-        None => 0,
-    };
-    Ok((optimizer, done))
-}
-
-/// Loads the optimiser state of a checkpoint and checks the step its `trainer_state.json`
-/// records against it and against the run's `total` steps ([`load_resume_state`]); says so
-/// when the run has nothing left to do.
-///
-/// # Errors
-/// Missing, malformed or mismatched state, and a step the run cannot continue from.
-pub fn load_optimizer_state(
-    optimizer: &mut AdamW,
-    checkpoint: &Path,
-    total: u64,
-) -> anyhow::Result<ResumeFrom> {
-    let (_, from) = load_resume_state(optimizer, checkpoint, total)?;
-    if let ResumeFrom::Finished(steps) = from {
-        eprintln!(
-            "note: the run in {} has done all its {steps} steps: nothing to train (give \
-             --steps above {steps} to train further)",
-            checkpoint.parent().unwrap_or(checkpoint).display()
-        );
-    }
-    Ok(from)
-}
-
-/// `vocab.txt` and `tokenizer_config.json` of a checkpoint, so that transformers'
-/// `RoFormerTokenizer` (`BertTokenizer` for BERT) and ours load it.
-///
-/// # Errors
-/// Serialisation errors.
-pub fn tokenizer_files(
-    tokenizer: &RoFormerTokenizer,
-    cfg: &RoFormerConfig,
-) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
-    let vocab = tokenizer.vocab();
-    let mut text = String::new();
-    for id in 0..vocab.len() as u32 {
-        text.push_str(vocab.id_to_token(id).unwrap_or("[unused]"));
-        text.push('\n');
-    }
-    let class = if cfg.base_prefix() == "bert" {
-        "BertTokenizer"
-    } else {
-        "RoFormerTokenizer"
-    };
-    let config = json!({
-        "tokenizer_class": class,
-        "do_lower_case": tokenizer.config().do_lower_case,
-        "model_max_length": cfg.max_position_embeddings,
-    });
-    Ok(vec![
-        ("vocab.txt".into(), text.into_bytes()),
-        (
-            "tokenizer_config.json".into(),
-            serde_json::to_vec_pretty(&config)?,
-        ),
-    ])
-}
-
-/// The `vocab.txt` bytes among a checkpoint's [`tokenizer_files`] (empty if absent).
-pub fn vocab_text(files: &[(String, Vec<u8>)]) -> &[u8] {
-    files
-        .iter()
-        .find(|(name, _)| name == "vocab.txt")
-        .map_or(&[], |(_, bytes)| bytes)
-}
-
-/// How a run shows itself.
-#[derive(Debug, Clone, Copy)]
-pub struct Display {
-    /// JSON lines on stdout.
-    pub json: bool,
-    /// No progress bar.
-    pub quiet: bool,
-    /// The unigram entropy of the training tokens (masked LM), reported beside the losses.
-    pub unigram_entropy: Option<f64>,
-}
-
-/// When a run stops before its last step.
-#[derive(Debug, Clone, Copy)]
-pub struct Stop<'a> {
-    /// Set by Ctrl-C.
-    pub flag: &'a AtomicBool,
-    /// `--stop-after`: the step after which to stop as Ctrl-C would.
-    pub after: Option<u64>,
-}
-
-/// Where a failed run's last good checkpoint is: the one this process saved last, or else the
-/// one the run had before (a resumed run that failed before its first save).
-fn last_good_checkpoint(saved: Option<&Path>, out: &Path) -> String {
-    let checkpoint = checkpoint_dir(out);
-    match (saved, read_trainer_state(&checkpoint)) {
-        (Some(p), _) => format!("the last good checkpoint is {}", p.display()),
-        (None, Ok(state)) => format!(
-            "the last good checkpoint is {} (step {}, from before this command)",
-            checkpoint.display(),
-            state.step
-        ),
-        (None, Err(_)) => "no checkpoint was written before it".into(),
-    }
-}
-
-/// Runs the loop with a [`Reporter`], then writes the loss plot and prints the summary.
-///
-/// # Errors
-/// The loop's errors (a non-finite loss names its step and the last good checkpoint), and
-/// file errors.
-pub fn finish_run<T: Task>(
-    trainer: &mut Trainer<'_, T>,
-    out: &Path,
-    plot_name: &Path,
-    display: Display,
-    stop: Stop<'_>,
-    what: &str,
-) -> anyhow::Result<()> {
-    let (history, outcome) = run_reported(trainer, out, display, stop)?;
-    let plot_path = out.join(plot_name);
-    if !history.steps.is_empty() {
-        let title = format!("{what} training loss");
-        plot::save(
-            &LossFigure {
-                history: &history,
-                title,
-            },
-            &plot_path,
-            (900, 560),
-        )?;
-    }
-    let signal = super::termination_signal();
-    let outcome = outcome.map_err(|e| {
-        let last = last_good_checkpoint(history.last_checkpoint.as_deref(), out);
-        anyhow::Error::new(e).context(format!("training stopped; {last}"))
-    })?;
-    if display.json {
-        println!(
-            "{}",
-            summary_json(&outcome, trainer.step, &history, display, &plot_path)?
-        );
-    } else {
-        if let (Outcome::Stopped(step), None) = (&outcome, signal) {
-            eprintln!("stopped after step {step}; continue with --resume");
-        }
-        print_summary(trainer.step, &history, display, &plot_path);
-    }
-    if let (Outcome::Stopped(step), Some(signal)) = (outcome, signal) {
-        let saved = history
-            .last_checkpoint
-            .as_ref()
-            .map(|p| format!("the checkpoint {} is saved", p.display()))
-            .unwrap_or_else(|| "a checkpoint is saved".into());
-        bail!("stopped by {signal} after step {step}; {saved}: continue with --resume");
-    }
-    Ok(())
-}
-
-/// Runs the loop, reporting every event (and stopping after `--stop-after`): the history
-/// reported, and the loop's outcome.
-///
-/// # Errors
-/// The reporter's errors (metrics file, stdout).
-fn run_reported<T: Task>(
-    trainer: &mut Trainer<'_, T>,
-    out: &Path,
-    display: Display,
-    stop: Stop<'_>,
-) -> anyhow::Result<(History, Result<Outcome, TrainError>)> {
-    let (done, total) = (trainer.step, trainer.options.steps);
-    let mut reporter = Reporter::new(out, done, total, display.json, display.quiet)?;
-    let mut failure = None;
-    let outcome = trainer.run(stop.flag, &mut |event: Event| {
-        if let Event::Step(m) = &event {
-            if stop.after == Some(m.step) {
-                stop.flag.store(true, std::sync::atomic::Ordering::SeqCst);
-            }
-        }
-        if failure.is_none() {
-            if let Err(e) = reporter.event(event) {
-                failure = Some(e);
-            }
-        }
-    });
-    reporter.finish();
-    match failure {
-        Some(e) => Err(e),
-        None => Ok((reporter.history, outcome)),
-    }
-}
-
-/// The `--json` summary line of a run.
-///
-/// # Errors
-/// A non-finite loss or metric (JSON has no NaN).
-fn summary_json(
-    outcome: &Outcome,
-    steps: u64,
-    history: &History,
-    display: Display,
-    plot_path: &Path,
-) -> anyhow::Result<serde_json::Value> {
-    Ok(json!({
-        "event": "summary",
-        "outcome": match outcome { Outcome::Finished => "finished", Outcome::Stopped(_) => "stopped" },
-        "steps": steps,
-        "final_train_loss": json::to_value(&history.steps.last().map(|s| s.loss))?,
-        "unigram_entropy": json::to_value(&display.unigram_entropy)?,
-        "last_eval": json::to_value(&history.evals.last())?,
-        "checkpoint": history.last_checkpoint,
-        "plot": plot_path,
-    }))
-}
-
-/// The summary of a run as text.
-fn print_summary(steps: u64, history: &History, display: Display, plot_path: &Path) {
-    if let Some(s) = history.steps.last() {
-        println!("steps: {steps}   final training loss: {:.4}", s.loss);
-    }
-    if let Some(h) = display.unigram_entropy {
-        println!("unigram entropy of the training tokens (the context-free loss): {h:.4}");
-    }
-    if let Some(e) = history.evals.last() {
-        println!(
-            "validation (step {}): loss {:.4}, accuracy {:.4}, perplexity {:.2}{}",
-            e.step,
-            e.loss,
-            e.accuracy,
-            e.perplexity,
-            e.macro_f1
-                .map(|f| format!(", macro-F1 {f:.4}"))
-                .unwrap_or_default()
-        );
-    }
-    if let Some(c) = &history.last_checkpoint {
-        println!("checkpoint: {}", c.display());
-    }
-    println!("loss plot: {}", plot_path.display());
 }

@@ -4,32 +4,21 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
-use anyhow::{bail, Context};
-use candle_core::Device;
+use anyhow::bail;
 use clap::ValueEnum;
 use roformer::data::CorpusFormat;
-use roformer::optim::LrSchedule;
-use roformer::shapes::ModelKind;
-use roformer::train::budget::check_training_memory;
 use roformer::train::checkpoint::SaveStep;
-use roformer::train::mlm::{prepare_mlm_data, MlmData, MlmDataOptions, MlmTask};
-use roformer::train::run::{LoopOptions, Trainer};
-use roformer::train::{build_trainable, TrainError, Trainable};
-use roformer::{PositionEmbeddingType, RoFormerConfig, RoFormerForMaskedLM, RoFormerTokenizer};
+use roformer::train::mlm::MlmDataOptions;
+use roformer::train::{ModelStart, TaskOptions, TrainError};
+use roformer::{PositionEmbeddingType, RoFormerConfig, RoFormerTokenizer};
 use serde::{Deserialize, Serialize};
 
-use crate::precision::PrecisionArg;
-
-use super::checks::{
-    check_numbers, check_plot_name, check_vocab_fits, parse_lr, parse_max_grad_norm,
-    parse_weight_decay,
-};
-use super::common::{
-    finish_run, optimizer, prepare_out_dir, tokenizer_files, vocab_text, Decay, Display,
-    OutRequest, RunPaths, Stop,
-};
-use super::fingerprint::{corpus_source, Fingerprint};
-use super::resume::{check_same_run, resolve, write_record};
+use super::args::{CommandRun, RunArgs};
+use super::checks::{check_numbers, check_plot_name, check_vocab_fits, parse_lr};
+use super::common::{prepare_out_dir, OutRequest, RunPaths};
+use super::fingerprint::Fingerprint;
+use super::observer::{train, RunView};
+use super::resume::{resolve, write_record, Recorded};
 use super::save_fault::FaultInSave;
 
 /// The corpus format, or detection by file name.
@@ -50,6 +39,9 @@ pub enum Format {
 
 /// Arguments of `roformer train mlm`.
 #[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
+#[command(mut_arg("json", |a| a.help(
+    "JSON lines on stdout instead of the progress bar and table"
+)))]
 pub struct Args {
     /// The model's `config.json` (its `vocab_size` is set to the vocabulary's size).
     #[arg(long, required_unless_present_any = ["init", "resume"])]
@@ -103,69 +95,22 @@ pub struct Args {
     /// Sequences per micro-batch.
     #[arg(long, default_value_t = 16)]
     pub batch: usize,
-    /// Micro-batches per optimisation step.
-    #[arg(long, default_value_t = 1)]
-    pub grad_accum: usize,
     /// Optimisation steps.
     #[arg(long, required_unless_present = "resume")]
     pub steps: Option<u64>,
     /// Peak learning rate (a finite number above 0).
     #[arg(long, default_value_t = 5e-4, value_parser = parse_lr, allow_negative_numbers = true)]
     pub lr: f64,
-    /// Warm-up steps (linear from 0 to the peak).
-    #[arg(long, default_value_t = 0)]
-    pub warmup: u64,
-    /// Decay after the warm-up.
-    #[arg(long, value_enum, default_value = "linear")]
-    pub decay: Decay,
-    /// AdamW's decoupled weight decay (not on biases and norm weights; 0 or more).
-    #[arg(long, default_value_t = 0.01, value_parser = parse_weight_decay, allow_negative_numbers = true)]
-    pub weight_decay: f64,
-    /// Clip the global gradient norm to this (a finite number; 0: no clipping).
-    #[arg(long, default_value_t = 1.0, value_parser = parse_max_grad_norm, allow_negative_numbers = true)]
-    pub max_grad_norm: f64,
     /// Seed of initialisation, data order, masks and dropout.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Evaluate every this many steps (0: at the end only).
-    #[arg(long, default_value_t = 0)]
-    pub eval_every: u64,
     /// Most validation batches per evaluation (0: all).
     #[arg(long, default_value_t = 50)]
     pub eval_batches: usize,
-    /// Save a checkpoint every this many steps (0: at the end only).
-    #[arg(long, default_value_t = 0)]
-    pub save_every: u64,
-    /// The output directory (checkpoint/, metrics.jsonl, loss plot, run.json).
-    #[arg(long)]
-    pub out: PathBuf,
-    /// Replace an output directory that holds another run.
-    #[arg(long, conflicts_with = "resume")]
-    pub overwrite: bool,
-    /// Continue the run in --out from its checkpoint, with the arguments it recorded. --steps
-    /// (not below the steps done), --precision, --save-every and --eval-every may change; any
-    /// other flag must repeat the run's value. The config, vocabulary, corpus and parameter
-    /// shapes must be the run's.
-    #[arg(long)]
-    pub resume: bool,
-    /// The loss plot's file name in --out (.png or .svg; a name, not a path: it is always
-    /// written in --out).
-    #[arg(long, default_value = "loss.png")]
-    pub plot: PathBuf,
-    /// Stop after this step as Ctrl-C would (checkpoint written, --resume continues).
-    #[arg(long)]
-    pub stop_after: Option<u64>,
-    /// The precision of the matrix products [default: f32; on --resume, the run's]. Master
-    /// weights, optimiser state, norms, softmax and the loss stay f32; checkpoints are f32.
-    #[arg(long, value_enum)]
-    #[serde(default)]
-    pub precision: Option<PrecisionArg>,
-    /// JSON lines on stdout instead of the progress bar and table.
-    #[arg(long)]
-    pub json: bool,
-    /// No progress bar.
-    #[arg(long)]
-    pub quiet: bool,
+    // What every training command takes.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub run: RunArgs,
 }
 
 /// `--position`.
@@ -223,24 +168,12 @@ impl Args {
         }
     }
 
-    /// The loop's settings for a run of `steps` steps.
-    fn loop_options(&self, steps: u64) -> LoopOptions {
-        LoopOptions {
-            steps,
-            grad_accum: self.grad_accum,
-            max_grad_norm: (self.max_grad_norm > 0.0).then_some(self.max_grad_norm),
-            seed: self.seed,
-            eval_every: self.eval_every,
-            save_every: self.save_every,
-        }
-    }
-
     /// The checks that need no file (again for arguments read back from `run.json`).
     fn validate(&self) -> anyhow::Result<()> {
         if self.batch == 0 {
             bail!("--batch must be at least 1");
         }
-        if self.grad_accum == 0 {
+        if self.run.grad_accum == 0 {
             bail!("--grad-accum must be at least 1");
         }
         if self.steps == Some(0) {
@@ -261,45 +194,59 @@ impl Args {
         if !(0.0..1.0).contains(&self.validation) {
             bail!("--validation must be in [0, 1)");
         }
-        check_numbers(self.lr, self.weight_decay, self.max_grad_norm)?;
-        check_plot_name(&self.plot)
+        check_numbers(self.lr, self.run.weight_decay, self.run.max_grad_norm)?;
+        check_plot_name(&self.run.plot)
     }
 }
 
-/// The config, tokenizer and starting weights of a fresh or `--init` run.
-fn model_and_tokenizer(
-    args: &Args,
-    paths: &RunPaths,
-) -> anyhow::Result<(
-    RoFormerConfig,
-    RoFormerTokenizer,
-    Option<roformer::Checkpoint>,
-)> {
+/// The config, tokenizer and weights a run starts from: the checkpoint of `--init` or of the
+/// run resumed, or `--config` and `--vocab` (with `--position`).
+///
+/// # Errors
+/// Unreadable inputs; `--position` other than a checkpoint's; a vocabulary larger than the
+/// checkpoint's config.
+fn model_start(args: &Args, paths: &RunPaths) -> anyhow::Result<ModelStart> {
     if let Some(dir) = &paths.weights {
-        let md = roformer::ModelDir::open(dir)?;
-        let tokenizer = RoFormerTokenizer::from_dir(dir)?;
-        let cfg = md.config.clone();
+        let start = ModelStart::from_checkpoint(dir)?;
+        let cfg = &start.config;
         if let Some(p) = args.position {
             if PositionEmbeddingType::from(p) != cfg.position_embedding_type {
                 bail!("--position cannot change the position type of a checkpoint");
             }
         }
-        check_vocab_fits(dir, tokenizer.vocab_size(), cfg.vocab_size)?;
-        return Ok((cfg, tokenizer, Some(md.checkpoint)));
+        check_vocab_fits(dir, start.tokenizer.vocab_size(), cfg.vocab_size)?;
+        return Ok(start);
     }
     let (Some(config), Some(vocab)) = (&args.config, &args.vocab) else {
         bail!("give --config and --vocab, or --init DIR");
     };
+    fresh_start(config, vocab, args.position.map(Into::into))
+}
+
+/// A fresh model of the config file `config` over the vocabulary file `vocab` (the config's
+/// `vocab_size` set to the vocabulary's size), with the position type `position` if given.
+///
+/// # Errors
+/// Unreadable or invalid files.
+pub fn fresh_start(
+    config: &Path,
+    vocab: &Path,
+    position: Option<PositionEmbeddingType>,
+) -> anyhow::Result<ModelStart> {
     let mut cfg = RoFormerConfig::from_file(config)?;
     let tokenizer = RoFormerTokenizer::new(
         roformer::tokenizer::Vocab::from_file(vocab)?,
         roformer::tokenizer::TokenizerConfig::default(),
     )?;
     cfg.vocab_size = tokenizer.vocab_size();
-    if let Some(p) = args.position {
-        cfg.position_embedding_type = p.into();
+    if let Some(p) = position {
+        cfg.position_embedding_type = p;
     }
-    Ok((cfg, tokenizer, None))
+    Ok(ModelStart {
+        config: cfg,
+        tokenizer,
+        weights: None,
+    })
 }
 
 /// Runs `roformer train mlm`.
@@ -308,94 +255,59 @@ fn model_and_tokenizer(
 /// Bad arguments, unreadable inputs, a resume that is not the run in --out, a non-finite loss
 /// (the last good checkpoint stays), and file errors.
 pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
-    let (out, resume) = (args.out.clone(), args.resume);
+    let (out, resume) = (args.run.out.clone(), args.run.resume);
     let (args, recorded) = resolve(args, &out, resume, "mlm")?;
     args.validate()?;
     let paths = prepare_out(&args)?;
-    let fault = FaultInSave::from_env()?;
-    let save_hook = fault.map(|f| f.hook(stop));
-    let (cfg, tokenizer, checkpoint) = model_and_tokenizer(&args, &paths)?;
-    check_fits(&cfg, &args)?;
-    let Trainable {
-        model,
-        params,
-        initialised,
-        ..
-    } = build_trainable::<RoFormerForMaskedLM>(&cfg, checkpoint.as_ref(), args.seed, &Device::Cpu)?;
-    if checkpoint.is_some() && !initialised.is_empty() && !args.json {
-        eprintln!(
-            "initialised (not in the checkpoint): {}",
-            initialised.join(", ")
-        );
-    }
-    let data_options = args.data_options();
-    let data = prepare_data(&tokenizer, &data_options, &args)?;
-    if !args.json && !args.resume {
-        announce(&data, args.seq_len, params.element_count());
-    }
-    let tokenizer_files = tokenizer_files(&tokenizer, &cfg)?;
-    let print = Fingerprint::new(
-        &cfg,
-        &params,
-        vocab_text(&tokenizer_files),
-        data.sources.iter().map(corpus_source).collect(),
-    )?;
-    if let Some(recorded) = &recorded {
-        check_same_run(&args.out, recorded.fingerprint.as_ref(), &print)?;
-    }
-    let steps = args.steps.unwrap_or(1);
-    let resume_state = paths.resume_state.as_deref();
-    let (optimizer, done) = optimizer(&params, args.lr, args.weight_decay, resume_state, steps)?;
-    let task = MlmTask {
-        model: &model,
-        params: &params,
-        data: &data,
-        max_eval_batches: args.eval_batches,
-        tokenizer_files,
-        precision: args.precision.unwrap_or_default().resolve(),
-    };
-    write_record(&args.out, &args, &print)?;
-    let mut trainer = Trainer {
-        task,
-        params: &params,
-        optimizer,
-        schedule: LrSchedule::new(args.lr, args.warmup, steps, args.decay.into())?,
-        options: args.loop_options(steps),
-        out: args.out.clone(),
-        step: done,
-        task_record: crate::json::to_value(&data_options)?,
-        last_eval: None,
-        save_hook: save_hook.as_ref().map(|h| h as &dyn Fn(u64, SaveStep)),
-    };
-    let display = Display {
-        json: args.json,
-        quiet: args.quiet,
-        unigram_entropy: Some(data.unigram_entropy),
-    };
-    let stop = Stop {
-        flag: stop,
-        after: args.stop_after,
-    };
-    let result = finish_run(&mut trainer, &args.out, &args.plot, display, stop, "MLM");
+    let hook = FaultInSave::from_env()?.map(|f| f.hook(stop));
+    let start = model_start(&args, &paths)?;
+    check_position_table(&start.config, args.seq_len)?;
+    let options = args.run.options(CommandRun {
+        model: &start,
+        task: TaskOptions::MaskedLm(args.data_options()),
+        steps: args.steps,
+        lr: args.lr,
+        seed: args.seed,
+        save_hook: hook.as_ref().map(|h| h as &dyn Fn(u64, SaveStep)),
+    });
+    let record = |print: &Fingerprint| write_record(&out, &args, print);
+    let view = args.view(recorded, stop, &record);
+    let result = train(&options, view, |e| explain(e, &args.explained()));
     // The lock on --out is held until here, the run's last write.
     drop(paths.lock);
-    result
+    result.map(drop)
 }
 
-/// Says on stderr what a fresh run trains on: documents, blocks, parameters and the unigram
-/// entropy of the training tokens.
-fn announce(data: &MlmData, seq_len: usize, parameters: usize) {
-    eprintln!(
-        "{} documents: {} training blocks of {} tokens ({} tokens), {} validation blocks; \
-             {} parameters; unigram entropy {:.3} nats",
-        data.documents,
-        data.blocks.0,
-        seq_len,
-        data.train_tokens,
-        data.blocks.1,
-        parameters,
-        data.unigram_entropy
-    );
+impl Args {
+    /// How the run shows itself; `write_record` writes its `run.json`.
+    fn view<'a>(
+        &'a self,
+        recorded: Option<Recorded>,
+        stop: &'a AtomicBool,
+        write_record: &'a dyn Fn(&Fingerprint) -> anyhow::Result<()>,
+    ) -> RunView<'a> {
+        RunView {
+            out: &self.run.out,
+            plot: &self.run.plot,
+            what: "MLM",
+            json: self.run.stdout.json,
+            quiet: self.run.quiet,
+            resume: self.run.resume,
+            recorded,
+            stop,
+            stop_after: self.run.stop_after,
+            write_record,
+        }
+    }
+
+    /// The flags that shape the blocks, for [`explain`].
+    fn explained(&self) -> BlockFlags {
+        BlockFlags {
+            seq_len: self.seq_len,
+            validation: self.validation,
+            line_by_line: self.line_by_line,
+        }
+    }
 }
 
 /// Checks and prepares `--out` (the inputs `--config`, `--vocab`, `--init` and `--corpus` may
@@ -410,58 +322,62 @@ fn prepare_out(args: &Args) -> anyhow::Result<RunPaths> {
     inputs.extend(args.init.as_deref().map(|p| ("--init", p)));
     inputs.extend(args.corpus.iter().map(|p| ("--corpus", p.as_path())));
     prepare_out_dir(&OutRequest {
-        out: &args.out,
-        resume: args.resume,
-        overwrite: args.overwrite,
+        out: &args.run.out,
+        resume: args.run.resume,
+        overwrite: args.run.overwrite,
         init: args.init.as_deref(),
         inputs,
-        plot: &args.plot,
+        plot: &args.run.plot,
     })
 }
 
-/// Checks that `--seq-len` fits an absolute position table and the run fits in memory.
+/// Checks that `--seq-len` fits an absolute position table.
 ///
 /// # Errors
-/// Either does not.
-fn check_fits(cfg: &RoFormerConfig, args: &Args) -> anyhow::Result<()> {
+/// It does not.
+pub fn check_position_table(cfg: &RoFormerConfig, seq_len: usize) -> anyhow::Result<()> {
     if cfg.position_embedding_type == PositionEmbeddingType::Absolute
-        && args.seq_len > cfg.max_position_embeddings
+        && seq_len > cfg.max_position_embeddings
     {
         bail!(
-            "--seq-len {} is past the absolute position table (max_position_embeddings = {})",
-            args.seq_len,
+            "--seq-len {seq_len} is past the absolute position table (max_position_embeddings = \
+             {})",
             cfg.max_position_embeddings
         );
     }
-    check_training_memory(cfg, ModelKind::MaskedLm, args.batch, args.seq_len).context(
-        "the run does not fit in memory: lower --batch or --seq-len, or use a smaller model",
-    )?;
     Ok(())
 }
 
-/// The training and validation blocks of the corpus; a corpus too short for one block names
-/// the flags that set the block.
-///
-/// # Errors
-/// As [`prepare_mlm_data`].
-fn prepare_data(
-    tokenizer: &RoFormerTokenizer,
-    options: &MlmDataOptions,
-    args: &Args,
-) -> anyhow::Result<MlmData> {
-    prepare_mlm_data(tokenizer, options).map_err(|e| match e {
+/// The flags that shape a masked-LM run's blocks.
+#[derive(Debug, Clone, Copy)]
+pub struct BlockFlags {
+    /// `--seq-len`.
+    pub seq_len: usize,
+    /// `--validation`.
+    pub validation: f64,
+    /// `--line-by-line`.
+    pub line_by_line: bool,
+}
+
+/// A masked-LM run's failure before its first step, with the flags behind it: a run too large
+/// for memory, or a corpus too short for one block.
+pub fn explain(e: TrainError, flags: &BlockFlags) -> anyhow::Error {
+    match e {
+        e @ TrainError::TooLarge(_) => anyhow::Error::new(e).context(
+            "the run does not fit in memory: lower --batch or --seq-len, or use a smaller model",
+        ),
         e @ TrainError::NoTrainingBlock { .. } => {
-            let line_by_line = if args.line_by_line {
+            let line_by_line = if flags.line_by_line {
                 ", --line-by-line"
             } else {
                 ""
             };
-            let flags = format!(
+            let given = format!(
                 "--seq-len {}, --validation {}{line_by_line}",
-                args.seq_len, args.validation
+                flags.seq_len, flags.validation
             );
-            anyhow::Error::new(e).context(flags)
+            anyhow::Error::new(e).context(given)
         }
         e => e.into(),
-    })
+    }
 }

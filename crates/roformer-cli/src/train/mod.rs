@@ -2,14 +2,16 @@
 //! progress bar, `metrics.jsonl`, a loss plot, checkpoints as Hugging Face directories, and
 //! Ctrl-C, SIGTERM and SIGHUP writing a checkpoint before it exits.
 
-mod checks;
+pub(crate) mod args;
+pub(crate) mod checks;
 pub(crate) mod classify;
 pub(crate) mod common;
-mod fingerprint;
+pub(crate) mod fingerprint;
 mod loss_plot;
 pub(crate) mod mlm;
+pub(crate) mod observer;
 mod progress;
-mod resume;
+pub(crate) mod resume;
 mod save_fault;
 
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use candle_core::Tensor;
 
 use crate::config::{PositionEmbeddingType, RoFormerConfig};
+use crate::tokenizer::RoFormerTokenizer;
 use crate::train::params::Params;
 use crate::train::TrainError;
 
@@ -100,6 +101,38 @@ pub fn model_files(
     Ok(vec![
         ("config.json".into(), config_bytes(cfg, architecture)?),
         ("model.safetensors".into(), safetensors_bytes(&tensors)?),
+    ])
+}
+
+/// `vocab.txt` and `tokenizer_config.json` of a checkpoint of `cfg`, so that transformers'
+/// `RoFormerTokenizer` (`BertTokenizer` for BERT) and ours load it.
+///
+/// # Errors
+/// [`TrainError::Save`] if serialisation fails.
+pub fn tokenizer_files(
+    tokenizer: &RoFormerTokenizer,
+    cfg: &RoFormerConfig,
+) -> Result<Vec<(String, Vec<u8>)>, TrainError> {
+    let vocab = tokenizer.vocab();
+    let mut text = String::new();
+    for id in 0..vocab.len() as u32 {
+        text.push_str(vocab.id_to_token(id).unwrap_or("[unused]"));
+        text.push('\n');
+    }
+    let class = if cfg.base_prefix() == "bert" {
+        "BertTokenizer"
+    } else {
+        "RoFormerTokenizer"
+    };
+    let config = serde_json::json!({
+        "tokenizer_class": class,
+        "do_lower_case": tokenizer.config().do_lower_case,
+        "model_max_length": cfg.max_position_embeddings,
+    });
+    let config = serde_json::to_vec_pretty(&config).map_err(|e| TrainError::Save(e.to_string()))?;
+    Ok(vec![
+        ("vocab.txt".into(), text.into_bytes()),
+        ("tokenizer_config.json".into(), config),
     ])
 }
 

@@ -10,8 +10,8 @@ use crate::config::RoFormerConfig;
 use crate::data::split::fnv1a64;
 use crate::data::{
     make_blocks, read_corpus, split_alone, split_documents, text_hash, tokenize_documents,
-    with_lines, with_simplified, Block, BlockMode, CorpusFormat, Masker, MaskingOptions, MlmBatch,
-    MlmBatches,
+    with_lines, with_simplified, Block, BlockMode, CorpusFormat, Document, Masker, MaskingOptions,
+    MlmBatch, MlmBatches,
 };
 use crate::mode::{Dropout, Mode};
 use crate::tasks::{HeadModel, RoFormerForMaskedLM};
@@ -136,53 +136,11 @@ pub fn prepare_mlm_data(
     tokenizer: &RoFormerTokenizer,
     options: &MlmDataOptions,
 ) -> Result<MlmData, TrainError> {
-    let mut documents = Vec::new();
-    let mut sources = Vec::with_capacity(options.corpus.len());
-    for path in &options.corpus {
-        let read = read_corpus(path, options.format.as_ref())?;
-        sources.push(CorpusDigest::of(path, &read));
-        documents.extend(read);
-    }
+    let (documents, sources) = read_sources(options)?;
     let count = documents.len();
-    let (mut train_docs, mut validation_docs) =
-        split_documents(documents, options.validation_fraction);
-    if options.also_simplified {
-        train_docs = with_simplified(train_docs);
-        validation_docs = with_simplified(validation_docs);
-    }
-    if options.line_share > 0.0 {
-        train_docs = with_lines(train_docs, options.line_share);
-        validation_docs = with_lines(validation_docs, options.line_share);
-    }
-    let masking = MaskingOptions {
-        whole_word: options.whole_word,
-        ..MaskingOptions::default()
-    };
-    let mode = if options.packed {
-        BlockMode::Packed
-    } else {
-        BlockMode::LineByLine
-    };
-    let specials = tokenizer.special_tokens();
-    let blocks_of = |docs: Vec<crate::data::Document>| -> Result<Vec<Block>, TrainError> {
-        let (alone, rest) = if mode == BlockMode::Packed && options.alone_share > 0.0 {
-            split_alone(docs, options.alone_share)
-        } else {
-            (Vec::new(), docs)
-        };
-        let tokenized = tokenize_documents(tokenizer, &rest);
-        let mut blocks = make_blocks(&tokenized, mode, options.seq_len, specials)?;
-        let alone = tokenize_documents(tokenizer, &alone);
-        blocks.extend(make_blocks(
-            &alone,
-            BlockMode::LineByLine,
-            options.seq_len,
-            specials,
-        )?);
-        Ok(blocks)
-    };
+    let (train_docs, validation_docs) = split_and_augment(documents, options);
     let train_docs_count = train_docs.len();
-    let train_blocks = blocks_of(train_docs)?;
+    let train_blocks = blocks_of(tokenizer, options, train_docs)?;
     if train_blocks.is_empty() {
         return Err(TrainError::NoTrainingBlock {
             seq_len: options.seq_len,
@@ -191,18 +149,22 @@ pub fn prepare_mlm_data(
             validation: options.validation_fraction,
         });
     }
-    let validation_blocks = blocks_of(validation_docs)?;
+    let validation_blocks = blocks_of(tokenizer, options, validation_docs)?;
     let blocks = (train_blocks.len(), validation_blocks.len());
+    let masking = MaskingOptions {
+        whole_word: options.whole_word,
+        ..MaskingOptions::default()
+    };
     let masker = Masker::new(masking, tokenizer)?;
     let entropy = unigram_entropy(&train_blocks, &masker);
-    let train = MlmBatches::new(train_blocks, options.batch_size, options.seed, masker)?;
+    let batches =
+        |blocks, masker| MlmBatches::new(blocks, options.batch_size, options.seed, masker);
+    let train = batches(train_blocks, masker)?;
     let validation = if validation_blocks.is_empty() {
         None
     } else {
-        Some(MlmBatches::new(
+        Some(batches(
             validation_blocks,
-            options.batch_size,
-            options.seed,
             Masker::new(masking, tokenizer)?,
         )?)
     };
@@ -215,6 +177,67 @@ pub fn prepare_mlm_data(
         blocks,
         unigram_entropy: entropy,
     })
+}
+
+/// The documents of every corpus path, in order, and what each path held.
+fn read_sources(
+    options: &MlmDataOptions,
+) -> Result<(Vec<Document>, Vec<CorpusDigest>), TrainError> {
+    let mut documents = Vec::new();
+    let mut sources = Vec::with_capacity(options.corpus.len());
+    for path in &options.corpus {
+        let read = read_corpus(path, options.format.as_ref())?;
+        sources.push(CorpusDigest::of(path, &read));
+        documents.extend(read);
+    }
+    Ok((documents, sources))
+}
+
+/// The training and validation documents: split by hash, then each side with its simplified
+/// copies and its lines as documents when asked.
+fn split_and_augment(
+    documents: Vec<Document>,
+    options: &MlmDataOptions,
+) -> (Vec<Document>, Vec<Document>) {
+    let (mut train, mut validation) = split_documents(documents, options.validation_fraction);
+    if options.also_simplified {
+        train = with_simplified(train);
+        validation = with_simplified(validation);
+    }
+    if options.line_share > 0.0 {
+        train = with_lines(train, options.line_share);
+        validation = with_lines(validation, options.line_share);
+    }
+    (train, validation)
+}
+
+/// The blocks of `docs`: packed (with the alone share one per block) or one per block.
+fn blocks_of(
+    tokenizer: &RoFormerTokenizer,
+    options: &MlmDataOptions,
+    docs: Vec<Document>,
+) -> Result<Vec<Block>, TrainError> {
+    let mode = if options.packed {
+        BlockMode::Packed
+    } else {
+        BlockMode::LineByLine
+    };
+    let (alone, rest) = if mode == BlockMode::Packed && options.alone_share > 0.0 {
+        split_alone(docs, options.alone_share)
+    } else {
+        (Vec::new(), docs)
+    };
+    let specials = tokenizer.special_tokens();
+    let tokenized = tokenize_documents(tokenizer, &rest);
+    let mut blocks = make_blocks(&tokenized, mode, options.seq_len, specials)?;
+    let alone = tokenize_documents(tokenizer, &alone);
+    blocks.extend(make_blocks(
+        &alone,
+        BlockMode::LineByLine,
+        options.seq_len,
+        specials,
+    )?);
+    Ok(blocks)
 }
 
 /// The tensors of a batch on `device`.

@@ -16,11 +16,15 @@ pub mod mlm;
 pub mod params;
 pub mod resume;
 pub mod run;
+pub mod session;
 
 use std::path::PathBuf;
 
 pub use loss::{classification_loss, cross_entropy, mlm_loss, BatchInputs, LossOutput, IGNORE};
 pub use params::{build_trainable, Params, Trainable};
+pub use session::{
+    fit, Finished, ModelStart, Observer, Prepared, PreparedData, TaskOptions, TrainOptions,
+};
 
 /// What can go wrong while training.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +33,15 @@ pub enum TrainError {
     /// A model, config or input problem.
     #[error(transparent)]
     Model(#[from] crate::error::ModelError),
+    /// A tokenizer's files.
+    #[error(transparent)]
+    Tokenizer(#[from] crate::tokenizer::TokenizerError),
+    /// The run would not fit in memory (nothing was allocated).
+    #[error(transparent)]
+    TooLarge(#[from] crate::memory::TooLarge),
+    /// The caller's [`Observer`] refused the run.
+    #[error(transparent)]
+    Observer(Box<dyn std::error::Error + Send + Sync>),
     /// A file or directory could not be read or written (the cause is the error's source, not
     /// repeated in its message).
     #[error("cannot access {path}")]

@@ -16,6 +16,9 @@ pub(super) struct BenchFigure<'a> {
     pub(super) head_dim: usize,
 }
 
+/// A line of a panel: its legend, its (N, value) points and its colour.
+type Line = (String, Vec<(f64, f64)>, RGBColor);
+
 impl BenchFigure<'_> {
     fn series(
         &self,
@@ -30,19 +33,12 @@ impl BenchFigure<'_> {
             .collect()
     }
 
-    fn panel<DB: DrawingBackend>(
-        &self,
-        area: &DrawingArea<DB, Shift>,
-        title: &str,
-        y_desc: &str,
-        value: &dyn Fn(&Measurement) -> f64,
-    ) -> anyhow::Result<()> {
-        let mut all: Vec<(f64, f64)> = Vec::new();
+    /// One line per layer and masking: its legend, its (N, value) points and its colour.
+    fn lines(&self, value: &dyn Fn(&Measurement) -> f64) -> Vec<Line> {
         let mut lines = Vec::new();
         for (i, c) in self.crossovers.iter().enumerate() {
             for kind in Kind::ALL {
                 let points = self.series(kind, c.masking, value);
-                all.extend(&points);
                 let color = match (kind, i) {
                     (Kind::Softmax, 0) => RGBColor(31, 119, 180),
                     (Kind::Softmax, _) => RGBColor(23, 190, 207),
@@ -52,26 +48,19 @@ impl BenchFigure<'_> {
                 lines.push((format!("{} ({})", kind.name(), c.masking), points, color));
             }
         }
-        // x is log2(N), so lengths that double are evenly spaced and labelled by N itself.
-        let log_n = |x: f64| x.log2();
-        let xs = all.iter().map(|p| log_n(p.0));
-        let (x0, x1) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
-            (lo.min(x), hi.max(x))
-        });
-        let (x0, x1) = if x0.is_finite() {
-            (x0 - 0.3, x1 + 0.3)
-        } else {
-            (0.0, 1.0)
-        };
-        let positive = all.iter().map(|p| p.1).filter(|&y| y > 0.0);
-        let (y0, y1) = positive.fold((f64::INFINITY, 0.0f64), |(lo, hi), y| {
-            (lo.min(y), hi.max(y))
-        });
-        let (y0, y1) = if y0.is_finite() {
-            (y0 / 1.5, y1 * 1.5)
-        } else {
-            (1.0, 10.0)
-        };
+        lines
+    }
+
+    fn panel<DB: DrawingBackend>(
+        &self,
+        area: &DrawingArea<DB, Shift>,
+        title: &str,
+        y_desc: &str,
+        value: &dyn Fn(&Measurement) -> f64,
+    ) -> anyhow::Result<()> {
+        let lines = self.lines(value);
+        let all: Vec<(f64, f64)> = lines.iter().flat_map(|l| l.1.iter().copied()).collect();
+        let (x0, x1, y0, y1) = ranges(&all);
         let mut chart = ChartBuilder::on(area)
             .caption(title, (FAMILY, 20))
             .margin(12)
@@ -94,7 +83,7 @@ impl BenchFigure<'_> {
             if points.is_empty() {
                 continue;
             }
-            let points: Vec<(f64, f64)> = points.into_iter().map(|(n, y)| (log_n(n), y)).collect();
+            let points: Vec<(f64, f64)> = points.into_iter().map(|(n, y)| (n.log2(), y)).collect();
             chart
                 .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
                 .map_err(err)?
@@ -120,6 +109,31 @@ impl BenchFigure<'_> {
             .map_err(err)?;
         Ok(())
     }
+}
+
+/// The panel's ranges `(x0, x1, y0, y1)` over the points `(N, value)`: x is `log2(N)`, so that
+/// lengths that double are evenly spaced (labelled by N itself), padded by 0.3; y is the
+/// positive values' range widened 1.5x each way (for the log axis). Defaults without points.
+fn ranges(all: &[(f64, f64)]) -> (f64, f64, f64, f64) {
+    let xs = all.iter().map(|p| p.0.log2());
+    let (x0, x1) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
+        (lo.min(x), hi.max(x))
+    });
+    let (x0, x1) = if x0.is_finite() {
+        (x0 - 0.3, x1 + 0.3)
+    } else {
+        (0.0, 1.0)
+    };
+    let positive = all.iter().map(|p| p.1).filter(|&y| y > 0.0);
+    let (y0, y1) = positive.fold((f64::INFINITY, 0.0f64), |(lo, hi), y| {
+        (lo.min(y), hi.max(y))
+    });
+    let (y0, y1) = if y0.is_finite() {
+        (y0 / 1.5, y1 * 1.5)
+    } else {
+        (1.0, 10.0)
+    };
+    (x0, x1, y0, y1)
 }
 
 impl Figure for BenchFigure<'_> {

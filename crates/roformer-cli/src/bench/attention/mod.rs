@@ -33,6 +33,7 @@ use std::path::PathBuf;
 use anyhow::{ensure, Context};
 use roformer::linear_attention::{LinearAttention, DEFAULT_CHUNK};
 
+use crate::output::OutputArgs;
 use crate::plot;
 use cases::{masking_name, Case, Kind, MaskingArg};
 use figure::BenchFigure;
@@ -41,11 +42,14 @@ use report::{crossover, print_table, Crossover, Record};
 
 /// Arguments of `roformer bench attention`.
 #[derive(Debug, clap::Args)]
+#[command(mut_arg("json", |a| a.help(
+    "One JSON object per line: a record per case (or skipped case), then the crossover \
+     lengths per masking"
+)))]
 pub struct Args {
-    /// One JSON object per line: a record per case (or skipped case), then the crossover
-    /// lengths per masking.
-    #[arg(long)]
-    json: bool,
+    // `--json` (the help says what it prints).
+    #[command(flatten)]
+    stdout: OutputArgs,
     /// Write a plot of time and peak memory against length to this file (.png or .svg).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -90,71 +94,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(spec) = &args.case {
         return run_child(spec, &args);
     }
-    ensure!(args.min_len >= 1, "--min-len must be at least 1");
-    ensure!(args.min_len <= args.max_len, "--min-len exceeds --max-len");
-    ensure!(args.heads >= 1, "--heads must be at least 1");
-    ensure!(
-        args.seconds.is_finite() && args.seconds >= 0.0,
-        "--seconds must be a finite number of seconds, at least 0"
-    );
-    LinearAttention::new(args.chunk)?;
-    rotary::inv_freqs(args.head_dim, rotary::DEFAULT_BASE).context("--head-dim")?;
-    if let Some(path) = &args.out {
-        plot::Format::from_path(path)?;
-    }
-    let budget_bytes = args.memory_budget_mib.saturating_mul(1 << 20);
-    let mut records = Vec::new();
+    check(&args)?;
     let mut out = std::io::stdout().lock();
-    for masking in args.masking.list() {
-        for len in lengths(&args) {
-            for kind in Kind::ALL {
-                let case = Case { kind, masking, len };
-                let mut record = Record {
-                    attention: kind.name(),
-                    masking: masking_name(masking),
-                    len,
-                    heads: args.heads,
-                    head_dim: args.head_dim,
-                    status: "ok",
-                    measurement: None,
-                    reason: None,
-                };
-                let scores = (args.heads as u64)
-                    .saturating_mul(len as u64)
-                    .saturating_mul(len as u64)
-                    .saturating_mul(4);
-                if kind == Kind::Softmax && scores > budget_bytes {
-                    record.status = "skipped";
-                    record.reason = Some(format!(
-                        "the {len} x {len} score matrix needs {} MiB, over the {} MiB budget \
-                         (--memory-budget-mib)",
-                        scores >> 20,
-                        args.memory_budget_mib
-                    ));
-                } else {
-                    match measure(case, &args)? {
-                        Ok(m) => record.measurement = Some(m),
-                        Err(reason) => {
-                            record.status = "failed";
-                            record.reason = Some(reason);
-                        }
-                    }
-                }
-                if args.json {
-                    writeln!(out, "{}", crate::json::to_string(&record)?)?;
-                    out.flush()?;
-                }
-                records.push(record);
-            }
-        }
-    }
+    let records = measure_all(&args, &mut out)?;
     let crossovers: Vec<Crossover> = args
         .masking
         .list()
         .into_iter()
         .map(|m| crossover(m, &records))
         .collect();
-    if args.json {
+    if args.stdout.json {
         for c in &crossovers {
             // Lengths only: no float that `json!` could turn into null.
             writeln!(out, "{}", serde_json::json!({ "crossover": c }))?;
@@ -170,9 +119,93 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             head_dim: args.head_dim,
         };
         plot::save(&figure, path, (1200, 520))?;
-        if !args.json {
+        if !args.stdout.json {
             writeln!(out, "plot written to {}", path.display())?;
         }
     }
     Ok(())
+}
+
+/// The checks of the arguments, before anything is measured.
+///
+/// # Errors
+/// A length, head count, time, chunk, head dim or plot file that cannot be used.
+fn check(args: &Args) -> anyhow::Result<()> {
+    ensure!(args.min_len >= 1, "--min-len must be at least 1");
+    ensure!(args.min_len <= args.max_len, "--min-len exceeds --max-len");
+    ensure!(args.heads >= 1, "--heads must be at least 1");
+    ensure!(
+        args.seconds.is_finite() && args.seconds >= 0.0,
+        "--seconds must be a finite number of seconds, at least 0"
+    );
+    LinearAttention::new(args.chunk)?;
+    rotary::inv_freqs(args.head_dim, rotary::DEFAULT_BASE).context("--head-dim")?;
+    if let Some(path) = &args.out {
+        plot::Format::from_path(path)?;
+    }
+    Ok(())
+}
+
+/// Measures every case (masking, length, layer), printing each record as a JSON line with
+/// `--json` as it comes.
+///
+/// # Errors
+/// A case that could not be run at all, and stdout errors.
+fn measure_all(args: &Args, out: &mut impl Write) -> anyhow::Result<Vec<Record>> {
+    let mut records = Vec::new();
+    for masking in args.masking.list() {
+        for len in lengths(args) {
+            for kind in Kind::ALL {
+                let record = measure_case(Case { kind, masking, len }, args)?;
+                if args.stdout.json {
+                    writeln!(out, "{}", crate::json::to_string(&record)?)?;
+                    out.flush()?;
+                }
+                records.push(record);
+            }
+        }
+    }
+    Ok(records)
+}
+
+/// The record of one case: measured, failed (with the reason), or skipped when softmax's
+/// score matrix would pass `--memory-budget-mib`.
+///
+/// # Errors
+/// A case that could not be run at all.
+fn measure_case(case: Case, args: &Args) -> anyhow::Result<Record> {
+    let Case { kind, masking, len } = case;
+    let mut record = Record {
+        attention: kind.name(),
+        masking: masking_name(masking),
+        len,
+        heads: args.heads,
+        head_dim: args.head_dim,
+        status: "ok",
+        measurement: None,
+        reason: None,
+    };
+    let budget_bytes = args.memory_budget_mib.saturating_mul(1 << 20);
+    let scores = (args.heads as u64)
+        .saturating_mul(len as u64)
+        .saturating_mul(len as u64)
+        .saturating_mul(4);
+    if kind == Kind::Softmax && scores > budget_bytes {
+        record.status = "skipped";
+        record.reason = Some(format!(
+            "the {len} x {len} score matrix needs {} MiB, over the {} MiB budget \
+             (--memory-budget-mib)",
+            scores >> 20,
+            args.memory_budget_mib
+        ));
+        return Ok(record);
+    }
+    match measure(case, args)? {
+        Ok(m) => record.measurement = Some(m),
+        Err(reason) => {
+            record.status = "failed";
+            record.reason = Some(reason);
+        }
+    }
+    Ok(record)
 }

@@ -46,13 +46,18 @@ use cases::{cases, Rotation};
 use measure::run_any;
 use report::{print_header, print_row, RunInfo};
 
+use crate::output::OutputArgs;
+
 /// Arguments of `roformer bench rope`.
 #[derive(Debug, clap::Args)]
+#[command(mut_arg("json", |a| a.help(
+    "One JSON object per line: impl, variant, rotation, shape, dtype, layout, seconds \
+     (median per call), gbps, bytes, p10/p90 seconds, samples, threads, isa"
+)))]
 pub struct Args {
-    /// One JSON object per line: impl, variant, rotation, shape, dtype, layout, seconds (median
-    /// per call), gbps, bytes, p10/p90 seconds, samples, threads, isa.
-    #[arg(long)]
-    json: bool,
+    // `--json` (the help says what it prints).
+    #[command(flatten)]
+    stdout: OutputArgs,
     /// Shapes as BATCHxHEADSxSEQxHEAD_DIM, comma-separated [default: the issue's four shapes]
     #[arg(long, value_delimiter = ',', value_parser = parse_shape)]
     shapes: Vec<[usize; 4]>,
@@ -156,12 +161,12 @@ pub fn run(args: Args) -> Result<()> {
     };
     let mut out = io::stdout().lock();
     let written = (|| -> Result<()> {
-        if !args.json {
+        if !args.stdout.json {
             print_header(&mut out, &context, &args)?;
         }
         for case in cases(&args) {
             let records = run_any(case, &budget)?;
-            if args.json {
+            if args.stdout.json {
                 for r in &records {
                     writeln!(out, "{}", r.json(&context)?)?;
                 }

@@ -1,0 +1,417 @@
+//! A whole training run as one call, [`fit`]: the data read, the model built, the optimiser
+//! and its schedule set up (or restored from the run's checkpoint on resume), the loop run
+//! with its evaluations and checkpoints, progress reported to an [`Observer`], and a stop flag
+//! honoured after the current step.
+//!
+//! ```text
+//! fit(options, observer, stop)
+//!   1. check the run fits in memory       (budget::check_training_memory)
+//!   2. read the data, build the model     (mlm::prepare_mlm_data / classify::read_examples,
+//!                                          params::build_trainable)
+//!   3. observer.prepared(..)               the caller may refuse the run here
+//!   4. AdamW, restored on resume           (resume::load_resume_state)
+//!   5. observer.starting(done, total)
+//!   6. the loop                           (run::Trainer::run; observer.event per event)
+//! ```
+//!
+//! A program that wants a run calls [`fit`]; `roformer train mlm`, `train classify` and the
+//! `experiment` commands are such programs, each adding only its flags and its printing.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+
+use candle_core::Device;
+
+use crate::config::RoFormerConfig;
+use crate::cpu::Precision;
+use crate::model::ModelDir;
+use crate::optim::{AdamW, AdamWConfig, Decay, LrSchedule};
+use crate::shapes::ModelKind;
+use crate::tasks::{RoFormerForMaskedLM, RoFormerForSequenceClassification};
+use crate::tokenizer::RoFormerTokenizer;
+use crate::train::budget::check_training_memory;
+use crate::train::checkpoint::{tokenizer_files, SaveStep};
+use crate::train::classify::{best_score, read_examples, ClassifyOptions, ClassifyTask, Example};
+use crate::train::mlm::{prepare_mlm_data, MlmData, MlmDataOptions, MlmTask};
+use crate::train::params::{build_trainable, Params, Trainable};
+use crate::train::resume::load_resume_state;
+use crate::train::run::{checkpoint_dir, EvalMetrics, Event, LoopOptions, Outcome, Task, Trainer};
+use crate::train::TrainError;
+use crate::weights::Checkpoint;
+
+/// What a run starts from: a config and a tokenizer, and the weights of a checkpoint (none:
+/// every weight drawn from the run's seed).
+#[derive(Debug)]
+pub struct ModelStart {
+    /// The model's config (for classification, the labels are set from the task).
+    pub config: RoFormerConfig,
+    /// The tokenizer; its files are saved in every checkpoint.
+    pub tokenizer: RoFormerTokenizer,
+    /// The weights to start from.
+    pub weights: Option<Checkpoint>,
+}
+
+impl ModelStart {
+    /// The config, tokenizer and weights of the checkpoint directory `dir`.
+    ///
+    /// # Errors
+    /// [`TrainError::Model`] for a directory that does not load, [`TrainError::Tokenizer`] for
+    /// its tokenizer files.
+    pub fn from_checkpoint(dir: &Path) -> Result<Self, TrainError> {
+        let md = ModelDir::open(dir)?;
+        let tokenizer = RoFormerTokenizer::from_dir(dir)?;
+        Ok(Self {
+            config: md.config,
+            tokenizer,
+            weights: Some(md.checkpoint),
+        })
+    }
+}
+
+/// The task of a run and its data.
+#[derive(Debug, Clone)]
+pub enum TaskOptions {
+    /// Masked-LM pre-training on a corpus.
+    MaskedLm(MlmDataOptions),
+    /// Sequence classification on JSON-lines examples.
+    Classify(ClassifyOptions),
+}
+
+/// Everything a run needs.
+#[derive(Clone)]
+pub struct TrainOptions<'a> {
+    /// The run's directory: `checkpoint/` (and `best/` for a classifier) are written there.
+    pub out: PathBuf,
+    /// The model to train.
+    pub model: &'a ModelStart,
+    /// The task and its data.
+    pub task: TaskOptions,
+    /// Optimisation steps in all (`None`: three passes over the training data).
+    pub steps: Option<u64>,
+    /// Micro-batches per step (gradient accumulation), at least 1.
+    pub grad_accum: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Warm-up steps (linear from 0 to the peak).
+    pub warmup: u64,
+    /// The decay after the warm-up.
+    pub decay: Decay,
+    /// AdamW's decoupled weight decay.
+    pub weight_decay: f64,
+    /// Clip the global gradient norm to this (`None`: no clipping).
+    pub max_grad_norm: Option<f64>,
+    /// Seed of the fresh weights and of dropout (the data's seed is the task's).
+    pub seed: u64,
+    /// Evaluate every this many steps (0: at the end only).
+    pub eval_every: u64,
+    /// Save a checkpoint every this many steps (0: at the end only).
+    pub save_every: u64,
+    /// The precision of the training products.
+    pub precision: Precision,
+    /// Continue from `out/checkpoint`: its optimiser and trainer state (the caller gives its
+    /// weights in `model`).
+    pub resume: bool,
+    /// Called at each point of every checkpoint save (a fault-injection hook for tests).
+    pub save_hook: Option<&'a dyn Fn(u64, SaveStep)>,
+}
+
+/// The data a run prepared, as the [`Observer`] sees it.
+#[derive(Debug, Clone, Copy)]
+pub enum PreparedData<'a> {
+    /// The corpus's batches.
+    MaskedLm {
+        /// The task's settings (the corpus and its blocks).
+        options: &'a MlmDataOptions,
+        /// The batches and what they hold.
+        data: &'a MlmData,
+    },
+    /// The classification examples, tokenised.
+    Classify {
+        /// The task's settings (the example files and labels).
+        options: &'a ClassifyOptions,
+        /// Training examples.
+        train: &'a [Example],
+        /// Dev examples.
+        eval: &'a [Example],
+    },
+}
+
+/// A run once its data is read and its model built, before any step.
+#[derive(Debug, Clone, Copy)]
+pub struct Prepared<'a> {
+    /// The config as trained.
+    pub config: &'a RoFormerConfig,
+    /// The trainable variables.
+    pub params: &'a Params,
+    /// Whether the weights came from a checkpoint.
+    pub from_checkpoint: bool,
+    /// Parameters the checkpoint lacked, freshly initialised (all of them for a fresh model).
+    pub initialised: &'a [String],
+    /// Checkpoint tensors the model does not use.
+    pub unused: &'a [String],
+    /// The tokenizer files saved in every checkpoint (`vocab.txt`, `tokenizer_config.json`).
+    pub tokenizer_files: &'a [(String, Vec<u8>)],
+    /// The data.
+    pub data: PreparedData<'a>,
+}
+
+/// What a caller of [`fit`] hears of the run.
+pub trait Observer {
+    /// The run is prepared; an error refuses it (nothing is trained or written).
+    ///
+    /// # Errors
+    /// The caller's reason to refuse the run.
+    fn prepared(&mut self, _run: &Prepared<'_>) -> Result<(), TrainError> {
+        Ok(())
+    }
+
+    /// The loop is about to start after `done` of `total` steps (`done > 0` on resume).
+    ///
+    /// # Errors
+    /// The caller's reason to stop here (nothing is trained).
+    fn starting(&mut self, _done: u64, _total: u64) -> Result<(), TrainError> {
+        Ok(())
+    }
+
+    /// A step, an evaluation or a save finished.
+    fn event(&mut self, event: Event);
+}
+
+/// How a run that did not fail ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finished {
+    /// All steps done, or stopped by the flag.
+    pub outcome: Outcome,
+    /// Steps done.
+    pub steps: u64,
+    /// The last evaluation of this call.
+    pub last_eval: Option<EvalMetrics>,
+    /// The best model's directory, when one is kept (classification with dev examples).
+    pub best: Option<PathBuf>,
+}
+
+/// Runs a training: prepares data and model, restores the run on `options.resume`, trains
+/// until the last step or until `stop` is set (after the current step, with a checkpoint
+/// saved), and tells `observer` along the way.
+///
+/// # Errors
+/// [`TrainError::TooLarge`] for a run that does not fit in memory, data and model errors,
+/// the refusals of the observer and of the resume checks, and the loop's errors
+/// ([`TrainError::NonFinite`] at the first non-finite loss, the last checkpoint kept).
+pub fn fit(
+    options: &TrainOptions<'_>,
+    observer: &mut dyn Observer,
+    stop: &AtomicBool,
+) -> Result<Finished, TrainError> {
+    match &options.task {
+        TaskOptions::MaskedLm(data) => fit_mlm(options, data, observer, stop),
+        TaskOptions::Classify(task) => fit_classify(options, task, observer, stop),
+    }
+}
+
+/// [`fit`] for masked-LM pre-training.
+fn fit_mlm(
+    options: &TrainOptions<'_>,
+    data_options: &MlmDataOptions,
+    observer: &mut dyn Observer,
+    stop: &AtomicBool,
+) -> Result<Finished, TrainError> {
+    let start = options.model;
+    let (batch, seq_len) = (data_options.batch_size, data_options.seq_len);
+    check_training_memory(&start.config, ModelKind::MaskedLm, batch, seq_len)?;
+    let trainable: Trainable<RoFormerForMaskedLM> = build_trainable(
+        &start.config,
+        start.weights.as_ref(),
+        options.seed,
+        &Device::Cpu,
+    )?;
+    let data = prepare_mlm_data(&start.tokenizer, data_options)?;
+    let files = tokenizer_files(&start.tokenizer, &start.config)?;
+    observer.prepared(&prepared(
+        options,
+        &start.config,
+        &trainable,
+        &files,
+        PreparedData::MaskedLm {
+            options: data_options,
+            data: &data,
+        },
+    ))?;
+    let steps = options
+        .steps
+        .unwrap_or_else(|| three_epochs(data.blocks.0, batch * options.grad_accum));
+    let task = MlmTask {
+        model: &trainable.model,
+        params: &trainable.params,
+        data: &data,
+        max_eval_batches: data_options.max_eval_batches,
+        tokenizer_files: files,
+        precision: options.precision,
+    };
+    let record = task_record(data_options)?;
+    let (finished, _) = drive(
+        options,
+        task,
+        &trainable.params,
+        steps,
+        record,
+        observer,
+        stop,
+    )?;
+    Ok(finished)
+}
+
+/// [`fit`] for sequence classification; the best model by dev macro-F1 goes to `out/best`.
+fn fit_classify(
+    options: &TrainOptions<'_>,
+    task_options: &ClassifyOptions,
+    observer: &mut dyn Observer,
+    stop: &AtomicBool,
+) -> Result<Finished, TrainError> {
+    let start = options.model;
+    let labels = &task_options.labels;
+    let mut config = start.config.clone();
+    config.num_labels = labels.len();
+    config.id2label = labels.iter().cloned().enumerate().collect();
+    let (batch, length) = (task_options.batch_size, task_options.max_length);
+    check_training_memory(&config, ModelKind::SequenceClassification, batch, length)?;
+    let read = |path: &Path| read_examples(path, &start.tokenizer, labels, length);
+    let train = read(&task_options.train)?;
+    let eval = task_options.eval.as_deref().map(read).transpose()?;
+    let eval = eval.unwrap_or_default();
+    let trainable: Trainable<RoFormerForSequenceClassification> =
+        build_trainable(&config, start.weights.as_ref(), options.seed, &Device::Cpu)?;
+    let files = tokenizer_files(&start.tokenizer, &config)?;
+    let data = PreparedData::Classify {
+        options: task_options,
+        train: &train,
+        eval: &eval,
+    };
+    observer.prepared(&prepared(options, &config, &trainable, &files, data))?;
+    let steps = options
+        .steps
+        .unwrap_or_else(|| three_epochs(train.len(), batch * options.grad_accum));
+    let best_dir = options.out.join("best");
+    let task = ClassifyTask {
+        model: &trainable.model,
+        params: &trainable.params,
+        train,
+        eval,
+        options: task_options.clone(),
+        pad: config.pad_token_id.unwrap_or(0),
+        tokenizer_files: files,
+        precision: options.precision,
+        best: options.resume.then(|| best_score(&best_dir)).flatten(),
+        best_dir: Some(best_dir.clone()),
+    };
+    let record = task_record(task_options)?;
+    let (mut finished, task) = drive(
+        options,
+        task,
+        &trainable.params,
+        steps,
+        record,
+        observer,
+        stop,
+    )?;
+    finished.best = task.best.map(|_| best_dir);
+    Ok(finished)
+}
+
+/// The [`Prepared`] view of a run.
+fn prepared<'a, M>(
+    options: &TrainOptions<'_>,
+    config: &'a RoFormerConfig,
+    trainable: &'a Trainable<M>,
+    files: &'a [(String, Vec<u8>)],
+    data: PreparedData<'a>,
+) -> Prepared<'a> {
+    Prepared {
+        config,
+        params: &trainable.params,
+        from_checkpoint: options.model.weights.is_some(),
+        initialised: &trainable.initialised,
+        unused: &trainable.unused,
+        tokenizer_files: files,
+        data,
+    }
+}
+
+/// Steps for three passes over `items` at `per_step` items a step.
+fn three_epochs(items: usize, per_step: usize) -> u64 {
+    (3 * items).div_ceil(per_step.max(1)) as u64
+}
+
+/// The task's settings as `trainer_state.json` records them.
+fn task_record(task: &impl serde::Serialize) -> Result<serde_json::Value, TrainError> {
+    serde_json::to_value(task).map_err(|e| TrainError::Save(e.to_string()))
+}
+
+/// The AdamW of a run over `params`, with the state of `out/checkpoint` on resume, and the
+/// steps already done (0 for a fresh run).
+fn optimizer(
+    options: &TrainOptions<'_>,
+    params: &Params,
+    total: u64,
+) -> Result<(AdamW, u64), TrainError> {
+    let config = AdamWConfig {
+        weight_decay: options.weight_decay,
+        ..AdamWConfig::with_lr(options.lr)
+    };
+    let mut optimizer = AdamW::new(params.vars().to_vec(), config)?;
+    let done = if options.resume {
+        let checkpoint = checkpoint_dir(&options.out);
+        load_resume_state(&mut optimizer, &checkpoint, total)?
+            .1
+            .done()
+    } else {
+        0
+    };
+    Ok((optimizer, done))
+}
+
+/// Steps 4 to 6 of [`fit`] for a prepared `task`: the optimiser, the schedule and the loop.
+/// Returns the task with the result, for what it kept (the best model).
+fn drive<T: Task>(
+    options: &TrainOptions<'_>,
+    task: T,
+    params: &Params,
+    steps: u64,
+    task_record: serde_json::Value,
+    observer: &mut dyn Observer,
+    stop: &AtomicBool,
+) -> Result<(Finished, T), TrainError> {
+    let (optimizer, done) = optimizer(options, params, steps)?;
+    let schedule = LrSchedule::new(options.lr, options.warmup, steps, options.decay)?;
+    observer.starting(done, steps)?;
+    let mut trainer = Trainer {
+        task,
+        params,
+        optimizer,
+        schedule,
+        options: LoopOptions {
+            steps,
+            grad_accum: options.grad_accum,
+            max_grad_norm: options.max_grad_norm,
+            seed: options.seed,
+            eval_every: options.eval_every,
+            save_every: options.save_every,
+        },
+        out: options.out.clone(),
+        step: done,
+        task_record,
+        last_eval: None,
+        save_hook: options.save_hook,
+    };
+    let outcome = trainer.run(stop, &mut |event| observer.event(event))?;
+    let finished = Finished {
+        outcome,
+        steps: trainer.step,
+        last_eval: trainer.last_eval,
+        best: None,
+    };
+    Ok((finished, trainer.task))
+}
+
+#[cfg(test)]
+mod tests;
