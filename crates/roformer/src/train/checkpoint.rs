@@ -17,8 +17,8 @@ use candle_core::Tensor;
 
 use crate::config::{PositionEmbeddingType, RoFormerConfig};
 use crate::tokenizer::RoFormerTokenizer;
+use crate::train::error::TrainError;
 use crate::train::params::Params;
-use crate::train::TrainError;
 
 /// The bytes of a safetensors file holding `tensors` (f32 on the CPU; names must be unique)
 /// with the metadata `{"format": "pt"}`.

@@ -18,10 +18,10 @@ use crate::mode::{Dropout, Mode};
 use crate::tasks::{HeadModel, RoFormerForSequenceClassification};
 use crate::tokenizer::RoFormerTokenizer;
 use crate::train::checkpoint::{model_files, write_dir_atomically};
+use crate::train::error::TrainError;
 use crate::train::loss::{classification_loss, BatchInputs};
 use crate::train::params::Params;
 use crate::train::run::{EvalMetrics, Task};
-use crate::train::TrainError;
 
 /// One labelled example, tokenised.
 #[derive(Debug, Clone, PartialEq, Eq)]

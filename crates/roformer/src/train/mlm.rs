@@ -17,10 +17,10 @@ use crate::mode::{Dropout, Mode};
 use crate::tasks::{HeadModel, RoFormerForMaskedLM};
 use crate::tokenizer::RoFormerTokenizer;
 use crate::train::checkpoint::model_files;
+use crate::train::error::TrainError;
 use crate::train::loss::{mlm_loss, BatchInputs, IGNORE};
 use crate::train::params::Params;
 use crate::train::run::{EvalMetrics, Task};
-use crate::train::TrainError;
 
 /// Where the text comes from and how it becomes blocks.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -11,6 +11,7 @@
 pub mod budget;
 pub mod checkpoint;
 pub mod classify;
+mod error;
 pub mod loss;
 pub mod mlm;
 pub mod params;
@@ -18,86 +19,9 @@ pub mod resume;
 pub mod run;
 pub mod session;
 
-use std::path::PathBuf;
-
+pub use error::TrainError;
 pub use loss::{classification_loss, cross_entropy, mlm_loss, BatchInputs, LossOutput, IGNORE};
 pub use params::{build_trainable, Params, Trainable};
 pub use session::{
     fit, Finished, ModelStart, Observer, Prepared, PreparedData, TaskOptions, TrainOptions,
 };
-
-/// What can go wrong while training.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum TrainError {
-    /// A model, config or input problem.
-    #[error(transparent)]
-    Model(#[from] crate::error::ModelError),
-    /// A tokenizer's files.
-    #[error(transparent)]
-    Tokenizer(#[from] crate::tokenizer::TokenizerError),
-    /// The run would not fit in memory (nothing was allocated).
-    #[error(transparent)]
-    TooLarge(#[from] crate::memory::TooLarge),
-    /// The caller's [`Observer`] refused the run.
-    #[error(transparent)]
-    Observer(Box<dyn std::error::Error + Send + Sync>),
-    /// A file or directory could not be read or written (the cause is the error's source, not
-    /// repeated in its message).
-    #[error("cannot access {path}")]
-    Io {
-        /// The path.
-        path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
-    },
-    /// A checkpoint could not be serialised.
-    #[error("cannot save the checkpoint: {0}")]
-    Save(String),
-    /// A candle error during a step.
-    #[error(transparent)]
-    Candle(#[from] candle_core::Error),
-    /// A corpus or its processing.
-    #[error(transparent)]
-    Data(#[from] crate::data::DataError),
-    /// The optimiser or its schedule.
-    #[error(transparent)]
-    Optim(#[from] crate::optim::OptimError),
-    /// The loss or a gradient stopped being finite; nothing of this step was saved.
-    #[error("non-finite {what} at step {step}")]
-    NonFinite {
-        /// The step (1-based) that produced it.
-        step: u64,
-        /// What was not finite.
-        what: String,
-    },
-    /// The corpus is too short for one training block.
-    #[error(
-        "the corpus gives no training block of {seq_len} tokens: {documents} documents, {train} \
-         of them for training (validation share {validation}); give more text, a shorter \
-         sequence length, one document per block, or a smaller validation share"
-    )]
-    NoTrainingBlock {
-        /// Tokens per block.
-        seq_len: usize,
-        /// Documents read.
-        documents: usize,
-        /// Documents on the training side of the split.
-        train: usize,
-        /// The validation share.
-        validation: f64,
-    },
-    /// A checkpoint that cannot be resumed.
-    #[error("cannot resume: {0}")]
-    Resume(String),
-    /// A malformed example of a classification file.
-    #[error("{path}:{line}: {reason}")]
-    Examples {
-        /// The file.
-        path: PathBuf,
-        /// The 1-based line (0: the file as a whole).
-        line: usize,
-        /// What is wrong.
-        reason: String,
-    },
-}

@@ -10,8 +10,8 @@ use std::path::Path;
 use candle_core::Tensor;
 
 use crate::optim::AdamW;
+use crate::train::error::TrainError;
 use crate::train::run::{read_trainer_state, TrainerState};
-use crate::train::TrainError;
 
 /// What a resumed run does, from the step its checkpoint records and the run's total.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

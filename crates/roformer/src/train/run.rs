@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 use crate::mode::Dropout;
 use crate::optim::{AdamW, Gradients, LrSchedule};
 use crate::train::checkpoint::{safetensors_bytes, write_dir_atomically_with, SaveStep};
+use crate::train::error::TrainError;
 use crate::train::params::Params;
-use crate::train::TrainError;
 
 /// What one optimisation step reports.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -32,11 +32,11 @@ use crate::tokenizer::RoFormerTokenizer;
 use crate::train::budget::check_training_memory;
 use crate::train::checkpoint::{tokenizer_files, SaveStep};
 use crate::train::classify::{best_score, read_examples, ClassifyOptions, ClassifyTask, Example};
+use crate::train::error::TrainError;
 use crate::train::mlm::{prepare_mlm_data, MlmData, MlmDataOptions, MlmTask};
 use crate::train::params::{build_trainable, Params, Trainable};
 use crate::train::resume::load_resume_state;
 use crate::train::run::{checkpoint_dir, EvalMetrics, Event, LoopOptions, Outcome, Task, Trainer};
-use crate::train::TrainError;
 use crate::weights::Checkpoint;
 
 /// What a run starts from: a config and a tokenizer, and the weights of a checkpoint (none:
