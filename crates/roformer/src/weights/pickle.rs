@@ -309,7 +309,10 @@ impl<'a> Machine<'a> {
         Ok(())
     }
 
-    /// Runs one opcode; the returned object when it is `STOP`.
+    /// Runs one opcode; the returned object when it is `STOP`. The opcodes come in four
+    /// groups, each its own step: constants ([`Machine::constant`]), containers
+    /// ([`Machine::container`]), objects ([`Machine::object`]) and the memo
+    /// ([`Machine::memo`]).
     fn step(&mut self) -> Step<Option<Id>> {
         if self.pos == self.data.len() {
             return Err("the pickle ends without STOP".into());
@@ -324,42 +327,55 @@ impl<'a> Machine<'a> {
             }
             b'.' => return self.pop().map(Some),
             b'(' => self.stack.push(Item::Mark),
-            b'N' => self.push_leaf(Value::None)?,
-            0x88 => self.push_leaf(Value::Bool(true))?,
-            0x89 => self.push_leaf(Value::Bool(false))?,
-            b'K' => {
-                let v = self.byte()?;
-                self.push_leaf(Value::Int(v.into()))?
+            _ => {
+                if let Some(value) = self.constant(op)? {
+                    self.push_leaf(value)?;
+                } else if !(self.container(op)? || self.object(op)? || self.memo(op)?) {
+                    return Err(format!(
+                        "unsupported opcode {op:#04x} ({:?}); torch.save's pickles do not use it",
+                        char::from(op)
+                    ));
+                }
             }
-            b'M' => {
-                let v = u16::from_le_bytes(self.array()?);
-                self.push_leaf(Value::Int(v.into()))?
-            }
-            b'J' => {
-                let v = i32::from_le_bytes(self.array()?);
-                self.push_leaf(Value::Int(v.into()))?
-            }
+        }
+        Ok(None)
+    }
+
+    /// The value of a constant opcode (`None`, booleans, integers, floats, strings, globals),
+    /// its operand read; `None` when `op` is not one.
+    fn constant(&mut self, op: u8) -> Step<Option<Value>> {
+        Ok(Some(match op {
+            b'N' => Value::None,
+            0x88 => Value::Bool(true),
+            0x89 => Value::Bool(false),
+            b'K' => Value::Int(self.byte()?.into()),
+            b'M' => Value::Int(u16::from_le_bytes(self.array()?).into()),
+            b'J' => Value::Int(i32::from_le_bytes(self.array()?).into()),
             0x8a => {
                 let n = usize::from(self.byte()?);
-                let v = long1(self.take(n)?)?;
-                self.push_leaf(Value::Int(v))?
+                Value::Int(long1(self.take(n)?)?)
             }
-            b'G' => {
-                let v = f64::from_be_bytes(self.array()?);
-                self.push_leaf(Value::Float(v))?
-            }
+            b'G' => Value::Float(f64::from_be_bytes(self.array()?)),
             b'X' => {
                 let n = usize::try_from(self.u32()?).map_err(|e| e.to_string())?;
                 let bytes = self.take(n)?;
                 let s = std::str::from_utf8(bytes)
                     .map_err(|e| format!("BINUNICODE is not UTF-8: {e}"))?;
-                self.push_leaf(Value::Str(s.to_owned()))?
+                Value::Str(s.to_owned())
             }
             b'c' => {
                 let module = self.line()?;
                 let name = self.line()?;
-                self.push_leaf(Value::Global { module, name })?
+                Value::Global { module, name }
             }
+            _ => return Ok(None),
+        }))
+    }
+
+    /// Runs a container opcode (tuples, lists, dicts and their appends); false when `op` is
+    /// not one.
+    fn container(&mut self, op: u8) -> Step<bool> {
+        match op {
             b')' => self.tuple(Vec::new())?,
             0x85..=0x87 => {
                 let n = usize::from(op - 0x84);
@@ -401,6 +417,15 @@ impl<'a> Machine<'a> {
                 let flat = self.pop_to_mark()?;
                 self.extend_dict(flat)?
             }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Runs an object opcode (`REDUCE`, `NEWOBJ`, `BUILD`, `BINPERSID`); false when `op` is
+    /// not one.
+    fn object(&mut self, op: u8) -> Step<bool> {
+        match op {
             b'R' | 0x81 => {
                 let args = self.pop()?;
                 let callable = self.pop()?;
@@ -416,6 +441,15 @@ impl<'a> Machine<'a> {
                 let pid = self.pop()?;
                 self.push_new(Value::PersistentId(pid), &[pid])?
             }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Runs a memo opcode (`BINGET`, `LONG_BINGET`, `BINPUT`, `LONG_BINPUT`); false when `op`
+    /// is not one.
+    fn memo(&mut self, op: u8) -> Step<bool> {
+        match op {
             b'h' => {
                 let key = self.byte()?;
                 self.memo_get(key.into())?
@@ -432,14 +466,9 @@ impl<'a> Machine<'a> {
                 let key = self.u32()?;
                 self.memo_put(key)?
             }
-            other => {
-                return Err(format!(
-                    "unsupported opcode {other:#04x} ({:?}); torch.save's pickles do not use it",
-                    char::from(other)
-                ))
-            }
+            _ => return Ok(false),
         }
-        Ok(None)
+        Ok(true)
     }
 }
 

@@ -257,30 +257,11 @@ fn scaling(top: &Section<'_>, params: &Section<'_>, dim: usize) -> Result<Scalin
         Some(t) => ("rope_type", t),
         None => ("type", params.str("type")?.unwrap_or("default")),
     };
-    let max_pos = || top.required_positive("max_position_embeddings");
-    // A top-level original_max_position_embeddings wins (Phi-3), then the dictionary's, then
-    // max_position_embeddings.
-    let original_max = || -> Result<f64> {
-        match first_positive(&[*top, *params], "original_max_position_embeddings")? {
-            Some((x, _)) => Ok(x),
-            None if top.has("max_position_embeddings") => max_pos(),
-            None => Err(params.missing("original_max_position_embeddings")),
-        }
-    };
-    // factor, or max_position_embeddings / original_max_position_embeddings when null.
-    let factor_or_ratio = |original: f64| -> Result<f64> {
-        match params.positive("factor")? {
-            Some(f) => Ok(f),
-            None if top.has("max_position_embeddings") => Ok(max_pos()? / original),
-            None => Err(params.missing("factor")),
-        }
-    };
-    let even_dim = || -> Result<()> {
-        if !dim.is_multiple_of(2) {
-            let problem = format!("{rope_type} needs an even rotary dim, got {dim}");
-            return Err(top.invalid("partial_rotary_factor", problem));
-        }
-        Ok(())
+    let scheme = Scheme {
+        top: *top,
+        params: *params,
+        dim,
+        rope_type,
     };
     Ok(match rope_type {
         "default" | "mrope" => Scaling::Default,
@@ -289,59 +270,11 @@ fn scaling(top: &Section<'_>, params: &Section<'_>, dim: usize) -> Result<Scalin
         },
         "dynamic" => Scaling::Dynamic {
             factor: params.required_positive("factor")?,
-            max_position_embeddings: max_pos()?,
+            max_position_embeddings: scheme.max_pos()?,
         },
-        "yarn" => {
-            even_dim()?;
-            let original = original_max()?;
-            // transformers reads these with `or`: 0 means the default, like null.
-            let or_default = |key: &str, default: f64| -> Result<f64> {
-                Ok(params.non_negative_or_absent(key)?.unwrap_or(default))
-            };
-            Scaling::Yarn(Yarn {
-                factor: factor_or_ratio(original)?,
-                original_max_position_embeddings: original,
-                beta_fast: or_default("beta_fast", 32.0)?,
-                beta_slow: or_default("beta_slow", 1.0)?,
-                // transformers reads `.get("truncate", True)`: an explicit null is false.
-                truncate: match params.map.and_then(|m| m.get("truncate")) {
-                    Some(Value::Null) => false,
-                    _ => params.bool("truncate")?.unwrap_or(true),
-                },
-                attention_factor: params.positive("attention_factor")?,
-                mscale: params.non_negative_or_absent("mscale")?,
-                mscale_all_dim: params.non_negative_or_absent("mscale_all_dim")?,
-            })
-        }
-        "llama3" => {
-            let low = params.required_positive("low_freq_factor")?;
-            let high = params.required_positive("high_freq_factor")?;
-            if high <= low {
-                let problem = format!("must exceed low_freq_factor = {low}, got {high}");
-                return Err(params.invalid("high_freq_factor", problem));
-            }
-            Scaling::Llama3(Llama3 {
-                factor: params.required_positive("factor")?,
-                low_freq_factor: low,
-                high_freq_factor: high,
-                original_max_position_embeddings: original_max()?,
-            })
-        }
-        "longrope" | "su" => {
-            even_dim()?;
-            let original = original_max()?;
-            if original <= 1.0 {
-                let problem = format!("must be > 1 for LongRoPE, got {original}");
-                return Err(params.invalid("original_max_position_embeddings", problem));
-            }
-            Scaling::LongRope(LongRope {
-                short_factor: params.factors("short_factor", dim / 2)?,
-                long_factor: params.factors("long_factor", dim / 2)?,
-                factor: factor_or_ratio(original)?,
-                original_max_position_embeddings: original,
-                attention_factor: params.positive("attention_factor")?,
-            })
-        }
+        "yarn" => scheme.yarn()?,
+        "llama3" => scheme.llama3()?,
+        "longrope" | "su" => scheme.long_rope()?,
         other => {
             return Err(ConfigError::UnknownRopeType {
                 field: params.path(type_key),
@@ -349,4 +282,106 @@ fn scaling(top: &Section<'_>, params: &Section<'_>, dim: usize) -> Result<Scalin
             })
         }
     })
+}
+
+/// One scheme's parameters being read: the config's top level, its `rope_scaling` (or
+/// `rope_parameters`) dictionary, the rotated dims and the scheme's name.
+struct Scheme<'a> {
+    top: Section<'a>,
+    params: Section<'a>,
+    dim: usize,
+    rope_type: &'a str,
+}
+
+impl Scheme<'_> {
+    fn max_pos(&self) -> Result<f64> {
+        self.top.required_positive("max_position_embeddings")
+    }
+
+    /// A top-level original_max_position_embeddings wins (Phi-3), then the dictionary's, then
+    /// max_position_embeddings.
+    fn original_max(&self) -> Result<f64> {
+        match first_positive(&[self.top, self.params], "original_max_position_embeddings")? {
+            Some((x, _)) => Ok(x),
+            None if self.top.has("max_position_embeddings") => self.max_pos(),
+            None => Err(self.params.missing("original_max_position_embeddings")),
+        }
+    }
+
+    /// `factor`, or max_position_embeddings / `original` when it is null.
+    fn factor_or_ratio(&self, original: f64) -> Result<f64> {
+        match self.params.positive("factor")? {
+            Some(f) => Ok(f),
+            None if self.top.has("max_position_embeddings") => Ok(self.max_pos()? / original),
+            None => Err(self.params.missing("factor")),
+        }
+    }
+
+    fn even_dim(&self) -> Result<()> {
+        if !self.dim.is_multiple_of(2) {
+            let problem = format!(
+                "{} needs an even rotary dim, got {}",
+                self.rope_type, self.dim
+            );
+            return Err(self.top.invalid("partial_rotary_factor", problem));
+        }
+        Ok(())
+    }
+
+    fn yarn(&self) -> Result<Scaling> {
+        self.even_dim()?;
+        let params = &self.params;
+        let original = self.original_max()?;
+        // transformers reads these with `or`: 0 means the default, like null.
+        let or_default = |key: &str, default: f64| -> Result<f64> {
+            Ok(params.non_negative_or_absent(key)?.unwrap_or(default))
+        };
+        Ok(Scaling::Yarn(Yarn {
+            factor: self.factor_or_ratio(original)?,
+            original_max_position_embeddings: original,
+            beta_fast: or_default("beta_fast", 32.0)?,
+            beta_slow: or_default("beta_slow", 1.0)?,
+            // transformers reads `.get("truncate", True)`: an explicit null is false.
+            truncate: match params.map.and_then(|m| m.get("truncate")) {
+                Some(Value::Null) => false,
+                _ => params.bool("truncate")?.unwrap_or(true),
+            },
+            attention_factor: params.positive("attention_factor")?,
+            mscale: params.non_negative_or_absent("mscale")?,
+            mscale_all_dim: params.non_negative_or_absent("mscale_all_dim")?,
+        }))
+    }
+
+    fn llama3(&self) -> Result<Scaling> {
+        let params = &self.params;
+        let low = params.required_positive("low_freq_factor")?;
+        let high = params.required_positive("high_freq_factor")?;
+        if high <= low {
+            let problem = format!("must exceed low_freq_factor = {low}, got {high}");
+            return Err(params.invalid("high_freq_factor", problem));
+        }
+        Ok(Scaling::Llama3(Llama3 {
+            factor: params.required_positive("factor")?,
+            low_freq_factor: low,
+            high_freq_factor: high,
+            original_max_position_embeddings: self.original_max()?,
+        }))
+    }
+
+    fn long_rope(&self) -> Result<Scaling> {
+        self.even_dim()?;
+        let params = &self.params;
+        let original = self.original_max()?;
+        if original <= 1.0 {
+            let problem = format!("must be > 1 for LongRoPE, got {original}");
+            return Err(params.invalid("original_max_position_embeddings", problem));
+        }
+        Ok(Scaling::LongRope(LongRope {
+            short_factor: params.factors("short_factor", self.dim / 2)?,
+            long_factor: params.factors("long_factor", self.dim / 2)?,
+            factor: self.factor_or_ratio(original)?,
+            original_max_position_embeddings: original,
+            attention_factor: params.positive("attention_factor")?,
+        }))
+    }
 }
