@@ -14,8 +14,8 @@ use roformer::Mode;
 use rotary::{rotate_tensor, Coefficients, Direction, Layout, Order, Positions, Rope};
 use serde::{Deserialize, Serialize};
 
+use super::args::Args;
 use super::cases::{Case, Kind};
-use super::Args;
 use crate::bench::alloc::WARM_ENV;
 use crate::bench::memory::{proc_status, reset_peak};
 use crate::bench::timing::{round_robin, Budget};

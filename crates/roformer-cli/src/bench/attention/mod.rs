@@ -20,6 +20,7 @@
 //!
 //! [`softmax_attention`]: roformer::attention::softmax_attention
 
+mod args;
 mod cases;
 mod figure;
 mod measure;
@@ -28,66 +29,16 @@ mod report;
 mod tests;
 
 use std::io::Write;
-use std::path::PathBuf;
 
 use anyhow::{ensure, Context};
-use roformer::linear_attention::{LinearAttention, DEFAULT_CHUNK};
+use roformer::linear_attention::LinearAttention;
 
-use crate::output::OutputArgs;
 use crate::plot;
-use cases::{masking_name, Case, Kind, MaskingArg};
+pub use args::Args;
+use cases::{masking_name, Case, Kind};
 use figure::BenchFigure;
 use measure::{measure, run_child};
 use report::{crossover, print_table, Crossover, Record};
-
-/// Arguments of `roformer bench attention`.
-#[derive(Debug, clap::Args)]
-#[command(mut_arg("json", |a| a.help(
-    "One JSON object per line: a record per case (or skipped case), then the crossover \
-     lengths per masking"
-)))]
-pub struct Args {
-    // `--json` (the help says what it prints).
-    #[command(flatten)]
-    stdout: OutputArgs,
-    /// Write a plot of time and peak memory against length to this file (.png or .svg).
-    #[arg(long)]
-    out: Option<PathBuf>,
-    /// Shortest sequence length; lengths double from here.
-    #[arg(long, default_value_t = 64)]
-    min_len: usize,
-    /// Longest sequence length.
-    #[arg(long, default_value_t = 65536)]
-    max_len: usize,
-    /// Attention heads.
-    #[arg(long, default_value_t = 1)]
-    heads: usize,
-    /// Dimensions per head (even).
-    #[arg(long, default_value_t = 64)]
-    head_dim: usize,
-    /// Which attention masks to measure.
-    #[arg(long, value_enum, default_value_t = MaskingArg::Both)]
-    masking: MaskingArg,
-    /// Skip softmax lengths whose N x N f32 score matrix (all heads) exceeds this many MiB.
-    #[arg(long, default_value_t = 512)]
-    memory_budget_mib: u64,
-    /// Seconds of timed rounds per case (at least 3 rounds run).
-    #[arg(long, default_value_t = 0.3)]
-    seconds: f64,
-    /// Tokens per chunk of the causal linear attention.
-    #[arg(long, default_value_t = DEFAULT_CHUNK)]
-    chunk: usize,
-    /// Internal: run one case in this process (`KIND:MASKING:LEN`) and print its measurement.
-    #[arg(long, hide = true)]
-    case: Option<String>,
-}
-
-/// The lengths measured: doubling from `min_len` up to `max_len`.
-fn lengths(args: &Args) -> Vec<usize> {
-    std::iter::successors(Some(args.min_len), |&n| n.checked_mul(2))
-        .take_while(|&n| n <= args.max_len)
-        .collect()
-}
 
 /// Runs `roformer bench attention`.
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -154,7 +105,7 @@ fn check(args: &Args) -> anyhow::Result<()> {
 fn measure_all(args: &Args, out: &mut impl Write) -> anyhow::Result<Vec<Record>> {
     let mut records = Vec::new();
     for masking in args.masking.list() {
-        for len in lengths(args) {
+        for len in args.lengths() {
             for kind in Kind::ALL {
                 let record = measure_case(Case { kind, masking, len }, args)?;
                 if args.stdout.json {

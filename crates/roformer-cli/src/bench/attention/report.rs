@@ -5,9 +5,9 @@ use std::io::Write;
 use roformer::linear_attention::Masking;
 use serde::Serialize;
 
+use super::args::Args;
 use super::cases::{masking_name, Kind};
 use super::measure::Measurement;
-use super::{lengths, Args};
 
 /// One output line per case.
 #[derive(Debug, Serialize)]
@@ -111,7 +111,7 @@ pub(super) fn print_table(
             "{:>8}  {:>11}  {:>11}  {:>13}  {:>11}  {:>11}",
             "N", "softmax", "linear", "softmax/lin", "softmax pk", "linear pk"
         )?;
-        for len in lengths(args) {
+        for len in args.lengths() {
             let cell = |kind: Kind| {
                 records
                     .iter()

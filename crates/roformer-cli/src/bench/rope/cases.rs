@@ -2,8 +2,6 @@
 
 use rotary::{DType, Layout, Shape};
 
-use super::Args;
-
 /// The shapes of the issue: three prefill shapes and one decode step.
 const DEFAULT_SHAPES: [[usize; 4]; 4] = [
     [1, 32, 4096, 128],
@@ -95,16 +93,23 @@ impl Case {
     }
 }
 
-/// Every case of the run: (rotation, shape) pairs x dtypes x layouts.
-pub(super) fn cases(args: &Args) -> Vec<Case> {
-    let pairs: Vec<(Rotation, [usize; 4])> = match &args.shapes[..] {
+/// Every case of the run: (rotation, shape) pairs x dtypes x layouts, from the flags
+/// `--shapes`, `--rotations`, `--quick`, `--dtypes` and `--layouts`.
+pub(super) fn cases(
+    shapes: &[[usize; 4]],
+    rotations: &[Rotation],
+    quick: bool,
+    dtypes: &[DType],
+    layouts: &[Layout],
+) -> Vec<Case> {
+    let pairs: Vec<(Rotation, [usize; 4])> = match shapes {
         [] => {
-            let (shapes, variants) = if args.quick {
+            let (shapes, variants) = if quick {
                 (&QUICK_SHAPES[..], &QUICK_VARIANT_CASES[..])
             } else {
                 (&DEFAULT_SHAPES[..], &VARIANT_CASES[..])
             };
-            let wanted = |r: &Rotation| args.rotations.is_empty() || args.rotations.contains(r);
+            let wanted = |r: &Rotation| rotations.is_empty() || rotations.contains(r);
             let ropes = shapes.iter().map(|&dims| (Rotation::Rope1d, dims));
             ropes
                 .chain(variants.iter().copied())
@@ -112,7 +117,7 @@ pub(super) fn cases(args: &Args) -> Vec<Case> {
                 .collect()
         }
         given => {
-            let rotations = match &args.rotations[..] {
+            let rotations = match rotations {
                 [] => &[Rotation::Rope1d][..],
                 chosen => chosen,
             };
@@ -122,8 +127,8 @@ pub(super) fn cases(args: &Args) -> Vec<Case> {
     };
     let mut out = Vec::new();
     for (rotation, dims) in pairs {
-        for &dtype in &args.dtypes {
-            for &layout in &args.layouts {
+        for &dtype in dtypes {
+            for &layout in layouts {
                 out.push(Case {
                     rotation,
                     dims,

@@ -145,6 +145,8 @@ pub fn run(args: Args) -> Result<()> {
         threads: rayon::current_num_threads(),
         isa: Isa::detect(),
         malloc_warm: alloc::is_warm(),
+        min_rounds: args.min_rounds,
+        seconds: args.seconds,
     };
     let budget = Budget {
         // One untimed call each: the agreement check has already run the out-of-place and
@@ -162,9 +164,15 @@ pub fn run(args: Args) -> Result<()> {
     let mut out = io::stdout().lock();
     let written = (|| -> Result<()> {
         if !args.stdout.json {
-            print_header(&mut out, &context, &args)?;
+            print_header(&mut out, &context)?;
         }
-        for case in cases(&args) {
+        for case in cases(
+            &args.shapes,
+            &args.rotations,
+            args.quick,
+            &args.dtypes,
+            &args.layouts,
+        ) {
             let records = run_any(case, &budget)?;
             if args.stdout.json {
                 for r in &records {

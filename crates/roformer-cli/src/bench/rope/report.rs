@@ -9,7 +9,6 @@ use crate::json::finite;
 
 use super::cases::Case;
 use super::impls::Impl;
-use super::Args;
 use crate::bench::timing::Stats;
 
 /// One measured implementation of one case.
@@ -50,11 +49,16 @@ impl Record {
     }
 }
 
-/// Facts about the run that every record carries.
+/// Facts about the run: every record carries the threads, the ISA and the allocator setting;
+/// the header also names the timing budget.
 pub(super) struct RunInfo {
     pub(super) threads: usize,
     pub(super) isa: Isa,
     pub(super) malloc_warm: bool,
+    /// Fewest timed rounds per case (`--min-rounds`).
+    pub(super) min_rounds: usize,
+    /// Seconds of timed rounds per case (`--seconds`).
+    pub(super) seconds: f64,
 }
 
 /// Formats seconds with a unit that keeps three significant digits readable.
@@ -66,7 +70,7 @@ fn human_time(s: f64) -> String {
     }
 }
 
-pub(super) fn print_header(out: &mut impl Write, context: &RunInfo, args: &Args) -> io::Result<()> {
+pub(super) fn print_header(out: &mut impl Write, context: &RunInfo) -> io::Result<()> {
     writeln!(
         out,
         "RoPE on q and k (head-major, same shape), {} thread(s), kernels: {}, warm allocator: {}",
@@ -77,7 +81,7 @@ pub(super) fn print_header(out: &mut impl Write, context: &RunInfo, args: &Args)
     writeln!(
         out,
         "median time per call / GB/s, bytes = 2*(q+k) + cos/sin table; {}+ rounds and {} s per case",
-        args.min_rounds, args.seconds
+        context.min_rounds, context.seconds
     )?;
     writeln!(
         out,
