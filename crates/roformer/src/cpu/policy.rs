@@ -22,6 +22,12 @@ const COLUMN_MODE_ROWS: usize = 1024;
 const COLUMN_TASKS_PER_THREAD: usize = 4;
 const COLUMN_ALIGN: usize = 64;
 
+/// Packing tasks per thread of an operand packed on the threads, and the bounds of the lanes
+/// (packed rows) one such task packs.
+const PACK_TASKS_PER_THREAD: usize = 4;
+const MIN_PACK_LANES: usize = 32;
+const MAX_PACK_LANES: usize = 256;
+
 /// Score elements one inference attention task holds (1 MiB of f32: in L2 cache).
 pub(crate) const INFERENCE_SCORE_TILE: usize = 1 << 18;
 
@@ -88,4 +94,18 @@ pub(crate) fn column_chunk(n: usize, threads: usize) -> usize {
         .next_multiple_of(COLUMN_ALIGN)
         .min(n)
         .max(1)
+}
+
+/// Panels of `width` lanes per task when `panels` panels are packed on `threads` threads:
+/// about [`PACK_TASKS_PER_THREAD`] tasks per thread, each of [`MIN_PACK_LANES`] to
+/// [`MAX_PACK_LANES`] lanes (at least one panel). Without the lower bound on the task count a
+/// weight of 256 columns (8 panels of 32) or a 256-row operand (22 panels of 12) packed as
+/// one task, or as one of 21 panels and one of 1, on a single thread while the others waited.
+pub(crate) fn pack_group(panels: usize, width: usize, threads: usize) -> usize {
+    let width = width.max(1);
+    let most = (MAX_PACK_LANES / width).max(1);
+    let least = MIN_PACK_LANES.div_ceil(width).min(most);
+    panels
+        .div_ceil(PACK_TASKS_PER_THREAD * threads.max(1))
+        .clamp(least, most)
 }

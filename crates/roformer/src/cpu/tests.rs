@@ -3,7 +3,7 @@
 use candle_core::{Device, Tensor};
 
 use super::math::{exp_approx, gelu_erf, layer_norm_row, rms_norm_row, EXP_MIN};
-use super::policy::{row_blocks, sequences_per_task};
+use super::policy::{pack_group, row_blocks, sequences_per_task};
 
 #[test]
 fn exp_approx_is_within_a_few_ulp() {
@@ -88,4 +88,18 @@ fn blocks_cover_the_rows_and_tasks_split_the_batch() {
     assert_eq!(sequences_per_task(3, 512, 2), 3); // 3 tasks on 2 threads: one task
     assert_eq!(sequences_per_task(1, 512, 2), 1);
     assert_eq!(sequences_per_task(8, 512, 1), 8);
+}
+
+#[test]
+fn packing_tasks_split_small_operands_over_the_threads() {
+    // A 256-column weight (8 panels of 32) and a 256-row operand (22 panels of 12) on two
+    // threads: several tasks each, not one.
+    assert_eq!(pack_group(8, 32, 2), 1);
+    assert_eq!(pack_group(22, 12, 2), 3);
+    // Large operands: tasks of at most 256 lanes; tiny ones: at least 32 lanes.
+    assert_eq!(pack_group(1000, 32, 2), 8);
+    assert_eq!(pack_group(1000, 12, 2), 21);
+    assert_eq!(pack_group(4, 12, 8), 3);
+    assert_eq!(pack_group(0, 12, 2), 3);
+    assert_eq!(pack_group(5, 300, 2), 1);
 }

@@ -4,6 +4,7 @@ use rayon::prelude::*;
 
 use crate::cpu::mat::Mat;
 use crate::cpu::math::multiversion;
+use crate::cpu::policy::pack_group;
 
 /// `x` rounded to bf16, to nearest with ties to even, as the upper 16 bits of an f32; a NaN
 /// stays a (quiet) NaN. Branch-free, so that loops over it vectorise.
@@ -65,8 +66,13 @@ pub(crate) fn pack_panels(
     if pairs == 0 {
         return rows_layout;
     }
-    // Tasks of whole panels, enough of them to give each about LANES_PER_TASK lanes.
-    let group = (LANES_PER_TASK / width).max(1);
+    // Tasks of whole panels: a few per thread on the threads (see `pack_group`), else of
+    // about LANES_PER_TASK lanes (the size of the gather buffers).
+    let group = if parallel {
+        pack_group(panels, width, rayon::current_num_threads())
+    } else {
+        (LANES_PER_TASK / width).max(1)
+    };
     let fill = |(g, chunk): (usize, &mut [u32])| {
         let first = g * group;
         let lanes = (count - first * width).min(group * width);
@@ -85,7 +91,7 @@ pub(crate) fn pack_panels(
     rows_layout
 }
 
-/// Lanes (rows of the packed operand) per packing task.
+/// Lanes (rows of the packed operand) per packing task on one thread.
 const LANES_PER_TASK: usize = 256;
 
 /// Packs lanes `first..first + lanes` of `x` whose `k` values are contiguous (`x.cs == 1`)

@@ -152,6 +152,31 @@ fn rounding_is_to_nearest_even_as_half() {
 }
 
 #[test]
+fn packing_on_the_threads_writes_the_same_words() {
+    // Enough panels for many tasks, an odd k, a last panel cut short; rows, columns and a
+    // strided view.
+    for &(count, k, width) in &[(1000, 257, MR), (1000, 64, NR), (300, 31, NR), (37, 5, MR)] {
+        let data = values(2 * count * (k + 3), (count + k) as u64);
+        for x in [
+            Mat::rows(&data, k + 3),
+            Mat::rows(&data, count).t(),
+            Mat {
+                data: &data,
+                offset: 1,
+                rs: 2,
+                cs: 2 * count,
+            },
+        ] {
+            assert_eq!(
+                packed(x, count, k, width, true),
+                packed(x, count, k, width, false),
+                "{count}x{k} in panels of {width}"
+            );
+        }
+    }
+}
+
+#[test]
 fn panels_hold_pairs_of_k_padded_with_zeros() {
     // x = 5 x 3 row-major, panels of 4: two panels, two pairs.
     let data: Vec<f32> = (0..15).map(|v| v as f32).collect();
