@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use candle_core::Tensor;
 use candle_nn::{Linear, VarBuilder};
-use rotary::{Layout, Positions, Rope, DEFAULT_BASE};
+use rotary::{Positions, Rope};
 
 use crate::activation::Activation;
 use crate::attention::{dense, encoder_linear, Attention};
@@ -33,6 +33,7 @@ use crate::input::mask_value;
 use crate::norm::Norm;
 use crate::plan::Plan;
 use crate::position_bias::PositionBias;
+use crate::rope_scaling::{RopeScaling, RotaryTable};
 
 /// One encoder layer (`encoder.layer.{i}`).
 #[derive(Debug, Clone)]
@@ -109,13 +110,14 @@ impl Layer {
 
 /// The layer stack and its rotary embedding: pair `i` of a head at position `m` rotates by
 /// `m * 10000^(-2i / head_dim)` (interleaved pairs), the table transformers builds in
-/// `RoFormerSinusoidalPositionalEmbedding`, computed here for any position. Without rotary
-/// positions there is no rotation (`rope` is `None`); with ALiBi or T5 positions, the bias of
-/// the attention scores (`bias`).
+/// `RoFormerSinusoidalPositionalEmbedding`, computed here for any position, or rescaled at
+/// inference for longer inputs ([`Encoder::set_rope_scaling`]). Without rotary positions there
+/// is no rotation (`rope` is `None`); with ALiBi or T5 positions, the bias of the attention
+/// scores (`bias`).
 #[derive(Debug)]
 pub struct Encoder {
     layers: Vec<Layer>,
-    rope: Option<Rope>,
+    rope: Option<RotaryTable>,
     bias: Option<PositionBias>,
 }
 
@@ -131,16 +133,8 @@ impl Encoder {
         let layers = (0..cfg.num_hidden_layers)
             .map(|i| Layer::load(vb.pp("layer").pp(i), cfg))
             .collect::<candle_core::Result<Vec<_>>>()?;
-        let d = cfg.head_dim();
         let rope = match cfg.position_embedding_type {
-            PositionEmbeddingType::Rotary => Some(
-                Rope::new(d, d, DEFAULT_BASE, Layout::Interleaved).map_err(|e| {
-                    ModelError::InvalidConfig {
-                        field: "num_attention_heads",
-                        reason: e.to_string(),
-                    }
-                })?,
-            ),
+            PositionEmbeddingType::Rotary => Some(RotaryTable::new(cfg.head_dim())?),
             _ => None,
         };
         Ok(Encoder { layers, rope, bias })
@@ -168,9 +162,34 @@ impl Encoder {
         &self.layers
     }
 
-    /// The rotary embedding of the layers (`None` when positions are not rotary).
+    /// The rotary embedding of the layers (`None` when positions are not rotary); under a
+    /// dynamic NTK scaling, the one of passes up to the training length.
     pub fn rope(&self) -> Option<&Rope> {
+        self.rope.as_ref().map(RotaryTable::rope)
+    }
+
+    /// The rotary embedding with its scaling (`None` when positions are not rotary).
+    pub fn rotary(&self) -> Option<&RotaryTable> {
         self.rope.as_ref()
+    }
+
+    /// Rescales the rotary frequencies for inputs longer than the training length (see
+    /// [`crate::rope_scaling`] for the formulas): every later pass, fused or op by op, at
+    /// inference or in training, rotates with them at the same positions. `None` restores the
+    /// paper's frequencies.
+    ///
+    /// # Errors
+    /// [`ModelError::InvalidConfig`] when positions are not rotary, for a factor below 1 or
+    /// not finite, or a training length of 0.
+    pub fn set_rope_scaling(&mut self, scaling: Option<RopeScaling>) -> Result<()> {
+        let Some(table) = &self.rope else {
+            return Err(ModelError::InvalidConfig {
+                field: "position_embedding_type",
+                reason: "a RoPE scaling needs rotary positions".into(),
+            });
+        };
+        self.rope = Some(table.scaled(scaling)?);
+        Ok(())
     }
 
     /// The bias of the attention scores (`None` unless positions are ALiBi or T5).
@@ -226,10 +245,7 @@ impl Encoder {
     ) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
         let coefficients = match &self.rope {
-            Some(rope) => Some(
-                rope.coefficients(positions, b, t)
-                    .map_err(|e| ModelError::Input(e.to_string()))?,
-            ),
+            Some(rope) => Some(rope.coefficients(positions, b, t)?),
             None => None,
         };
         let mask = self.biased_mask(mask, positions, x)?;

@@ -21,6 +21,7 @@ pub mod optim;
 pub mod pipeline;
 pub mod plan;
 pub mod position_bias;
+pub mod rope_scaling;
 pub mod shapes;
 pub mod tasks;
 pub mod tokenizer;

@@ -87,8 +87,8 @@ impl RoFormerModel {
         &self.embeddings
     }
 
-    /// The layer stack, to change (its inference precision:
-    /// [`Encoder::set_precision`]).
+    /// The layer stack, to change (its inference precision: [`Encoder::set_precision`]; its
+    /// rotary scaling: [`Encoder::set_rope_scaling`]).
     pub fn encoder_mut(&mut self) -> &mut Encoder {
         &mut self.encoder
     }

@@ -38,7 +38,8 @@ use crate::{json, output};
 pub enum Command {
     /// MLM convergence: rotary against absolute, sinusoidal and no positions.
     Convergence(pretrain::Args),
-    /// Validation MLM loss at lengths 64..1024 of the models `convergence` pre-trained at 128.
+    /// Validation MLM loss at lengths 64..4096 of the models `convergence` pre-trained at 128,
+    /// rotary ones also under the context-extension scalings.
     Length(length::Args),
     /// Ten-poem documents classified at 128 and 512 tokens, fine-tuned from `convergence`.
     LongDocs(long_docs::Args),

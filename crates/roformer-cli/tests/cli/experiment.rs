@@ -254,3 +254,101 @@ fn experiments_without_their_inputs_fail_clearly() {
     assert!(err.contains("fetch_chinese_poetry"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The loss values (one per seed) of the row named `name` (`arm` or `arm+scaling`) at cell
+/// `i`.
+fn row_losses(results: &Value, name: &str, i: usize) -> Vec<f64> {
+    let row = results["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| match r["scaling"].as_str() {
+            Some(s) => format!("{}+{s}", r["arm"].as_str().unwrap()) == name,
+            None => r["arm"] == name,
+        })
+        .unwrap_or_else(|| panic!("no row {name}"));
+    row["cells"][i]["loss"]["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect()
+}
+
+#[test]
+fn length_adds_rows_for_the_rotary_scalings() {
+    let dir = scratch("scaled");
+    let conv = dir.join("conv");
+    let mut options = toy(&poetry(), &conv);
+    options.extend(["--arms".to_string(), "rotary,absolute".to_string()]);
+    run(&["experiment", "convergence"], &options);
+    let len = dir.join("len");
+    roformer_ok(&[
+        "experiment",
+        "length",
+        "--from",
+        conv.to_str().unwrap(),
+        "--corpus",
+        poetry().to_str().unwrap(),
+        "--out",
+        len.to_str().unwrap(),
+        "--lengths",
+        "16,32,64,128",
+        "--tokens",
+        "256",
+    ]);
+    let results = read_json(&len.join("results.json"));
+    let names: Vec<String> = results["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| match r["scaling"].as_str() {
+            Some(s) => format!("{}+{s}", r["arm"].as_str().unwrap()),
+            None => r["arm"].as_str().unwrap().to_string(),
+        })
+        .collect();
+    let scaled = [
+        "rotary+pi",
+        "rotary+ntk",
+        "rotary+dynamic-ntk",
+        "rotary+yarn",
+    ];
+    assert_eq!(names[0], "rotary");
+    assert_eq!(names[1..5], scaled);
+    assert_eq!(names[5], "absolute");
+    for name in scaled {
+        for i in 0..4 {
+            let losses = row_losses(&results, name, i);
+            assert_eq!(losses.len(), 2, "{name}: 2 seeds");
+            assert!(losses.iter().all(|l| l.is_finite()), "{name}: {losses:?}");
+        }
+        // At 16 and 32 tokens s = 1 (and dynamic NTK is below the training length): the
+        // scaled model is the unscaled one, the same losses to the last bit.
+        for i in 0..2 {
+            assert_eq!(
+                row_losses(&results, name, i),
+                row_losses(&results, "rotary", i)
+            );
+        }
+    }
+    // The factor of each cell: length / 32 (at least 1), 1 for dynamic NTK (whose base follows
+    // the length by itself). (The toy models barely use positions, so their losses cannot show
+    // the scalings' effect: the library's tests do.)
+    let factors = |row: usize| -> Vec<f64> {
+        results["rows"][row]["cells"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["factor"].as_f64().unwrap())
+            .collect()
+    };
+    assert_eq!(factors(1), [1.0, 1.0, 2.0, 4.0]);
+    assert_eq!(factors(3), [1.0; 4]);
+    assert!(results["rows"][0]["cells"][0]["factor"].is_null());
+    let section = std::fs::read_to_string(len.join("section.md")).unwrap();
+    assert!(section.contains("Loss by length, 2 seeds"), "{section}");
+    assert!(section.contains("| rotary+yarn |") && section.contains("Lowest at 128"));
+    assert!(section.contains("no ALiBi or no T5 arm"), "{section}");
+    assert!(len.join("length.png").is_file());
+    let _ = std::fs::remove_dir_all(&dir);
+}

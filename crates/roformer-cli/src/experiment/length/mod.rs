@@ -1,0 +1,380 @@
+//! `experiment length`: the models `experiment convergence` pre-trained on 128-token blocks,
+//! evaluated on validation blocks of other lengths (64 to 4096): does the MLM loss keep
+//! falling with more context past the training length, or break (absolute: its untrained
+//! table rows up to 512, nothing past it)? Rotary models are evaluated as trained and under
+//! each inference-time scaling of `roformer::rope_scaling` (position interpolation,
+//! NTK-aware, dynamic NTK, YaRN) with the factor `s = max(length / trained length, 1)`
+//! (dynamic NTK with factor 1: its base grows with the pass's length by itself). Every arm
+//! found among the runs gets a row (ALiBi and T5 too, when `convergence` trained them).
+//!
+//! Every model sees the same blocks and masks at a length (the validation documents packed
+//! into blocks of that length, masks drawn from seed 0), about `--tokens` tokens per length.
+
+mod report;
+
+use std::path::{Path, PathBuf};
+
+use super::pretrain::{finished_runs, RunRecord};
+use super::stats::Spread;
+use super::{command_line, refuse_duplicates, write_json, write_section};
+use crate::plot;
+use anyhow::Context;
+use candle_core::Device;
+use report::{Cell, Results, Row};
+use roformer::rope_scaling::{RopeScaling, ScalingKind};
+use roformer::train::mlm::{prepare_mlm_data, MlmData, MlmDataOptions, MlmTask};
+use roformer::train::run::{read_trainer_state, Task};
+use roformer::train::{build_trainable, Trainable};
+use roformer::{
+    Architecture, HeadModel, ModelDir, PositionEmbeddingType, RoFormerForMaskedLM,
+    RoFormerTokenizer,
+};
+
+/// Arguments of `experiment length`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// The output directory of `experiment convergence` (its runs are evaluated).
+    #[arg(long, default_value = "experiments/convergence")]
+    pub from: PathBuf,
+    /// The corpus the runs were trained on (its validation documents are evaluated).
+    #[arg(long, default_value = "data/chinese-poetry/poems")]
+    pub corpus: PathBuf,
+    /// The output directory.
+    #[arg(long, default_value = "experiments/length")]
+    pub out: PathBuf,
+    /// Block lengths, [CLS] and [SEP] included.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "64,128,256,512,1024,2048,4096"
+    )]
+    pub lengths: Vec<usize>,
+    /// Tokens evaluated per length (whole blocks, at least one).
+    #[arg(long, default_value_t = 65536)]
+    pub tokens: usize,
+}
+
+/// A loaded model and what it needs to be evaluated.
+struct Loaded {
+    record: RunRecord,
+    trainable: Trainable<RoFormerForMaskedLM>,
+    tokenizer: RoFormerTokenizer,
+}
+
+impl Loaded {
+    /// The model's position type.
+    fn position_type(&self) -> PositionEmbeddingType {
+        self.trainable
+            .model
+            .roformer()
+            .config()
+            .position_embedding_type
+    }
+}
+
+/// What a row measures: the runs of `arm`, under `scaling` if any.
+#[derive(Debug, Clone, PartialEq)]
+struct Variant {
+    arm: String,
+    scaling: Option<ScalingKind>,
+}
+
+/// Runs `experiment length`.
+///
+/// # Errors
+/// Missing runs, unreadable checkpoints or corpus, file errors.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    anyhow::ensure!(!args.lengths.is_empty(), "--lengths is empty");
+    anyhow::ensure!(
+        args.lengths.iter().all(|&l| l >= 3),
+        "every length needs at least 3 tokens ([CLS], a token, [SEP])"
+    );
+    refuse_duplicates("--lengths", &args.lengths)?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let mut models = load_models(&args.from)?;
+    let trained_at = trained_at(&models[0]);
+    let variants = variants_of(&models, trained_at);
+    let mut measured = vec![vec![Vec::new(); args.lengths.len()]; variants.len()];
+    for (li, &length) in args.lengths.iter().enumerate() {
+        let blocks = validation_blocks(args, length, &models[0].tokenizer)?;
+        for (vi, loss) in evaluate_at(&blocks, length, &mut models, &variants, trained_at)? {
+            measured[vi][li].push(loss);
+        }
+    }
+    let results = Results {
+        command: command_line(),
+        trained_at,
+        seeds: seeds_of(&models),
+        rows: rows(args, &variants, &measured, trained_at),
+    };
+    write_json(&args.out, "results.json", &results)?;
+    let figure_path = args.out.join("length.png");
+    plot::save(&report::figure(&results), &figure_path, (1000, 620))?;
+    let section = report::section(&results, args.tokens, &figure_path);
+    let section_path = write_section(&args.out, &section)?;
+    println!("{}", report::table(&results));
+    println!("section: {}", section_path.display());
+    Ok(())
+}
+
+/// The model of every finished run of `experiment convergence` in `from`, with its tokenizer.
+///
+/// # Errors
+/// No finished run, or a checkpoint that does not load.
+fn load_models(from: &Path) -> anyhow::Result<Vec<Loaded>> {
+    let mut models = Vec::new();
+    for record in finished_runs(from)? {
+        let dir = record.dir.join("checkpoint");
+        let md = ModelDir::open(&dir)?;
+        let trainable = build_trainable::<RoFormerForMaskedLM>(
+            &md.config,
+            Some(&md.checkpoint),
+            0,
+            &Device::Cpu,
+        )?;
+        let tokenizer = RoFormerTokenizer::from_dir(&dir)?;
+        models.push(Loaded {
+            record,
+            trainable,
+            tokenizer,
+        });
+    }
+    Ok(models)
+}
+
+/// The block length a run trained on, as its checkpoint records it.
+fn trained_at(model: &Loaded) -> Option<usize> {
+    read_trainer_state(&model.record.dir.join("checkpoint"))
+        .ok()
+        .and_then(|state| state.task["seq_len"].as_u64())
+        .map(|l| l as usize)
+}
+
+/// The most runs any arm has.
+fn seeds_of(models: &[Loaded]) -> usize {
+    models
+        .iter()
+        .map(|m| {
+            models
+                .iter()
+                .filter(|o| o.record.arm == m.record.arm)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// The arms of the models, in the order of experiment 1 (and its colours): rotary, absolute,
+/// sinusoidal, none, then ALiBi and T5, then any other in the order found.
+fn arms_of(models: &[Loaded]) -> Vec<String> {
+    let mut arms: Vec<String> = Vec::new();
+    for m in models {
+        if !arms.contains(&m.record.arm) {
+            arms.push(m.record.arm.clone());
+        }
+    }
+    let known = [
+        "rotary",
+        "absolute",
+        "sinusoidal",
+        "none",
+        "alibi",
+        "t5",
+        "t5_relative",
+    ];
+    let rank = |arm: &str| known.iter().position(|a| *a == arm).unwrap_or(known.len());
+    arms.sort_by_key(|a| rank(a));
+    arms
+}
+
+/// The rows to measure: every arm as trained, and each rotary arm under every scaling right
+/// after it (when the training length is known, which the scalings need).
+fn variants_of(models: &[Loaded], trained_at: Option<usize>) -> Vec<Variant> {
+    if trained_at.is_none() {
+        eprintln!("no training length recorded in the checkpoints: no scaling rows");
+    }
+    let mut variants = Vec::new();
+    for arm in arms_of(models) {
+        let rotary = models
+            .iter()
+            .any(|m| m.record.arm == arm && m.position_type() == PositionEmbeddingType::Rotary);
+        variants.push(Variant {
+            arm: arm.clone(),
+            scaling: None,
+        });
+        if rotary && trained_at.is_some() {
+            variants.extend(ScalingKind::ALL.iter().map(|&k| Variant {
+                arm: arm.clone(),
+                scaling: Some(k),
+            }));
+        }
+    }
+    variants
+}
+
+/// The factor of `kind` at `length` for models trained at `trained_at`: `length / trained_at`
+/// (at least 1); 1 for dynamic NTK, whose base follows the pass's length by itself.
+fn factor(kind: ScalingKind, length: usize, trained_at: usize) -> f64 {
+    match kind {
+        ScalingKind::DynamicNtk => 1.0,
+        _ => (length as f64 / trained_at as f64).max(1.0),
+    }
+}
+
+/// The validation blocks of one length, and how many batches of them are evaluated.
+struct Blocks {
+    data: MlmData,
+    batches: usize,
+}
+
+/// The validation documents packed into blocks of `length` tokens, about `--tokens` of them,
+/// masks from seed 0.
+///
+/// # Errors
+/// An unreadable corpus.
+fn validation_blocks(
+    args: &Args,
+    length: usize,
+    tokenizer: &RoFormerTokenizer,
+) -> anyhow::Result<Blocks> {
+    let batch_size = (4096 / length).max(1);
+    let batches = args.tokens.div_ceil(batch_size * length).max(1);
+    let data_options = MlmDataOptions {
+        corpus: vec![args.corpus.clone()],
+        format: None,
+        seq_len: length,
+        packed: true,
+        validation_fraction: 0.05,
+        batch_size,
+        seed: 0,
+        whole_word: false,
+        max_eval_batches: batches,
+        also_simplified: false,
+        line_share: 0.0,
+        alone_share: 0.0,
+    };
+    Ok(Blocks {
+        data: prepare_mlm_data(tokenizer, &data_options)?,
+        batches,
+    })
+}
+
+/// Every model that can read blocks of `length` tokens (an absolute table must be long
+/// enough) under each of its arm's variants: (variant index, (loss, accuracy)) on the same
+/// blocks and masks. A model's scaling is reset to none afterwards.
+///
+/// # Errors
+/// Another vocabulary than the first model's, no validation block, model errors.
+fn evaluate_at(
+    blocks: &Blocks,
+    length: usize,
+    models: &mut [Loaded],
+    variants: &[Variant],
+    trained_at: Option<usize>,
+) -> anyhow::Result<Vec<(usize, (f64, f64))>> {
+    let vocab = models[0].tokenizer.vocab_size();
+    let mut measured = Vec::new();
+    for m in models.iter_mut() {
+        anyhow::ensure!(
+            m.tokenizer.vocab_size() == vocab,
+            "{}: another vocabulary than the other runs'",
+            m.record.dir.display()
+        );
+        let cfg = m.trainable.model.roformer().config();
+        if cfg.position_embedding_type == PositionEmbeddingType::Absolute
+            && length > cfg.max_position_embeddings
+        {
+            continue;
+        }
+        for (vi, v) in variants.iter().enumerate() {
+            if v.arm != m.record.arm {
+                continue;
+            }
+            let scaling = match (v.scaling, trained_at) {
+                (Some(kind), Some(l)) => Some(RopeScaling {
+                    kind,
+                    factor: factor(kind, length, l),
+                    original_length: l,
+                }),
+                _ => None,
+            };
+            measured.push((vi, evaluate_one(m, blocks, length, scaling)?));
+        }
+        set_scaling(m, None)?;
+    }
+    Ok(measured)
+}
+
+/// Sets the rotary scaling of `m`'s encoder.
+///
+/// # Errors
+/// A scaling the model refuses.
+fn set_scaling(m: &mut Loaded, scaling: Option<RopeScaling>) -> anyhow::Result<()> {
+    if m.position_type() == PositionEmbeddingType::Rotary {
+        m.trainable
+            .model
+            .roformer_mut()
+            .encoder_mut()
+            .set_rope_scaling(scaling)
+            .with_context(|| format!("{}: RoPE scaling", m.record.dir.display()))?;
+    }
+    Ok(())
+}
+
+/// `m`'s validation (loss, accuracy) on `data` under `scaling`.
+///
+/// # Errors
+/// No validation block, model errors.
+fn evaluate_one(
+    m: &mut Loaded,
+    blocks: &Blocks,
+    length: usize,
+    scaling: Option<RopeScaling>,
+) -> anyhow::Result<(f64, f64)> {
+    set_scaling(m, scaling)?;
+    let name = scaling.map_or(String::new(), |s| {
+        format!("+{} (s = {:.3})", s.kind.name(), s.factor)
+    });
+    eprintln!("length {length}: {}-s{}{name}", m.record.arm, m.record.seed);
+    let task = MlmTask {
+        model: &m.trainable.model,
+        params: &m.trainable.params,
+        data: &blocks.data,
+        max_eval_batches: blocks.batches,
+        tokenizer_files: Vec::new(),
+        precision: roformer::Precision::F32,
+    };
+    let Some(e) = task.evaluate(0)? else {
+        anyhow::bail!("no validation block of {length} tokens");
+    };
+    Ok((e.loss, e.accuracy))
+}
+
+/// A row per variant: its (loss, accuracy) spread over the seeds at each length.
+fn rows(
+    args: &Args,
+    variants: &[Variant],
+    measured: &[Vec<Vec<(f64, f64)>>],
+    trained_at: Option<usize>,
+) -> Vec<Row> {
+    variants
+        .iter()
+        .zip(measured)
+        .map(|(v, by_length)| Row {
+            arm: v.arm.clone(),
+            scaling: v.scaling.map(|k| k.name().to_string()),
+            cells: args
+                .lengths
+                .iter()
+                .zip(by_length)
+                .map(|(&length, m)| Cell {
+                    length,
+                    factor: v.scaling.zip(trained_at).map(|(k, l)| factor(k, length, l)),
+                    loss: Spread::of(m.iter().map(|x| x.0).collect()),
+                    accuracy: Spread::of(m.iter().map(|x| x.1).collect()),
+                })
+                .collect(),
+        })
+        .collect()
+}
