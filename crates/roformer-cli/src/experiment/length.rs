@@ -18,7 +18,7 @@ use roformer::{
 };
 use serde::Serialize;
 
-use super::figure::{BandFigure, Point, Series};
+use super::figure::{BandFigure, Point, Series, XScale};
 use super::pretrain::{finished_runs, RunRecord};
 use super::stats::Spread;
 use super::{command_line, refuse_duplicates, write_json, write_section};
@@ -276,7 +276,7 @@ fn figure(results: &Results) -> BandFigure {
         ),
         x_desc: "block length (tokens)".into(),
         y_desc: "validation MLM loss".into(),
-        log2_x: true,
+        x_scale: XScale::Log2,
         series: results
             .rows
             .iter()
