@@ -354,3 +354,29 @@ fn a_sweep_of_one_rate_is_refused() {
     assert!(err.contains("--sweep 0.001 is a single rate"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn linear_attention_takes_the_sweep_too() {
+    let dir = scratch("sweep-linear");
+    let out = dir.join("linear");
+    let mut options = toy(&poetry(), &out);
+    let seeds = options.iter().position(|o| o == "--seeds").unwrap();
+    options[seeds + 1] = "1".into();
+    options.extend(
+        ["--arms", "rotary,absolute", "--sweep", "1e-3,3e-2"]
+            .iter()
+            .map(|s| s.to_string()),
+    );
+    run(&["experiment", "linear"], &options);
+    let results = read_json(&out.join("results.json"));
+    assert_eq!(results["attention"], "linear");
+    assert_eq!(results["precision"], "f32", "the default");
+    assert_eq!(sweep_losses(&results).len(), 4, "2 arms x 2 rates");
+    assert_eq!(results["best"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        arms(&results["best_against_best"]),
+        [("rotary".into(), 1), ("absolute".into(), 1)]
+    );
+    assert!(out.join("linear-sweep.png").is_file() && out.join("linear.png").is_file());
+    let _ = std::fs::remove_dir_all(&dir);
+}
