@@ -12,9 +12,10 @@ use std::sync::atomic::AtomicBool;
 use anyhow::bail;
 use serde::Serialize;
 
-use super::figure::{BandFigure, Point, Series};
+use super::figure::{BandFigure, Point, Series, XScale};
 use super::pretrain::{self, arm_name, RunRecord};
 use super::stats::Spread;
+use super::sweep::{self, Naming};
 use super::{command_line, write_json, write_section};
 use crate::plot;
 use crate::train::mlm::Position;
@@ -52,7 +53,7 @@ pub struct Results {
     pub runs: Vec<RunRecord>,
 }
 
-/// Summarises the runs of `arms` against the `reference` arm.
+/// Summarises the runs of `arms` against the `reference` arm (diverged runs left out).
 ///
 /// # Errors
 /// An arm without finished runs, or a run without evaluation.
@@ -62,8 +63,12 @@ pub fn summarise(
     reference: Position,
     attention: &str,
 ) -> anyhow::Result<Results> {
-    let runs_of =
-        |arm: &str| -> Vec<&RunRecord> { records.iter().filter(|r| r.arm == arm).collect() };
+    let runs_of = |arm: &str| -> Vec<&RunRecord> {
+        records
+            .iter()
+            .filter(|r| r.arm == arm && r.diverged_at.is_none())
+            .collect()
+    };
     let final_of = |r: &RunRecord| -> anyhow::Result<(f64, f64)> {
         match r.evals.last() {
             Some(&(_, loss, acc)) => Ok((loss, acc)),
@@ -137,7 +142,7 @@ pub fn curves_figure(results: &Results, title: &str) -> BandFigure {
         title: title.into(),
         x_desc: "step".into(),
         y_desc: "validation MLM loss".into(),
-        log2_x: false,
+        x_scale: XScale::Linear,
         series: results
             .arms
             .iter()
@@ -185,8 +190,9 @@ pub fn table(results: &Results) -> String {
     s
 }
 
-/// Whether `arm` beat `other` on final loss: by mean, and with every seed of `arm` below
-/// every seed of `other`.
+/// Whether `arm` beat `other` on final loss: **held** when every seed of `arm` ends below
+/// every seed of `other`, **held in part** when only the mean is below, **not held**
+/// otherwise.
 pub fn verdict(results: &Results, arm: &str, other: &str) -> String {
     let find = |name: &str| results.arms.iter().find(|a| a.arm == name);
     let (Some(a), Some(b)) = (find(arm), find(other)) else {
@@ -201,11 +207,11 @@ pub fn verdict(results: &Results, arm: &str, other: &str) -> String {
     } else if gap > 0.0 {
         format!(
             "{arm} ends {gap:.3} nats below {other} on the mean, but the seeds overlap: \
-             **not clearly** at this scale"
+             **held in part** at this scale"
         )
     } else {
         format!(
-            "{arm} ends {:.3} nats *above* {other}: **did not hold** at this scale",
+            "{arm} ends {:.3} nats *above* {other}: **not held** at this scale",
             -gap
         )
     }
@@ -233,6 +239,13 @@ pub fn run(args: &pretrain::Args, stop: &AtomicBool) -> anyhow::Result<()> {
         ],
         Position::Absolute,
     )?;
+    if !args.sweep.is_empty() {
+        let naming = Naming {
+            heading: "### 1. Convergence, best against best: each arm at its own learning rate",
+            stem: "convergence",
+        };
+        return sweep::experiment(args, (&out, "softmax"), &arms, &naming, stop);
+    }
     let records = pretrain::run_arms(args, &out, "softmax", &arms, stop)?;
     let results = summarise(&records, &arms, Position::Absolute, "softmax")?;
     write_json(&out, "results.json", &results)?;

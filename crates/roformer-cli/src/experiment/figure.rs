@@ -1,5 +1,5 @@
 //! The experiments' figure: one line per arm (the mean over seeds) with a shaded band from the
-//! smallest to the largest seed, on a linear or log2 x axis.
+//! smallest to the largest seed, on a linear, log2 or log10 x axis.
 
 use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
@@ -29,6 +29,17 @@ pub struct Series {
     pub points: Vec<Point>,
 }
 
+/// The scale of an x axis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XScale {
+    /// x as it is (steps).
+    Linear,
+    /// `log2 x`, ticks at powers of two (lengths).
+    Log2,
+    /// `log10 x`, ticks labelled `3e-4` (learning rates).
+    Log10,
+}
+
 /// Lines with min–max bands.
 #[derive(Debug, Clone)]
 pub struct BandFigure {
@@ -38,8 +49,8 @@ pub struct BandFigure {
     pub x_desc: String,
     /// The y axis's description.
     pub y_desc: String,
-    /// Plot x on a log2 scale (lengths).
-    pub log2_x: bool,
+    /// The x axis's scale.
+    pub x_scale: XScale,
     /// The lines.
     pub series: Vec<Series>,
     /// A horizontal reference line and its legend (e.g. chance accuracy).
@@ -67,10 +78,10 @@ type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoor
 
 impl BandFigure {
     fn x_of(&self, x: f64) -> f64 {
-        if self.log2_x {
-            x.log2()
-        } else {
-            x
+        match self.x_scale {
+            XScale::Linear => x,
+            XScale::Log2 => x.log2(),
+            XScale::Log10 => x.log10(),
         }
     }
 
@@ -99,26 +110,32 @@ impl BandFigure {
         }
         let pad = ((y1 - y0) * 0.05).max(1e-6);
         // Room on the right for the last tick's label (plotters drops a label that would not fit).
-        let x_pad = ((x1 - x0) * if self.log2_x { 0.06 } else { 0.02 }).max(1e-6);
+        let x_pad = ((x1 - x0)
+            * if self.x_scale == XScale::Linear {
+                0.02
+            } else {
+                0.06
+            })
+        .max(1e-6);
         ((x0 - x_pad)..(x1 + x_pad), (y0 - pad)..(y1 + pad))
     }
 
-    /// The axes: their descriptions, and on a log2 axis powers of two as tick labels.
+    /// The axes: their descriptions, and on a log2 axis powers of two as tick labels, on a
+    /// log10 axis the value in one significant digit (`3e-4`).
     fn draw_mesh<DB: DrawingBackend>(&self, chart: &mut Chart<'_, DB>) -> anyhow::Result<()> {
-        let log2 = self.log2_x;
+        let scale = self.x_scale;
         chart
             .configure_mesh()
             .x_desc(self.x_desc.as_str())
             .y_desc(self.y_desc.as_str())
-            .x_label_formatter(&|x| {
-                if !log2 {
-                    format!("{x:.0}")
-                } else if (x - x.round()).abs() < 1e-9 {
-                    // Powers of two only: 64, 128, ... (not 91 or 181).
+            .x_label_formatter(&|x| match scale {
+                XScale::Linear => format!("{x:.0}"),
+                // Powers of two only: 64, 128, ... (not 91 or 181).
+                XScale::Log2 if (x - x.round()).abs() < 1e-9 => {
                     format!("{:.0}", 2f64.powf(x.round()))
-                } else {
-                    String::new()
                 }
+                XScale::Log2 => String::new(),
+                XScale::Log10 => format!("{:.0e}", 10f64.powf(*x)),
             })
             .label_style((FAMILY, 14))
             .axis_desc_style((FAMILY, 16))

@@ -5,6 +5,7 @@
 use std::sync::atomic::AtomicBool;
 
 use super::convergence::{curves_figure, out_dir, summarise, table, verdict};
+use super::sweep::{self, Naming};
 use super::{pretrain, write_json, write_section};
 use crate::plot;
 use crate::train::mlm::Position;
@@ -19,6 +20,14 @@ pub fn run(args: &pretrain::Args, stop: &AtomicBool) -> anyhow::Result<()> {
         &[Position::Rotary, Position::Absolute, Position::None],
         Position::Absolute,
     )?;
+    if !args.sweep.is_empty() {
+        let naming = Naming {
+            heading:
+                "### 4. Linear attention, best against best: each arm at its own learning rate",
+            stem: "linear",
+        };
+        return sweep::experiment(args, (&out, "linear"), &arms, &naming, stop);
+    }
     let records = pretrain::run_arms(args, &out, "linear", &arms, stop)?;
     let results = summarise(&records, &arms, Position::Absolute, "linear")?;
     write_json(&out, "results.json", &results)?;

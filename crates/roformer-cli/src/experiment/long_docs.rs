@@ -22,7 +22,7 @@ use roformer::train::{ModelStart, TaskOptions, TrainOptions};
 use roformer::Precision;
 use serde::{Deserialize, Serialize};
 
-use super::figure::{BandFigure, Point, Series};
+use super::figure::{BandFigure, Point, Series, XScale};
 use super::pretrain::{finished_runs, RunRecord};
 use super::stats::Spread;
 use super::{
@@ -474,7 +474,7 @@ fn figure(args: &Args, results: &Results) -> BandFigure {
         title: "Ten-poem documents: dev accuracy by max length".into(),
         x_desc: "max length (tokens)".into(),
         y_desc: "dev accuracy".into(),
-        log2_x: true,
+        x_scale: XScale::Log2,
         series: args
             .arms
             .iter()

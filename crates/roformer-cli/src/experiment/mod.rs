@@ -9,6 +9,9 @@
 //! - `long-docs`: fine-tuning them to classify ten-poem documents at 128 and 512 tokens;
 //! - `linear`: the same pre-training with linear attention (Figure 3, right).
 //!
+//! `convergence` and `linear` take `--sweep RATES`: each arm's learning rate tuned on seed 0,
+//! then the arms compared at their own best rates (`sweep.rs`).
+//!
 //! Every run lives in `OUT/runs/NAME/` (a `train mlm` / `train classify` output directory);
 //! a run with a `done.json` is not run again, so an interrupted experiment continues where it
 //! stopped when the same command is given again.
@@ -20,6 +23,7 @@ mod linear;
 mod long_docs;
 mod pretrain;
 mod stats;
+mod sweep;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,14 +40,16 @@ use crate::{json, output};
 /// The experiments.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
-    /// MLM convergence: rotary against absolute, sinusoidal and no positions.
+    /// MLM convergence: rotary against absolute, sinusoidal, ALiBi, T5 and no positions
+    /// (`--sweep`: each at its own best learning rate).
     Convergence(pretrain::Args),
     /// Validation MLM loss at lengths 64..4096 of the models `convergence` pre-trained at 128,
     /// rotary ones also under the context-extension scalings.
     Length(length::Args),
     /// Ten-poem documents classified at 128 and 512 tokens, fine-tuned from `convergence`.
     LongDocs(long_docs::Args),
-    /// MLM convergence with linear attention: rotary against none and absolute.
+    /// MLM convergence with linear attention: rotary against none and absolute (`--sweep`:
+    /// each at its own best learning rate).
     Linear(pretrain::Args),
 }
 

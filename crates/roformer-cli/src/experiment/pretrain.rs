@@ -5,7 +5,7 @@
 //! (and attention).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use anyhow::Context;
@@ -15,11 +15,11 @@ use serde_json::json;
 
 use roformer::optim::Decay;
 use roformer::train::mlm::MlmDataOptions;
-use roformer::train::{TaskOptions, TrainOptions};
-use roformer::Precision;
+use roformer::train::{TaskOptions, TrainError, TrainOptions};
 
 use super::{check_stopped, is_done, mark_done, read_done, refuse_duplicates, train_run};
-use crate::train::checks::check_numbers;
+use crate::precision::PrecisionArg;
+use crate::train::checks::{check_numbers, parse_lr};
 use crate::train::mlm::{check_position_table, explain, fresh_start, BlockFlags, Position};
 use crate::{json, output};
 
@@ -78,6 +78,14 @@ pub struct Args {
     /// The absolute position table's length (BERT's 512; rotary and sinusoidal need none).
     #[arg(long, default_value_t = 512)]
     pub max_positions: usize,
+    /// The precision of the matrix products (master weights, optimiser, norms, softmax and
+    /// the loss stay f32).
+    #[arg(long, value_enum, default_value = "f32")]
+    pub precision: PrecisionArg,
+    /// Tune the learning rate per arm: these peak rates (comma-separated, at least 2) on seed
+    /// 0, then every seed at each arm's best (lowest final validation loss); `--lr` is unused.
+    #[arg(long, value_delimiter = ',', value_parser = parse_lr, allow_negative_numbers = true)]
+    pub sweep: Vec<f64>,
 }
 
 /// What a finished pre-training run recorded (`done.json`).
@@ -93,6 +101,13 @@ pub struct RunRecord {
     pub evals: Vec<(u64, f64, f64)>,
     /// Wall time of the run, seconds.
     pub seconds: f64,
+    /// The peak learning rate (absent in records written before it was recorded).
+    #[serde(default)]
+    pub lr: Option<f64>,
+    /// The step whose loss or gradient was not finite, when the run diverged (its `evals`
+    /// end before it).
+    #[serde(default)]
+    pub diverged_at: Option<u64>,
 }
 
 impl Args {
@@ -127,6 +142,8 @@ pub fn arm_name(p: Position) -> &'static str {
         Position::Rotary => "rotary",
         Position::Absolute => "absolute",
         Position::Sinusoidal => "sinusoidal",
+        Position::Alibi => "alibi",
+        Position::T5 => "t5",
         Position::None => "none",
     }
 }
@@ -230,49 +247,126 @@ pub fn finished_runs(from: &Path) -> anyhow::Result<Vec<RunRecord>> {
     Ok(records)
 }
 
-/// Pre-trains every arm for every seed (seed by seed, so that a stopped experiment has whole
-/// seeds), skipping finished runs; returns their records in (seed, arm) order.
+/// What every run of an experiment shares: its output directory, model config, vocabulary and
+/// attention.
+pub struct Prepared {
+    /// The experiment's output directory (runs in `runs/`).
+    pub out: PathBuf,
+    /// The model config (`config-ATTENTION.json`).
+    pub config: PathBuf,
+    /// The vocabulary (`vocab/vocab.txt`).
+    pub vocab: PathBuf,
+    /// `softmax` or `linear`.
+    pub attention: &'static str,
+}
+
+/// Checks the arguments and writes (once) the experiment's vocabulary and model config.
+///
+/// # Errors
+/// Bad arguments, an unreadable corpus, file errors.
+pub fn prepare(args: &Args, out: &Path, attention: &'static str) -> anyhow::Result<Prepared> {
+    check(args)?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    Ok(Prepared {
+        out: out.to_path_buf(),
+        vocab: ensure_vocab(args, out)?,
+        config: write_config(args, out, attention)?,
+        attention,
+    })
+}
+
+/// One pre-training run: its directory name in `runs/`, arm, seed and peak learning rate.
+pub struct RunSpec {
+    /// The directory name in `runs/`.
+    pub name: String,
+    /// The arm.
+    pub arm: Position,
+    /// The seed.
+    pub seed: u64,
+    /// The peak learning rate.
+    pub lr: f64,
+}
+
+/// The record of run `spec` if it finished, otherwise runs it (announced as number `index`
+/// of `total` on stderr) and records it; a run whose loss or gradient turns non-finite is
+/// recorded as diverged, not failed.
+///
+/// # Errors
+/// A run's other errors, a stop by Ctrl-C, file errors.
+pub fn run_one(
+    args: &Args,
+    prepared: &Prepared,
+    spec: &RunSpec,
+    (index, total): (usize, usize),
+    stop: &AtomicBool,
+) -> anyhow::Result<RunRecord> {
+    let dir = prepared.out.join("runs").join(&spec.name);
+    if is_done(&dir) {
+        return read_done(&dir);
+    }
+    eprintln!(
+        "[{index}/{total}] pre-training {} ({} attention, {} steps, lr {}, {})",
+        spec.name,
+        prepared.attention,
+        args.steps,
+        spec.lr,
+        args.precision.name()
+    );
+    let started = Instant::now();
+    let diverged_at = match pretrain(args, prepared, spec, &dir, stop) {
+        Ok(()) => None,
+        Err(e) => match e.downcast_ref::<TrainError>() {
+            Some(&TrainError::NonFinite { step, .. }) if !stop.load(Ordering::SeqCst) => {
+                eprintln!("{}: diverged at step {step}", spec.name);
+                Some(step)
+            }
+            _ => return Err(e),
+        },
+    };
+    check_stopped(stop)?;
+    let record = RunRecord {
+        arm: arm_name(spec.arm).into(),
+        seed: spec.seed,
+        evals: read_evals(&dir)?,
+        dir: dir.clone(),
+        seconds: started.elapsed().as_secs_f64(),
+        lr: Some(spec.lr),
+        diverged_at,
+    };
+    mark_done(&dir, &record)?;
+    Ok(record)
+}
+
+/// Pre-trains every arm for every seed at `--lr` (seed by seed, so that a stopped experiment
+/// has whole seeds), skipping finished runs; returns their records in (seed, arm) order.
 ///
 /// # Errors
 /// A run's errors, a stop by Ctrl-C, file errors.
 pub fn run_arms(
     args: &Args,
     out: &Path,
-    attention: &str,
+    attention: &'static str,
     arms: &[Position],
     stop: &AtomicBool,
 ) -> anyhow::Result<Vec<RunRecord>> {
-    check(args)?;
-    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let vocab = ensure_vocab(args, out)?;
-    let config = write_config(args, out, attention)?;
+    let prepared = prepare(args, out, attention)?;
     let total = args.seeds as usize * arms.len();
     let mut records = Vec::new();
     for seed in 0..args.seeds {
         for &arm in arms {
-            let name = format!("{}-s{seed}", arm_name(arm));
-            let dir = out.join("runs").join(&name);
-            if is_done(&dir) {
-                records.push(read_done(&dir)?);
-                continue;
-            }
-            eprintln!(
-                "[{}/{total}] pre-training {name} ({attention} attention, {} steps)",
-                records.len() + 1,
-                args.steps
-            );
-            let started = Instant::now();
-            pretrain(args, (&config, &vocab), (arm, seed, attention), &dir, stop)?;
-            check_stopped(stop)?;
-            let record = RunRecord {
-                arm: arm_name(arm).into(),
+            let spec = RunSpec {
+                name: format!("{}-s{seed}", arm_name(arm)),
+                arm,
                 seed,
-                evals: read_evals(&dir)?,
-                dir: dir.clone(),
-                seconds: started.elapsed().as_secs_f64(),
+                lr: args.lr,
             };
-            mark_done(&dir, &record)?;
-            records.push(record);
+            records.push(run_one(
+                args,
+                &prepared,
+                &spec,
+                (records.len() + 1, total),
+                stop,
+            )?);
         }
     }
     Ok(records)
@@ -287,6 +381,10 @@ struct PretrainRecord<'a> {
     arm: &'static str,
     /// The seed.
     seed: u64,
+    /// The peak learning rate.
+    lr: f64,
+    /// The precision of the matrix products.
+    precision: &'static str,
     /// The loss plot's file name.
     plot: &'static str,
 }
@@ -295,8 +393,14 @@ struct PretrainRecord<'a> {
 ///
 /// # Errors
 /// A count of 0, a block without room for a token, a learning rate that is not a finite
-/// number above 0.
+/// number above 0, a sweep of a single rate or naming a rate twice.
 fn check(args: &Args) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.sweep.len() != 1,
+        "--sweep {} is a single rate; give at least 2 (e.g. 1e-3,3e-3)",
+        args.sweep[0]
+    );
+    refuse_duplicates("--sweep", &args.sweep)?;
     anyhow::ensure!(
         args.steps >= 1 && args.batch >= 1,
         "--steps and --batch must be at least 1"
@@ -308,18 +412,19 @@ fn check(args: &Args) -> anyhow::Result<()> {
     check_numbers(args.lr, 0.01, 1.0)
 }
 
-/// Pre-trains the model of `config` over `vocab` with positions `arm` and seed `seed` into
-/// `dir`.
+/// Pre-trains the prepared model with the arm, seed and learning rate of `spec` into `dir`.
 ///
 /// # Errors
 /// The run's errors.
 fn pretrain(
     args: &Args,
-    (config, vocab): (&Path, &Path),
-    (arm, seed, attention): (Position, u64, &str),
+    prepared: &Prepared,
+    spec: &RunSpec,
     dir: &Path,
     stop: &AtomicBool,
 ) -> anyhow::Result<()> {
+    let (config, vocab) = (prepared.config.as_path(), prepared.vocab.as_path());
+    let (arm, seed) = (spec.arm, spec.seed);
     let start = fresh_start(config, vocab, Some(arm.into()))?;
     check_position_table(&start.config, args.seq_len)?;
     let data = MlmDataOptions {
@@ -342,7 +447,7 @@ fn pretrain(
         task: TaskOptions::MaskedLm(data),
         steps: Some(args.steps),
         grad_accum: 1,
-        lr: args.lr,
+        lr: spec.lr,
         warmup: args.warmup,
         decay: Decay::Linear,
         weight_decay: 0.01,
@@ -350,7 +455,7 @@ fn pretrain(
         seed,
         eval_every: args.eval_every,
         save_every: 0,
-        precision: Precision::F32,
+        precision: args.precision.resolve(),
         resume: false,
         save_hook: None,
     };
@@ -360,9 +465,11 @@ fn pretrain(
         ("--corpus", args.corpus.as_path()),
     ];
     let record = PretrainRecord {
-        attention,
+        attention: prepared.attention,
         arm: arm_name(arm),
         seed,
+        lr: spec.lr,
+        precision: args.precision.name(),
         plot: "loss.png",
     };
     let flags = BlockFlags {

@@ -122,6 +122,11 @@ pub enum Position {
     Absolute,
     /// Fixed sinusoidal positions added to the embeddings.
     Sinusoidal,
+    /// ALiBi: a linear, head-specific bias on the scores, no embedding (Press et al.).
+    Alibi,
+    /// T5's relative bias: bucketed distances, a learned scalar per bucket and head, shared
+    /// across layers (config `t5_relative`).
+    T5,
     /// No positions.
     None,
 }
@@ -132,6 +137,8 @@ impl From<Position> for PositionEmbeddingType {
             Position::Rotary => PositionEmbeddingType::Rotary,
             Position::Absolute => PositionEmbeddingType::Absolute,
             Position::Sinusoidal => PositionEmbeddingType::Sinusoidal,
+            Position::Alibi => PositionEmbeddingType::Alibi,
+            Position::T5 => PositionEmbeddingType::T5Relative,
             Position::None => PositionEmbeddingType::None,
         }
     }

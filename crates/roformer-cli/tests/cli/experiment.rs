@@ -275,6 +275,22 @@ fn row_losses(results: &Value, name: &str, i: usize) -> Vec<f64> {
         .collect()
 }
 
+/// The sweep's final losses by (arm, rate), from `results.json`.
+fn sweep_losses(results: &Value) -> Vec<(String, f64, f64)> {
+    results["sweep"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["arm"].as_str().unwrap().to_string(),
+                c["lr"].as_f64().unwrap(),
+                c["final_loss"].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
 #[test]
 fn length_adds_rows_for_the_rotary_scalings() {
     let dir = scratch("scaled");
@@ -350,5 +366,115 @@ fn length_adds_rows_for_the_rotary_scalings() {
     assert!(section.contains("| rotary+yarn |") && section.contains("Lowest at 128"));
     assert!(section.contains("no ALiBi or no T5 arm"), "{section}");
     assert!(len.join("length.png").is_file());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_learning_rate_sweep_picks_each_arms_lowest_loss_and_runs_its_seeds_there() {
+    let dir = scratch("sweep");
+    let out = dir.join("sweep");
+    let mut options = toy(&poetry(), &out);
+    options.extend(
+        [
+            "--arms",
+            "t5,absolute,alibi",
+            "--sweep",
+            "1e-3,3e-2",
+            "--precision",
+            "bf16",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    run(&["experiment", "convergence"], &options);
+    let results = read_json(&out.join("results.json"));
+    assert_eq!(results["precision"], "bf16");
+    assert_eq!(results["rates"], serde_json::json!([1e-3, 3e-2]));
+    let cells = sweep_losses(&results);
+    assert_eq!(cells.len(), 6, "3 arms x 2 rates, seed 0: {cells:?}");
+    for arm in ["t5", "absolute", "alibi"] {
+        let mine: Vec<&(String, f64, f64)> = cells.iter().filter(|c| c.0 == arm).collect();
+        let lowest = mine.iter().min_by(|a, b| a.2.total_cmp(&b.2)).unwrap();
+        let best = results["best"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["arm"] == arm)
+            .unwrap();
+        assert_eq!(best["lr"].as_f64().unwrap(), lowest.1, "{arm}: {best}");
+        assert_eq!(best["final_loss"].as_f64().unwrap(), lowest.2);
+        // Seed 1 ran at the best rate, and at no other.
+        let seed1 = out.join(format!("runs/{arm}-lr{:e}-s1/done.json", lowest.1));
+        assert!(seed1.is_file(), "{}", seed1.display());
+        let other = mine.iter().find(|c| c.1 != lowest.1).unwrap().1;
+        assert!(!out.join(format!("runs/{arm}-lr{other:e}-s1")).exists());
+    }
+    let best = &results["best_against_best"];
+    assert_eq!(
+        arms(best),
+        [
+            ("t5".into(), 2),
+            ("absolute".into(), 2),
+            ("alibi".into(), 2)
+        ]
+    );
+    assert_eq!(best["reference"][0], "absolute");
+    assert!(results["pending"].as_array().unwrap().is_empty());
+    for figure in ["convergence.png", "convergence-sweep.png"] {
+        assert!(std::fs::metadata(out.join(figure)).unwrap().len() > 1000);
+    }
+    let section = std::fs::read_to_string(out.join("section.md")).unwrap();
+    assert!(
+        section.contains("| t5 |") && section.contains("bf16"),
+        "{section}"
+    );
+    assert!(section.contains("convergence-sweep.png"), "{section}");
+
+    // Given again, it trains nothing.
+    let again = run(&["experiment", "convergence"], &options);
+    assert!(!String::from_utf8_lossy(&again.stderr).contains("pre-training"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_sweep_of_one_rate_is_refused() {
+    let dir = scratch("sweep1");
+    let out = roformer(&[
+        "experiment",
+        "linear",
+        "--out",
+        dir.join("x").to_str().unwrap(),
+        "--sweep",
+        "1e-3",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--sweep 0.001 is a single rate"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn linear_attention_takes_the_sweep_too() {
+    let dir = scratch("sweep-linear");
+    let out = dir.join("linear");
+    let mut options = toy(&poetry(), &out);
+    let seeds = options.iter().position(|o| o == "--seeds").unwrap();
+    options[seeds + 1] = "1".into();
+    options.extend(
+        ["--arms", "rotary,absolute", "--sweep", "1e-3,3e-2"]
+            .iter()
+            .map(|s| s.to_string()),
+    );
+    run(&["experiment", "linear"], &options);
+    let results = read_json(&out.join("results.json"));
+    assert_eq!(results["attention"], "linear");
+    assert_eq!(results["precision"], "f32", "the default");
+    assert_eq!(sweep_losses(&results).len(), 4, "2 arms x 2 rates");
+    assert_eq!(results["best"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        arms(&results["best_against_best"]),
+        [("rotary".into(), 1), ("absolute".into(), 1)]
+    );
+    assert!(out.join("linear-sweep.png").is_file() && out.join("linear.png").is_file());
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::experiment::figure::{BandFigure, Point, Series};
+use crate::experiment::figure::{BandFigure, Point, Series, XScale};
 use crate::experiment::stats::Spread;
 
 /// One row at one length.
@@ -153,7 +153,7 @@ pub fn figure(results: &Results) -> BandFigure {
         ),
         x_desc: "block length (tokens)".into(),
         y_desc: "validation MLM loss".into(),
-        log2_x: true,
+        x_scale: XScale::Log2,
         series: results
             .rows
             .iter()
