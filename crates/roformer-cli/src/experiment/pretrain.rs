@@ -353,6 +353,7 @@ fn pretrain(
         precision: Precision::F32,
         resume: false,
         save_hook: None,
+        dump: None,
     };
     let inputs = vec![
         ("--config", config),
