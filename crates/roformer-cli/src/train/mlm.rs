@@ -16,14 +16,11 @@ use serde::{Deserialize, Serialize};
 
 use super::args::{CommandRun, RunArgs};
 use super::checks::{check_numbers, check_plot_name, check_vocab_fits, parse_lr};
-use super::common::{prepare_out_dir, OutRequest, RunPaths};
+use super::common::{prepare_out_dir, OutRequest, RunPaths, DUMP_DIR};
 use super::fingerprint::Fingerprint;
 use super::observer::{train, RunView};
 use super::resume::{resolve, write_record, Recorded};
 use super::save_fault::FaultInSave;
-
-/// The directory in --out that `--dump-steps` writes.
-const DUMP_DIR: &str = "trajectory";
 
 /// The corpus format, or detection by file name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]

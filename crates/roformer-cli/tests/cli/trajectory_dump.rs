@@ -7,7 +7,7 @@ use crate::common::{assert_each_fails, roformer, roformer_ok};
 use crate::train::{step_losses, tiny_config, tiny_run};
 
 #[test]
-fn train_mlm_dumps_its_first_steps_and_resumes_without_the_dump() {
+fn train_mlm_dumps_its_first_steps_resumes_without_the_dump_and_overwrites_it() {
     let mut t = tiny_run("dump");
     t.config = tiny_config(&t.dir, "absolute");
     let out = t.dir.join("run");
@@ -75,6 +75,11 @@ fn train_mlm_dumps_its_first_steps_and_resumes_without_the_dump() {
     let again: Value =
         serde_json::from_slice(&std::fs::read(dump.join("run.json")).unwrap()).unwrap();
     assert_eq!(again, record, "the resume leaves the dump as it was");
+
+    // --overwrite replaces a run's directory with its dump.
+    roformer_ok(&run.with(&["--overwrite"]).strs());
+    assert_eq!(step_losses(&out).len(), 4);
+    assert!(dump.join("run.json").is_file());
     let _ = std::fs::remove_dir_all(&t.dir);
 }
 
