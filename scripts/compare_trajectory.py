@@ -117,6 +117,8 @@ def train(model, batches, run):
         optimizer.zero_grad(set_to_none=True)
         losses.append(out.loss.item())
         norms.append(norm.item())
+        if (step + 1) % 25 == 0:
+            print(f"step {step + 1}: loss {losses[-1]:.6f}", file=sys.stderr, flush=True)
     return losses, norms
 
 
