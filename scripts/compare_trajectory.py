@@ -26,11 +26,13 @@ sinusoidal table as a parameter; it is frozen here (`roformer` recomputes it). T
 refuses a dump whose config has dropout, whose learning rates are not this schedule's, or
 whose decoder is not tied to the word embeddings in the loaded model.
 
-Besides the losses it compares the gradient norms before clipping (ours against the norm
-`clip_grad_norm_` returns), a second, independent view of the same step. After the first
-`--strict-steps` steps it measures the difference against the noise of the curve itself: the
-standard deviation of PyTorch's loss around its centred 21-step moving average (the
-step-to-step scatter of the training loss from batch to batch), over the later steps.
+Besides the losses it compares the gradient norms before clipping (both summed in f64), a
+second, independent view of the same step. After the first `--strict-steps` steps, where
+rounding differences grow (a loss spike amplifies them), the bound is the curve's own noise:
+`noise` is the standard deviation of PyTorch's loss around its centred 21-step moving
+average (the scatter of the training loss from batch to batch) over the later steps, and the
+two curves agree within noise when the means of every 25-step window after the strict steps
+differ by at most two standard errors of such a mean, `2 noise / sqrt(25)`.
 
 Prints one JSON object: per step both losses and |ours - theirs| / theirs, the largest relative
 difference over the first `--strict-steps` steps (50 by default; the issue's bound 1e-3) and
@@ -50,6 +52,9 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
+
+
+WINDOW = 25  # steps per window of the later comparison
 
 
 def decays(name):
@@ -111,12 +116,14 @@ def train(model, batches, run):
         out = model(**{k: batches[k][step] for k in
                        ("input_ids", "token_type_ids", "attention_mask", "labels")})
         out.loss.backward()
+        # The norm reported is summed in f64 as ours is: torch's own (f32 sums over 0.6 M
+        # elements) is off by some 3e-5 relative; the clipping stays torch's.
+        norms.append(math.sqrt(sum(p.grad.double().pow(2).sum().item() for p in params)))
         clip = run["max_grad_norm"]
-        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip is not None else math.inf)
+        torch.nn.utils.clip_grad_norm_(params, clip if clip is not None else math.inf)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append(out.loss.item())
-        norms.append(norm.item())
         if (step + 1) % 25 == 0:
             print(f"step {step + 1}: loss {losses[-1]:.6f}", file=sys.stderr, flush=True)
     return losses, norms
@@ -154,7 +161,10 @@ def compare(run, ours, theirs, their_norms, args):
     strict = args.strict_steps
     later = [abs(o - t) for o, t in zip(ours[strict:], theirs[strict:])]
     scatter = noise(theirs, strict)
-    within = None if scatter is None or not later else max(later) <= scatter
+    windows = [abs(sum(ours[i:i + WINDOW]) - sum(theirs[i:i + WINDOW])) / WINDOW
+               for i in range(strict, len(ours) - WINDOW + 1, WINDOW)]
+    tolerance = None if scatter is None else 2 * scatter / math.sqrt(WINDOW)
+    within = None if tolerance is None or not windows else max(windows) <= tolerance
     held = max(rel[:strict]) <= args.bound and within is not False
     return {
         "lr": run["lr"], "steps": len(ours), "strict_steps": min(strict, len(ours)),
@@ -162,7 +172,8 @@ def compare(run, ours, theirs, their_norms, args):
         "max_norm_rel_first": max(norm_rel[:strict]), "max_norm_rel_all": max(norm_rel),
         "max_abs_later": max(later) if later else None,
         "mean_abs_later": sum(later) / len(later) if later else None,
-        "noise_later": scatter, "within_noise_later": within, "held": held,
+        "noise_later": scatter, "max_window_mean_diff_later": max(windows, default=None),
+        "window_tolerance": tolerance, "within_noise_later": within, "held": held,
         "final": {"ours": ours[-1], "theirs": theirs[-1]},
         "steps_detail": [{"step": i + 1, "ours": o, "theirs": t, "rel": r,
                           "grad_norm_ours": on, "grad_norm_theirs": tn}
