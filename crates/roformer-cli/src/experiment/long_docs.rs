@@ -450,6 +450,7 @@ fn fine_tune(
         precision: Precision::F32,
         resume: false,
         save_hook: None,
+        dump: None,
     };
     let inputs = vec![
         ("--init", init.as_path()),

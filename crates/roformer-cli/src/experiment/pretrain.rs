@@ -458,6 +458,7 @@ fn pretrain(
         precision: args.precision.resolve(),
         resume: false,
         save_hook: None,
+        dump: None,
     };
     let inputs = vec![
         ("--config", config),

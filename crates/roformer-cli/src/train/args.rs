@@ -128,6 +128,7 @@ impl RunArgs {
             precision: self.precision.unwrap_or_default().resolve(),
             resume: self.resume,
             save_hook: command.save_hook,
+            dump: None,
         }
     }
 }

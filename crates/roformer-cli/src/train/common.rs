@@ -248,14 +248,18 @@ fn plot_names(out: &Path, plot: &Path) -> Vec<OsString> {
         .collect()
 }
 
+/// The directory in `--out` where `train mlm --dump-steps` writes its dump.
+pub const DUMP_DIR: &str = "trajectory";
+
 /// Whether `name` (a directory when `is_dir`) is something a run writes into its directory:
-/// `checkpoint/`, `best/`, `metrics.jsonl`, `run.json`, a loss plot, `.lock`, `done.json`
+/// `checkpoint/`, `best/`, `trajectory/` (a dump), `metrics.jsonl`, `run.json`, a loss plot,
+/// `.lock`, `done.json`
 /// (written by `experiment`), and what a killed run leaves (`.checkpoint.partial-PID/` and `.old-PID/`, likewise for `best`, and
 /// `.FILE.PID-N.tmp` of a file being replaced).
 fn written_by_a_run(name: &str, is_dir: bool, plots: &[OsString]) -> bool {
     let pid_suffix = |rest: &str| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit());
     if is_dir {
-        return matches!(name, "checkpoint" | "best")
+        return matches!(name, "checkpoint" | "best" | DUMP_DIR)
             || ["checkpoint", "best"].iter().any(|d| {
                 ["partial", "old"].iter().any(|tag| {
                     name.strip_prefix(&format!(".{d}.{tag}-"))
@@ -301,7 +305,7 @@ fn check_is_a_run(out: &Path, plot: &Path) -> anyhow::Result<()> {
             bail!(
                 "{}: not replaced: it holds {}{}, which is not part of a training run \
                  (--overwrite only replaces a run's directory: checkpoint/, best/, \
-                 metrics.jsonl, run.json, the loss plot); remove it yourself or choose another \
+                 trajectory/, metrics.jsonl, run.json, the loss plot); remove it yourself or choose another \
                  --out",
                 out.display(),
                 text,

@@ -8,6 +8,7 @@ use anyhow::bail;
 use clap::ValueEnum;
 use roformer::data::CorpusFormat;
 use roformer::train::checkpoint::SaveStep;
+use roformer::train::dump::DumpOptions;
 use roformer::train::mlm::MlmDataOptions;
 use roformer::train::{ModelStart, TaskOptions, TrainError};
 use roformer::{PositionEmbeddingType, RoFormerConfig, RoFormerTokenizer};
@@ -15,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::args::{CommandRun, RunArgs};
 use super::checks::{check_numbers, check_plot_name, check_vocab_fits, parse_lr};
-use super::common::{prepare_out_dir, OutRequest, RunPaths};
+use super::common::{prepare_out_dir, OutRequest, RunPaths, DUMP_DIR};
 use super::fingerprint::Fingerprint;
 use super::observer::{train, RunView};
 use super::resume::{resolve, write_record, Recorded};
@@ -107,6 +108,13 @@ pub struct Args {
     /// Most validation batches per evaluation (0: all).
     #[arg(long, default_value_t = 50)]
     pub eval_batches: usize,
+    /// Dump the first N steps to --out/trajectory for a step-by-step comparison with PyTorch
+    /// (scripts/compare_trajectory.py): the initial weights (init/), each step's batch after
+    /// masking (batches.safetensors), the losses and the optimiser's settings (run.json). The
+    /// run goes on to --steps (the schedule is the run's); add --stop-after N to end it there.
+    #[arg(long, conflicts_with = "resume")]
+    #[serde(skip)]
+    pub dump_steps: Option<u64>,
     // What every training command takes.
     #[command(flatten)]
     #[serde(flatten)]
@@ -185,6 +193,15 @@ impl Args {
         }
         if self.steps == Some(0) {
             bail!("--steps must be at least 1");
+        }
+        if self.dump_steps == Some(0) {
+            bail!("--dump-steps must be at least 1");
+        }
+        if self.dump_steps.is_some() && self.run.grad_accum != 1 {
+            bail!(
+                "--dump-steps dumps one batch a step: give --grad-accum 1, not {}",
+                self.run.grad_accum
+            );
         }
         if self.seq_len < 3 {
             bail!("--seq-len must be at least 3 ([CLS], a token, [SEP])");
@@ -269,13 +286,17 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
     let hook = FaultInSave::from_env()?.map(|f| f.hook(stop));
     let start = model_start(&args, &paths)?;
     check_position_table(&start.config, args.seq_len)?;
-    let options = args.run.options(CommandRun {
+    let mut options = args.run.options(CommandRun {
         model: &start,
         task: TaskOptions::MaskedLm(args.data_options()),
         steps: args.steps,
         lr: args.lr,
         seed: args.seed,
         save_hook: hook.as_ref().map(|h| h as &dyn Fn(u64, SaveStep)),
+    });
+    options.dump = args.dump_steps.map(|steps| DumpOptions {
+        dir: out.join(DUMP_DIR),
+        steps,
     });
     let record = |print: &Fingerprint| write_record(&out, &args, print);
     let view = args.view(recorded, stop, &record);

@@ -32,3 +32,4 @@ mod serve_child;
 mod tokenize;
 mod train;
 mod train_kills;
+mod trajectory_dump;

@@ -66,6 +66,9 @@ pub enum TrainError {
     /// A checkpoint that cannot be resumed.
     #[error("cannot resume: {0}")]
     Resume(String),
+    /// A trajectory dump that cannot be made of this run.
+    #[error("cannot dump the run's trajectory: {0}")]
+    Dump(String),
     /// A malformed example of a classification file.
     #[error("{path}:{line}: {reason}")]
     Examples {

@@ -14,6 +14,10 @@
 //!   6. the loop                           (run::Trainer::run; observer.event per event)
 //! ```
 //!
+//! A masked-LM run may also dump its first steps for a comparison with another framework
+//! ([`TrainOptions::dump`], [`crate::train::dump`]): `init/` is written between steps 3 and 4,
+//! the batches and losses after step 6.
+//!
 //! A program that wants a run calls [`fit`]; `roformer train mlm`, `train classify` and the
 //! `experiment` commands are such programs, each adding only its flags and its printing.
 
@@ -25,13 +29,14 @@ use candle_core::Device;
 use crate::config::RoFormerConfig;
 use crate::cpu::Precision;
 use crate::model::ModelDir;
-use crate::optim::{AdamW, AdamWConfig, Decay, LrSchedule};
+use crate::optim::{AdamW, AdamWConfig, Decay, LrSchedule, CLIP_EPS};
 use crate::shapes::ModelKind;
-use crate::tasks::{RoFormerForMaskedLM, RoFormerForSequenceClassification};
+use crate::tasks::{HeadModel, RoFormerForMaskedLM, RoFormerForSequenceClassification};
 use crate::tokenizer::RoFormerTokenizer;
 use crate::train::budget::check_training_memory;
-use crate::train::checkpoint::{tokenizer_files, SaveStep};
+use crate::train::checkpoint::{model_files, tokenizer_files, SaveStep};
 use crate::train::classify::{best_score, read_examples, ClassifyOptions, ClassifyTask, Example};
+use crate::train::dump::{self, DumpOptions, DumpSettings, StepLog};
 use crate::train::error::TrainError;
 use crate::train::mlm::{prepare_mlm_data, MlmData, MlmDataOptions, MlmTask};
 use crate::train::params::{build_trainable, Params, Trainable};
@@ -113,6 +118,10 @@ pub struct TrainOptions<'a> {
     pub resume: bool,
     /// Called at each point of every checkpoint save (a fault-injection hook for tests).
     pub save_hook: Option<&'a dyn Fn(u64, SaveStep)>,
+    /// Dump the first steps of a masked-LM run (initial weights, batches, losses) for a
+    /// step-by-step comparison with another framework (`None`: no dump; ignored by
+    /// classification). The run itself is unchanged.
+    pub dump: Option<DumpOptions>,
 }
 
 /// The data a run prepared, as the [`Observer`] sees it.
@@ -249,16 +258,83 @@ fn fit_mlm(
         precision: options.precision,
     };
     let record = task_record(data_options)?;
-    let (finished, _) = drive(
+    let Some(dump_options) = &options.dump else {
+        let (finished, _) = drive(
+            options,
+            task,
+            &trainable.params,
+            steps,
+            record,
+            observer,
+            stop,
+        )?;
+        return Ok(finished);
+    };
+    let mut init = model_files(
+        &start.config,
+        &trainable.model.architecture_name(),
+        &trainable.params,
+    )?;
+    init.extend(task.tokenizer_files.iter().cloned());
+    dump::begin(dump_options, options.grad_accum, options.resume, &init)?;
+    let mut log = StepLog::new(dump_options.steps);
+    let mut logged = Logged {
+        inner: observer,
+        log: &mut log,
+    };
+    let result = drive(
         options,
         task,
         &trainable.params,
         steps,
         record,
-        observer,
+        &mut logged,
         stop,
-    )?;
+    );
+    let settings = dump_settings(options, &trainable.model.architecture_name(), steps);
+    let written = dump::finish(dump_options, &log, &data.train, settings);
+    // A failed run's error goes first; its dump (the steps it did) is written all the same.
+    let (finished, _) = result?;
+    written?;
     Ok(finished)
+}
+
+/// An observer that notes each event in a dump's [`StepLog`] before passing it on.
+struct Logged<'a> {
+    inner: &'a mut dyn Observer,
+    log: &'a mut StepLog,
+}
+
+impl Observer for Logged<'_> {
+    fn starting(&mut self, done: u64, total: u64) -> Result<(), TrainError> {
+        self.inner.starting(done, total)
+    }
+
+    fn event(&mut self, event: Event) {
+        self.log.record(&event);
+        self.inner.event(event);
+    }
+}
+
+/// The optimiser and schedule of a run of `steps` steps of the model class `model`, as a
+/// dump records them.
+fn dump_settings(options: &TrainOptions<'_>, model: &str, steps: u64) -> DumpSettings {
+    let adamw = adamw_config(options);
+    DumpSettings {
+        model: model.to_string(),
+        lr: options.lr,
+        warmup_steps: options.warmup,
+        total_steps: steps,
+        decay: format!("{:?}", options.decay).to_lowercase(),
+        weight_decay: adamw.weight_decay,
+        beta1: adamw.beta1,
+        beta2: adamw.beta2,
+        eps: adamw.eps,
+        max_grad_norm: options.max_grad_norm,
+        clip_eps: CLIP_EPS,
+        precision: options.precision.name().to_string(),
+        seed: options.seed,
+    }
 }
 
 /// [`fit`] for sequence classification; the best model by dev macro-F1 goes to `out/best`.
@@ -347,6 +423,15 @@ fn task_record(task: &impl serde::Serialize) -> Result<serde_json::Value, TrainE
     serde_json::to_value(task).map_err(|e| TrainError::Save(e.to_string()))
 }
 
+/// The AdamW settings of a run: torch's defaults with the run's learning rate and weight
+/// decay.
+fn adamw_config(options: &TrainOptions<'_>) -> AdamWConfig {
+    AdamWConfig {
+        weight_decay: options.weight_decay,
+        ..AdamWConfig::with_lr(options.lr)
+    }
+}
+
 /// The AdamW of a run over `params`, with the state of `out/checkpoint` on resume, and the
 /// steps already done (0 for a fresh run).
 fn optimizer(
@@ -354,11 +439,7 @@ fn optimizer(
     params: &Params,
     total: u64,
 ) -> Result<(AdamW, u64), TrainError> {
-    let config = AdamWConfig {
-        weight_decay: options.weight_decay,
-        ..AdamWConfig::with_lr(options.lr)
-    };
-    let mut optimizer = AdamW::new(params.vars().to_vec(), config)?;
+    let mut optimizer = AdamW::new(params.vars().to_vec(), adamw_config(options))?;
     let done = if options.resume {
         let checkpoint = checkpoint_dir(&options.out);
         load_resume_state(&mut optimizer, &checkpoint, total)?

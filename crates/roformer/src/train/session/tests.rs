@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::*;
 use crate::data::{build_vocab, read_corpus, VocabOptions};
 use crate::train::run::{read_trainer_state, StepMetrics};
+use candle_core::{DType, Tensor};
 
 fn poetry() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/poetry")
@@ -63,6 +64,7 @@ fn options<'a>(out: &Path, model: &'a ModelStart, resume: bool) -> TrainOptions<
         precision: Precision::F32,
         resume,
         save_hook: None,
+        dump: None,
     }
 }
 
@@ -190,5 +192,159 @@ fn an_observer_refusal_stops_the_run_before_anything_is_written() {
     let err = fit(&options(&out, &start, false), &mut Refuse, &never).unwrap_err();
     assert_eq!(err.to_string(), "not this run");
     assert!(!checkpoint_dir(&out).exists());
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The tensor `name` of a dump's `batches.safetensors`, row `step`, flattened.
+fn dumped(batches: &std::collections::HashMap<String, Tensor>, name: &str, step: usize) -> Tensor {
+    batches[name].get(step).unwrap()
+}
+
+/// The loss of the model in the checkpoint `dir` on step `step` of a dump's batches, in
+/// training mode without dropout.
+fn loss_on(dir: &Path, batches: &std::collections::HashMap<String, Tensor>, step: usize) -> f64 {
+    let start = ModelStart::from_checkpoint(dir).unwrap();
+    let t: Trainable<RoFormerForMaskedLM> =
+        build_trainable(&start.config, start.weights.as_ref(), 99, &Device::Cpu).unwrap();
+    assert!(
+        t.initialised.is_empty(),
+        "every weight from {}",
+        dir.display()
+    );
+    let ids = |name| dumped(batches, name, step).to_dtype(DType::U32).unwrap();
+    let (input_ids, types, mask) = (
+        ids("input_ids"),
+        ids("token_type_ids"),
+        ids("attention_mask"),
+    );
+    let labels = dumped(batches, "labels", step).flatten_all().unwrap();
+    let out = crate::train::mlm_loss(
+        &t.model,
+        crate::train::BatchInputs {
+            input_ids: &input_ids,
+            token_type_ids: Some(&types),
+            attention_mask: Some(&mask),
+        },
+        &labels.to_vec1::<i64>().unwrap(),
+        crate::Mode::Train {
+            dropout: &crate::Dropout::disabled(),
+            precision: Precision::F32,
+        },
+    )
+    .unwrap();
+    f64::from(out.loss.to_scalar::<f32>().unwrap())
+}
+
+#[test]
+fn a_dump_holds_the_initial_weights_and_the_batches_each_loss_was_computed_on() {
+    let mut start = tiny_start();
+    start.config.hidden_dropout_prob = 0.0;
+    start.config.attention_probs_dropout_prob = 0.0;
+    let (out, again) = (scratch("dump"), scratch("dump-again"));
+    let dir = out.join("trajectory");
+    let mut dumping = options(&out, &start, false);
+    dumping.dump = Some(DumpOptions {
+        dir: dir.clone(),
+        steps: 3,
+    });
+    let never = AtomicBool::new(false);
+    let mut seen = Recorder::new(&never, None);
+    fit(&dumping, &mut seen, &never).unwrap();
+    assert_eq!(seen.steps.len(), 12, "the dump does not shorten the run");
+
+    // run.json: the run's settings and its first three steps as the observer saw them.
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("run.json")).unwrap()).unwrap();
+    let column = |key: &str| -> Vec<f64> {
+        let values = record[key].as_array().unwrap();
+        values.iter().map(|v| v.as_f64().unwrap()).collect()
+    };
+    let firsts = |f: fn(&StepMetrics) -> f64| seen.steps[..3].iter().map(f).collect::<Vec<_>>();
+    // JSON's decimal round trip may move the last bit of an f64.
+    let same = |a: Vec<f64>, b: Vec<f64>| {
+        a.len() == b.len()
+            && a.iter()
+                .zip(&b)
+                .all(|(x, y)| (x - y).abs() <= 1e-12 * y.abs())
+    };
+    assert!(same(column("losses"), firsts(|m| m.loss)));
+    assert!(same(column("lrs"), firsts(|m| m.lr)));
+    assert!(same(column("grad_norms"), firsts(|m| m.grad_norm)));
+    assert_eq!(record["model"], "RoFormerForMaskedLM");
+    assert_eq!(record["total_steps"], 12);
+    assert_eq!(record["decay"], "constant");
+    assert_eq!(record["max_grad_norm"], 1.0);
+    assert_eq!(record["weight_decay"], 0.01);
+
+    // batches.safetensors: four [steps, batch, seq] int64 tensors, a different batch a step.
+    let batches =
+        candle_core::safetensors::load(dir.join("batches.safetensors"), &Device::Cpu).unwrap();
+    for name in ["input_ids", "token_type_ids", "attention_mask", "labels"] {
+        assert_eq!(batches[name].dims(), [3, 8, 32], "{name}");
+        assert_eq!(batches[name].dtype(), DType::I64, "{name}");
+    }
+    let labels = |step| dumped(&batches, "labels", step).flatten_all().unwrap();
+    let labels: Vec<Vec<i64>> = (0..3).map(|s| labels(s).to_vec1().unwrap()).collect();
+    assert!(labels[0] != labels[1] && labels[1] != labels[2]);
+    assert!(labels
+        .iter()
+        .all(|l| l.contains(&crate::train::IGNORE) && l.iter().any(|&x| x >= 0)));
+
+    // Step 1's loss is init/'s on batch 0; step 2's is the step-1 checkpoint's on batch 1
+    // (a second run stopped after step 1). Same code path: agreement to f32 rounding.
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs();
+    let first = loss_on(&dir.join("init"), &batches, 0);
+    assert!(
+        close(first, seen.steps[0].loss),
+        "{first} {}",
+        seen.steps[0].loss
+    );
+    let stop = AtomicBool::new(false);
+    let mut stopped = Recorder::new(&stop, Some(1));
+    fit(&options(&again, &start, false), &mut stopped, &stop).unwrap();
+    let second = loss_on(&checkpoint_dir(&again), &batches, 1);
+    assert!(
+        close(second, seen.steps[1].loss),
+        "{second} {}",
+        seen.steps[1].loss
+    );
+    assert!(!close(
+        loss_on(&checkpoint_dir(&again), &batches, 2),
+        seen.steps[1].loss
+    ));
+
+    let _ = std::fs::remove_dir_all(&out);
+    let _ = std::fs::remove_dir_all(&again);
+}
+
+#[test]
+fn a_dump_refuses_a_resumed_run_and_accumulated_micro_batches() {
+    let start = tiny_start();
+    let out = scratch("dump-refused");
+    let never = AtomicBool::new(false);
+    let dump = Some(DumpOptions {
+        dir: out.join("trajectory"),
+        steps: 2,
+    });
+    let mut accumulating = options(&out, &start, false);
+    accumulating.grad_accum = 2;
+    accumulating.dump = dump.clone();
+    let err = fit(&accumulating, &mut Recorder::new(&never, None), &never).unwrap_err();
+    assert!(
+        err.to_string().contains("accumulates 2 micro-batches"),
+        "{err}"
+    );
+    let mut zero = options(&out, &start, false);
+    zero.dump = Some(DumpOptions {
+        dir: out.join("trajectory"),
+        steps: 0,
+    });
+    let err = fit(&zero, &mut Recorder::new(&never, None), &never).unwrap_err();
+    assert!(err.to_string().contains("0 steps"), "{err}");
+    let mut resumed = options(&out, &start, true);
+    resumed.dump = dump;
+    let err = fit(&resumed, &mut Recorder::new(&never, None), &never).unwrap_err();
+    assert!(err.to_string().contains("resumed run"), "{err}");
+    assert!(!out.join("trajectory").exists() && !checkpoint_dir(&out).exists());
     let _ = std::fs::remove_dir_all(&out);
 }
