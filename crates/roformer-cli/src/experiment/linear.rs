@@ -4,7 +4,8 @@
 
 use std::sync::atomic::AtomicBool;
 
-use super::convergence::{curves_figure, out_dir, summarise, table, verdict};
+use super::convergence::out_dir;
+use super::summary::{curves_figure, summarise, table, verdict};
 use super::sweep::{self, Naming};
 use super::{pretrain, write_json, write_section};
 use crate::plot;

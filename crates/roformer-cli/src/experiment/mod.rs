@@ -23,6 +23,7 @@ mod linear;
 mod long_docs;
 mod pretrain;
 mod stats;
+mod summary;
 mod sweep;
 
 use std::path::{Path, PathBuf};

@@ -12,9 +12,9 @@ use std::sync::atomic::AtomicBool;
 
 use serde::Serialize;
 
-use super::convergence::{curves_figure, summarise, table, verdict, Results};
 use super::figure::{BandFigure, Point, Series, XScale};
 use super::pretrain::{self, arm_name, run_one, Prepared, RunRecord, RunSpec};
+use super::summary::{curves_figure, summarise, table, verdict, Results};
 use super::{command_line, write_json, write_section};
 use crate::plot;
 use crate::train::mlm::Position;
