@@ -121,7 +121,7 @@ impl BandFigure {
     }
 
     /// The axes: their descriptions, and on a log2 axis powers of two as tick labels, on a
-    /// log10 axis the value in one significant digit (`3e-4`).
+    /// log10 axis the round values (`3e-4`, see [`log10_label`]).
     fn draw_mesh<DB: DrawingBackend>(&self, chart: &mut Chart<'_, DB>) -> anyhow::Result<()> {
         let scale = self.x_scale;
         chart
@@ -135,7 +135,7 @@ impl BandFigure {
                     format!("{:.0}", 2f64.powf(x.round()))
                 }
                 XScale::Log2 => String::new(),
-                XScale::Log10 => format!("{:.0e}", 10f64.powf(*x)),
+                XScale::Log10 => log10_label(*x),
             })
             .label_style((FAMILY, 14))
             .axis_desc_style((FAMILY, 16))
@@ -191,6 +191,17 @@ impl BandFigure {
             .draw_series(line.into_iter().map(|p| Circle::new(p, 3, colour.filled())))
             .map_err(err)?;
         Ok(())
+    }
+}
+
+/// The label of tick `x` on a log10 axis: `10^x` in one significant digit (`3e-4`) where that
+/// digit is within 2 % of it, none elsewhere (a tick at 2.5e-3 is not labelled `3e-3`).
+fn log10_label(x: f64) -> String {
+    let v = 10f64.powf(x);
+    let label = format!("{v:.0e}");
+    match label.parse::<f64>() {
+        Ok(r) if ((r - v) / v).abs() < 0.02 => label,
+        _ => String::new(),
     }
 }
 
