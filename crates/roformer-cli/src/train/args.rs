@@ -2,6 +2,7 @@
 //! `train classify`), and the library's [`TrainOptions`] built from them.
 
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 
 use clap::ValueEnum;
 use roformer::train::checkpoint::SaveStep;
@@ -9,6 +10,9 @@ use roformer::train::{ModelStart, TaskOptions, TrainOptions};
 use serde::{Deserialize, Serialize};
 
 use super::checks::{parse_max_grad_norm, parse_weight_decay};
+use super::fingerprint::Fingerprint;
+use super::observer::RunView;
+use super::resume::Recorded;
 use crate::output::OutputArgs;
 use crate::precision::PrecisionArg;
 
@@ -109,6 +113,29 @@ pub struct CommandRun<'a> {
 }
 
 impl RunArgs {
+    /// How a run of these flags shows itself: `what` titles its loss plot ("{what} training
+    /// loss"), `write_record` writes its `run.json`.
+    pub fn view<'a>(
+        &'a self,
+        what: &'a str,
+        recorded: Option<Recorded>,
+        stop: &'a AtomicBool,
+        write_record: &'a dyn Fn(&Fingerprint) -> anyhow::Result<()>,
+    ) -> RunView<'a> {
+        RunView {
+            out: &self.out,
+            plot: &self.plot,
+            what,
+            json: self.stdout.json,
+            quiet: self.quiet,
+            resume: self.resume,
+            recorded,
+            stop,
+            stop_after: self.stop_after,
+            write_record,
+        }
+    }
+
     /// The library's options for the run these arguments and `command`'s describe.
     pub fn options<'a>(&self, command: CommandRun<'a>) -> TrainOptions<'a> {
         TrainOptions {

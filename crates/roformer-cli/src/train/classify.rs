@@ -14,8 +14,8 @@ use super::args::{CommandRun, RunArgs};
 use super::checks::{check_labels, check_numbers, check_plot_name, check_vocab_fits, parse_lr};
 use super::common::{prepare_out_dir, OutRequest, RunPaths};
 use super::fingerprint::Fingerprint;
-use super::observer::{train, RunView};
-use super::resume::{resolve, write_record, Recorded};
+use super::observer::train;
+use super::resume::{resolve, write_record};
 use super::save_fault::FaultInSave;
 
 /// Arguments of `roformer train classify`.
@@ -88,34 +88,11 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
         save_hook: hook.as_ref().map(|h| h as &dyn Fn(u64, SaveStep)),
     });
     let record = |print: &Fingerprint| write_record(&out, &args, print);
-    let view = args.view(recorded, stop, &record);
+    let view = args.run.view("Classifier", recorded, stop, &record);
     let result = train(&options, view, explain);
     // The lock on --out is held until here, after the run's last write.
     drop(paths.lock);
     result.map(drop)
-}
-
-impl Args {
-    /// How the run shows itself; `write_record` writes its `run.json`.
-    fn view<'a>(
-        &'a self,
-        recorded: Option<Recorded>,
-        stop: &'a AtomicBool,
-        write_record: &'a dyn Fn(&Fingerprint) -> anyhow::Result<()>,
-    ) -> RunView<'a> {
-        RunView {
-            out: &self.run.out,
-            plot: &self.run.plot,
-            what: "Classifier",
-            json: self.run.stdout.json,
-            quiet: self.run.quiet,
-            resume: self.run.resume,
-            recorded,
-            stop,
-            stop_after: self.run.stop_after,
-            write_record,
-        }
-    }
 }
 
 /// The checkpoint a run fine-tunes (`--init`, or the run's own on `--resume`), with a

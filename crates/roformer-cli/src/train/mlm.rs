@@ -18,8 +18,8 @@ use super::args::{CommandRun, RunArgs};
 use super::checks::{check_numbers, check_plot_name, check_vocab_fits, parse_lr};
 use super::common::{prepare_out_dir, OutRequest, RunPaths, DUMP_DIR};
 use super::fingerprint::Fingerprint;
-use super::observer::{train, RunView};
-use super::resume::{resolve, write_record, Recorded};
+use super::observer::train;
+use super::resume::{resolve, write_record};
 use super::save_fault::FaultInSave;
 
 /// The corpus format, or detection by file name.
@@ -299,7 +299,7 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
         steps,
     });
     let record = |print: &Fingerprint| write_record(&out, &args, print);
-    let view = args.view(recorded, stop, &record);
+    let view = args.run.view("MLM", recorded, stop, &record);
     let result = train(&options, view, |e| explain(e, &args.explained()));
     // The lock on --out is held until here, the run's last write.
     drop(paths.lock);
@@ -307,27 +307,6 @@ pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
 }
 
 impl Args {
-    /// How the run shows itself; `write_record` writes its `run.json`.
-    fn view<'a>(
-        &'a self,
-        recorded: Option<Recorded>,
-        stop: &'a AtomicBool,
-        write_record: &'a dyn Fn(&Fingerprint) -> anyhow::Result<()>,
-    ) -> RunView<'a> {
-        RunView {
-            out: &self.run.out,
-            plot: &self.run.plot,
-            what: "MLM",
-            json: self.run.stdout.json,
-            quiet: self.run.quiet,
-            resume: self.run.resume,
-            recorded,
-            stop,
-            stop_after: self.run.stop_after,
-            write_record,
-        }
-    }
-
     /// The flags that shape the blocks, for [`explain`].
     fn explained(&self) -> BlockFlags {
         BlockFlags {
