@@ -124,23 +124,23 @@ pub fn run(
     let mut records = Vec::new();
     let mut results = gather(args, prepared, (arms, reference), &records)?;
     report(&results)?;
+    // Runs (arm, lr, seed), then gathers and reports everything so far.
+    let step = |records: &mut Vec<_>, arm: Position, lr: f64, seed: u64| {
+        let spec = RunSpec {
+            name: run_name(arm, lr, seed),
+            arm,
+            seed,
+            lr,
+        };
+        let index = (records.len() + 1, total);
+        records.push(run_one(args, prepared, &spec, index, stop)?);
+        let results = gather(args, prepared, (arms, reference), records)?;
+        report(&results)?;
+        anyhow::Ok(results)
+    };
     for &arm in arms {
         for &lr in &args.sweep {
-            let spec = RunSpec {
-                name: run_name(arm, lr, 0),
-                arm,
-                seed: 0,
-                lr,
-            };
-            records.push(run_one(
-                args,
-                prepared,
-                &spec,
-                (records.len() + 1, total),
-                stop,
-            )?);
-            results = gather(args, prepared, (arms, reference), &records)?;
-            report(&results)?;
+            results = step(&mut records, arm, lr, 0)?;
         }
     }
     for &arm in arms {
@@ -148,21 +148,7 @@ pub fn run(
             continue;
         };
         for seed in 1..args.seeds {
-            let spec = RunSpec {
-                name: run_name(arm, best.lr, seed),
-                arm,
-                seed,
-                lr: best.lr,
-            };
-            records.push(run_one(
-                args,
-                prepared,
-                &spec,
-                (records.len() + 1, total),
-                stop,
-            )?);
-            results = gather(args, prepared, (arms, reference), &records)?;
-            report(&results)?;
+            results = step(&mut records, arm, best.lr, seed)?;
         }
     }
     Ok(results)
