@@ -590,19 +590,17 @@ def save(accelerator, model, args, step):
     accelerator.wait_for_everyone()
 
 
-_CALIBRATION = {}
-
-
-def fit_schedule(args, step, train_start, device, log):
-    """--time-budget-s: at step 10 notes the time; at --calibrate-steps sets --steps to what
-    the speed between the two finishes within the budget (counted from the first step)."""
+def synced_clock(device):
+    """The time once the device has finished its queued work."""
     if device.type == "cuda":
         torch.cuda.synchronize()
-    now = time.perf_counter()
-    if step == 10:
-        _CALIBRATION["t10"] = now
-        return
-    per_step = (now - _CALIBRATION["t10"]) / (step - 10)
+    return time.perf_counter()
+
+
+def fit_schedule(args, step, t10, train_start, now, log):
+    """--time-budget-s: sets --steps to what the speed since step 10 (at `t10`) finishes
+    within the budget, counted from the first step (`train_start`)."""
+    per_step = (now - t10) / (step - 10)
     left = args.time_budget_s - (now - train_start)
     args.steps = max(step + 1, step + int(left / per_step))
     log({"event": "schedule", "step": step, "seconds_per_step": per_step, "steps": args.steps,
@@ -685,8 +683,10 @@ def main(argv=None):
     train_start, step, packed_index, alone_index = time.perf_counter(), 0, 0, 0
     alone_batch = args.batch * args.seq_len // args.alone_seq_len
     while step < args.steps:
-        if args.time_budget_s and step in (10, args.calibrate_steps):
-            fit_schedule(args, step, train_start, device, log)
+        if args.time_budget_s and step == 10:
+            t10 = synced_clock(device)
+        if args.time_budget_s and step == args.calibrate_steps:
+            fit_schedule(args, step, t10, train_start, synced_clock(device), log)
         lr = lr_at(step, args.lr, args.warmup, args.steps)
         for group in optimizer.param_groups:
             group["lr"] = lr
