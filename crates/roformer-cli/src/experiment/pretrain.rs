@@ -223,7 +223,8 @@ pub fn read_evals(dir: &Path) -> anyhow::Result<Vec<(u64, f64, f64)>> {
 }
 
 /// The finished pre-training runs in `from/runs/` (the output directory of `experiment
-/// convergence`), in (seed, arm) order.
+/// convergence`) that later experiments start from: each arm's runs at its best rate
+/// ([`at_best_rates`]; all of them when the experiment ran one rate), in (seed, arm) order.
 ///
 /// # Errors
 /// No `runs/` directory, no finished run, or an unreadable record.
@@ -243,8 +244,35 @@ pub fn finished_runs(from: &Path) -> anyhow::Result<Vec<RunRecord>> {
         }
     }
     anyhow::ensure!(!records.is_empty(), "{}: no finished run", runs.display());
+    let mut records = at_best_rates(records);
     records.sort_by(|a, b| (a.seed, &a.arm).cmp(&(b.seed, &b.arm)));
     Ok(records)
+}
+
+/// The records of `records` at their arm's best rate: the rate of the arm's lowest final
+/// validation loss among its seed-0 runs that did not diverge (the choice `--sweep` makes),
+/// without the runs that diverged. An arm with no such run keeps all its records.
+pub fn at_best_rates(records: Vec<RunRecord>) -> Vec<RunRecord> {
+    let final_loss = |r: &RunRecord| match r.diverged_at {
+        None => r.evals.last().map(|e| e.1),
+        Some(_) => None,
+    };
+    let best_of = |arm: &str| {
+        records
+            .iter()
+            .filter(|r| r.arm == arm && r.seed == 0)
+            .filter_map(|r| final_loss(r).map(|loss| (r.lr, loss)))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(lr, _)| lr)
+    };
+    // Per record, its arm's best rate (`None`: the arm has no finished seed-0 run).
+    let best: Vec<Option<Option<f64>>> = records.iter().map(|r| best_of(&r.arm)).collect();
+    records
+        .into_iter()
+        .zip(best)
+        .filter(|(r, best)| best.is_none_or(|lr| r.lr == lr && r.diverged_at.is_none()))
+        .map(|(r, _)| r)
+        .collect()
 }
 
 /// What every run of an experiment shares: its output directory, model config, vocabulary and
@@ -482,4 +510,63 @@ fn pretrain(
         explain(e, &flags)
     })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(arm: &str, seed: u64, lr: f64, loss: f64, diverged_at: Option<u64>) -> RunRecord {
+        RunRecord {
+            arm: arm.into(),
+            seed,
+            dir: PathBuf::from(format!("{arm}-{lr}-{seed}")),
+            evals: vec![(500, loss, 0.1)],
+            seconds: 1.0,
+            lr: Some(lr),
+            diverged_at,
+        }
+    }
+
+    fn kept(records: Vec<RunRecord>) -> Vec<(String, u64, f64)> {
+        at_best_rates(records)
+            .into_iter()
+            .map(|r| (r.arm, r.seed, r.lr.unwrap_or(f64::NAN)))
+            .collect()
+    }
+
+    #[test]
+    fn best_rates_keep_each_arms_best_seed_zero_rate() {
+        let records = vec![
+            record("rotary", 0, 1e-3, 6.3, None),
+            record("rotary", 0, 3e-3, 5.9, None),
+            // Lower loss, but diverged: never the best.
+            record("rotary", 0, 1e-2, 1.0, Some(40)),
+            record("rotary", 1, 3e-3, 6.0, None),
+            record("rotary", 1, 1e-3, 5.0, None),
+            record("absolute", 0, 1e-3, 6.7, None),
+            record("absolute", 0, 3e-3, 7.1, None),
+            record("absolute", 2, 1e-3, 6.8, None),
+        ];
+        assert_eq!(
+            kept(records),
+            vec![
+                ("rotary".into(), 0, 3e-3),
+                ("rotary".into(), 1, 3e-3),
+                ("absolute".into(), 0, 1e-3),
+                ("absolute".into(), 2, 1e-3),
+            ]
+        );
+    }
+
+    #[test]
+    fn one_rate_keeps_everything_and_an_arm_without_seed_zero_is_kept_whole() {
+        let records = vec![
+            record("rotary", 0, 3e-3, 5.9, None),
+            record("rotary", 1, 3e-3, 6.0, None),
+            record("t5", 1, 1e-3, 6.5, None),
+            record("t5", 2, 3e-3, 6.4, None),
+        ];
+        assert_eq!(kept(records).len(), 4);
+    }
 }
