@@ -9,6 +9,10 @@
 #       tang/poet.tang.*.json   Tang shi (quantangshi)
 #       song/poet.song.*.json   Song shi (quantangshi)
 #       ci/ci.song.*.json       Song ci  (songci)
+#       variants/tangshisanbaishou-gaps.json
+#                               the couplets of the Three Hundred Tang Poems in the forms the
+#                               anthology gives and quantangshi lacks (床前明月光...), each once
+#                               (scripts/anthology_gaps.py wrote it; committed in scripts/corpus-gaps/)
 # Point the corpus reader at data/chinese-poetry/poems (or one of its folders): the package's
 # dist/ folders also hold author lists and an error/ folder, which are not poems.
 set -euo pipefail
@@ -31,13 +35,14 @@ tar -xzf "$tarball" -C "$package" --strip-components=1
 
 poems="$data/chinese-poetry/poems"
 rm -rf "$poems"
-mkdir -p "$poems/tang" "$poems/song" "$poems/ci"
+mkdir -p "$poems/tang" "$poems/song" "$poems/ci" "$poems/variants"
 dist="$data/$package/dist"
 ln -s "$dist"/quantangshi/poet.tang.*.json "$poems/tang/"
 ln -s "$dist"/quantangshi/poet.song.*.json "$poems/song/"
 ln -s "$dist"/songci/ci.song.[0-9]*.json "$poems/ci/"
+ln -s "$root"/scripts/corpus-gaps/tangshisanbaishou-gaps.json "$poems/variants/"
 
 echo "chinese-poetry $version unpacked in $data/$package"
-for part in tang song ci; do
+for part in tang song ci variants; do
     echo "  $poems/$part: $(find "$poems/$part" -name '*.json' | wc -l) files"
 done
