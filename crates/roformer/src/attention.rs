@@ -301,7 +301,6 @@ impl Attention {
     ) -> candle_core::Result<Tensor> {
         let context = self.self_attention.forward(x, rope, mask, plan)?;
         let projected = dense(&self.dense, &context, None, plan)?;
-        self.norm
-            .forward(&plan.dropout_add(&projected, x, self.dropout)?, plan)
+        self.norm.forward_add(&projected, x, self.dropout, plan)
     }
 }

@@ -15,7 +15,8 @@
 //! attention is rotary softmax, the stack runs as the fused passes of `fused` (never with a
 //! position bias: [`Encoder::runs_fused`]); in training, and elsewhere, layer by layer, as written above, every op carrying gradients (in training on
 //! the CPU in f32 through the fused training ops of `autograd`: a dense layer with its
-//! activation, the attention, dropout with the residual add are one op each).
+//! activation, the attention, and dropout with the residual add and the layer norm are one
+//! op each).
 
 use std::sync::Arc;
 
@@ -83,8 +84,7 @@ impl Layer {
         let a = self.attention.forward(x, rope, mask, plan)?;
         let inner = dense(&self.intermediate, &a, Some(self.activation), plan)?;
         let out = dense(&self.output, &inner, None, plan)?;
-        self.norm
-            .forward(&plan.dropout_add(&out, &a, self.dropout)?, plan)
+        self.norm.forward_add(&out, &a, self.dropout, plan)
     }
 
     /// The layer's weights for [`fused::encoder_forward`], for softmax attention.

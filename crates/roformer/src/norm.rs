@@ -59,6 +59,28 @@ impl Norm {
         })
     }
 
+    /// `Norm(Dropout(y) + residual)`, the tail of every encoder sub-layer (`y` and `residual`
+    /// of one shape `[..., size]`, dropout of probability `p`). A layer norm in training runs
+    /// as [`Plan::dropout_add_layer_norm`] (on the CPU one fused op); at inference, and for the
+    /// RMS norm, [`Plan::dropout_add`] then [`Norm::forward`]. Either draws one dropout mask.
+    ///
+    /// # Errors
+    /// `y` and `residual` of different shapes, and candle errors.
+    pub fn forward_add(
+        &self,
+        y: &Tensor,
+        residual: &Tensor,
+        p: f64,
+        plan: Plan<'_>,
+    ) -> candle_core::Result<Tensor> {
+        match self {
+            Norm::Layer { weight, bias, eps } if plan.is_train() => {
+                plan.dropout_add_layer_norm(y, residual, p, (weight, bias), *eps)
+            }
+            _ => self.forward(&plan.dropout_add(y, residual, p)?, plan),
+        }
+    }
+
     /// Normalises `x` (`[..., size]`) over its last dimension. At inference candle-nn's fused
     /// layer norm runs; in training [`autograd::layer_norm`] / [`autograd::rms_norm`], which
     /// carry gradients to `x`, the weight and the bias.

@@ -13,7 +13,7 @@
 
 use candle_core::{DType, Device, Tensor};
 
-use crate::autograd::dropout;
+use crate::autograd::{add_norm, dropout};
 use crate::cpu::tensor::f32_on_cpu;
 use crate::cpu::Precision;
 use crate::mode::Mode;
@@ -105,6 +105,29 @@ impl<'a> Plan<'a> {
             (Some(mask), Kernels::Candle) => dropout::dropout_add_slow(y, residual, mask),
         }
     }
+
+    /// `LayerNorm(Dropout(y) + residual)` with `weight` and `bias` (`[h]` for `y` and
+    /// `residual` of shape `[..., h]`) in training: one fused op (dropout, add and norm) where
+    /// the kernels are [`Kernels::Cpu`], [`Plan::dropout_add`] then
+    /// [`crate::autograd::layer_norm`] elsewhere. Draws the dropout mask as
+    /// [`Plan::dropout_add`] does.
+    ///
+    /// # Errors
+    /// Shapes that differ or do not fit the norm, and candle errors.
+    pub fn dropout_add_layer_norm(
+        &self,
+        y: &Tensor,
+        residual: &Tensor,
+        p: f64,
+        (weight, bias): (&Tensor, &Tensor),
+        eps: f64,
+    ) -> candle_core::Result<Tensor> {
+        let mask = self.mode.keep_mask(y.elem_count(), p);
+        match self.kernels {
+            Kernels::Cpu(_) => add_norm::add_norm(y, residual, mask, (weight, bias), eps),
+            Kernels::Candle => add_norm::add_norm_slow(y, residual, mask, (weight, bias), eps),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -140,6 +163,44 @@ mod tests {
         }
         let zeros = Dropout::seeded(1).apply(&x, 1.0).unwrap();
         assert!(zeros.to_vec1::<f32>().unwrap().iter().all(|&v| v == 0.0));
+    }
+
+    /// The fused tail on [`Kernels::Cpu`] and its twin on [`Kernels::Candle`] are
+    /// [`Plan::dropout_add`] then the layer norm, drawing the same masks call after call
+    /// (f32 rounding apart: 1e-5).
+    #[test]
+    fn dropout_add_layer_norm_is_dropout_add_then_the_norm() {
+        let values = |n: usize, k: usize| {
+            let v: Vec<f32> = (0..n)
+                .map(|i| ((i * k % 101) as f32 - 50.0) / 25.0)
+                .collect();
+            Tensor::from_vec(v, n, &Device::Cpu).unwrap()
+        };
+        let (y, r) = (
+            values(96, 37).reshape((4, 24)).unwrap(),
+            values(96, 53).reshape((4, 24)).unwrap(),
+        );
+        let (w, b) = ((values(24, 7) + 3.0).unwrap(), values(24, 11));
+        for dtype in [DType::F32, DType::F64] {
+            let (d1, d2) = (Dropout::seeded(5), Dropout::seeded(5));
+            let train = |d| Mode::Train {
+                dropout: d,
+                precision: Precision::F32,
+            };
+            let (one, two) = (
+                Plan::new(train(&d1), &Device::Cpu, dtype),
+                Plan::new(train(&d2), &Device::Cpu, dtype),
+            );
+            for _ in 0..2 {
+                let fused = one
+                    .dropout_add_layer_norm(&y, &r, 0.3, (&w, &b), 1e-12)
+                    .unwrap();
+                let sum = two.dropout_add(&y, &r, 0.3).unwrap();
+                let want = crate::autograd::layer_norm(&sum, &w, &b, 1e-12).unwrap();
+                let diff = (fused - want).unwrap().abs().unwrap().max_all().unwrap();
+                assert!(diff.to_scalar::<f32>().unwrap() < 1e-5, "{dtype:?}");
+            }
+        }
     }
 
     #[test]

@@ -314,8 +314,11 @@ impl Kernel for LayerNormBackwardKernel {
         let (dx, params) = out.split_at_mut(n);
         let sums = || (vec![T::Acc::ZERO; dim], vec![T::Acc::ZERO; dim]);
         let (dw, db) = if is_large(n) {
+            // Tasks of a fixed number of rows, their partial sums added in task order: the
+            // same result on any thread count (rayon's `reduce` groups by its splits).
             let chunk = rows_per_task(dim) * dim;
-            dx.par_chunks_mut(chunk)
+            let partials: Vec<_> = dx
+                .par_chunks_mut(chunk)
                 .enumerate()
                 .map(|(task, dx)| {
                     let (mut dw, mut db) = sums();
@@ -323,7 +326,10 @@ impl Kernel for LayerNormBackwardKernel {
                     self.rows(&x[rows.clone()], w, &g[rows], dx, &mut dw, &mut db);
                     (dw, db)
                 })
-                .reduce(sums, |(mut dw, mut db), (dw2, db2)| {
+                .collect();
+            partials
+                .into_iter()
+                .fold(sums(), |(mut dw, mut db), (dw2, db2)| {
                     dw.iter_mut().zip(dw2).for_each(|(a, b)| *a += b);
                     db.iter_mut().zip(db2).for_each(|(a, b)| *a += b);
                     (dw, db)

@@ -31,6 +31,10 @@
 //!   from q and k and the saved row statistics (its slow reference is the model's own
 //!   projections and [`crate::attention::softmax_attention`]);
 //! - `dropout`: dropout from a packed [`KeepMask`], alone or fused with the residual add;
+//! - `add_norm`: a sub-layer's tail `LayerNorm(Dropout(y) + residual)` (the dropout, the
+//!   residual add and the layer norm); backward `ds = rstd (g w - mean(g w) - xh mean(g w xh))`,
+//!   `dr = ds`, `dy = ds * f`, `dw = sum g xh`, `db = sum g`, with `s` recomputed from `y`
+//!   and `residual`;
 //! - `cross_entropy`: mean cross entropy over rows of logits with targets, and the arg-max,
 //!   in one pass; backward `(softmax - onehot) / n`;
 //! - `embedding`: the word and token-type lookups and their sum; backward one scatter of the
@@ -39,6 +43,7 @@
 //! Their plumbing (matrix views, products, row maths, tiling) is the CPU layer's
 //! ([`crate::cpu`]). A new fused op goes here, beside its slow twin, with a test against it.
 
+pub(crate) mod add_norm;
 pub(crate) mod attention;
 pub(crate) mod cross_entropy;
 pub(crate) mod dropout;

@@ -29,7 +29,9 @@ pub(crate) fn normalize_rows_par(x: &mut [f32], width: usize, norm: &RowNorm<'_>
 pub(crate) fn normalize_rows(x: &mut [f32], width: usize, norm: &RowNorm<'_>) {
     for row in x.chunks_exact_mut(width.max(1)) {
         match norm {
-            RowNorm::Layer { weight, bias, eps } => layer_norm_row(row, weight, bias, *eps),
+            RowNorm::Layer { weight, bias, eps } => {
+                layer_norm_row(row, weight, bias, *eps);
+            }
             RowNorm::Rms { eps } => rms_norm_row(row, *eps),
         }
     }
@@ -178,8 +180,9 @@ multiversion! {
 }
 
 multiversion! {
-    /// `row <- (row - mean) / sqrt(var + eps) * weight + bias` (biased variance, two passes).
-    pub(crate) fn layer_norm_row(row: &mut [f32], weight: &[f32], bias: &[f32], eps: f32) {
+    /// `row <- (row - mean) / sqrt(var + eps) * weight + bias` (biased variance, two passes);
+    /// returns `(mean, 1 / sqrt(var + eps))`.
+    pub(crate) fn layer_norm_row(row: &mut [f32], weight: &[f32], bias: &[f32], eps: f32) -> (f32, f32) {
         let n = row.len() as f32;
         let mean = lane_sum(row, |x| x) / n;
         let var = lane_sum(row, |x| (x - mean) * (x - mean)) / n;
@@ -187,6 +190,7 @@ multiversion! {
         for ((x, w), b) in row.iter_mut().zip(weight).zip(bias) {
             *x = (*x - mean) * inv * *w + *b;
         }
+        (mean, inv)
     }
 }
 

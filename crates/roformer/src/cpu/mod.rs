@@ -7,6 +7,7 @@
 //! - [`product`] and [`dense`]: the matrix product in the precision the caller asks for, and
 //!   dense layers' `x W^T` over the threads; [`bf16`]: the bf16 kernels and packed weights;
 //! - [`math`]: vectorised row maths (`exp`, erf GELU, softmax row steps, layer and RMS norm);
+//!   [`add_norm`]: a sub-layer's tail `LayerNorm(Dropout(y) + r)` and its backward;
 //! - [`rows`]: outputs built block by block on the threads; [`mask`]: additive masks as rows;
 //! - [`policy`]: how work is cut into tasks and tiles.
 //!
@@ -22,6 +23,7 @@
 //!
 //! This layer imports nothing of the model: only candle, gemm, rayon and std.
 
+pub(crate) mod add_norm;
 pub(crate) mod bf16;
 pub(crate) mod dense;
 pub(crate) mod mask;

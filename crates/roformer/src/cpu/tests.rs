@@ -57,7 +57,9 @@ fn norms_match_a_double_precision_reference() {
         .sum::<f64>()
         / n;
     let mut got = row.clone();
-    layer_norm_row(&mut got, &weight, &bias, 1e-5);
+    let (got_mean, rstd) = layer_norm_row(&mut got, &weight, &bias, 1e-5);
+    assert!((f64::from(got_mean) - mean).abs() < 1e-6);
+    assert!((f64::from(rstd) - 1.0 / (var + 1e-5).sqrt()).abs() < 1e-5);
     for i in 0..row.len() {
         let want = (f64::from(row[i]) - mean) / (var + 1e-5).sqrt() * f64::from(weight[i])
             + f64::from(bias[i]);

@@ -194,3 +194,26 @@ fn primitive_backward_matches_fused() {
         }
     }
 }
+
+/// dx, dw and db are the same bits on 1 to 4 threads (rows in tasks of a fixed size, the
+/// partial sums of dw and db added in task order).
+#[test]
+fn backward_is_the_same_on_any_thread_count() {
+    use crate::autograd::layer_norm::layer_norm_backward;
+    let [x, w, _] = inputs(&[512, 256], 9, DType::F32);
+    let g = random(&[512, 256], 10, 1.0).to_dtype(DType::F32).unwrap();
+    let run = |threads: usize| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap()
+            .install(|| {
+                let (dx, dw, db) = layer_norm_backward(&x, &w, &g, 1e-12).unwrap();
+                [dx, dw, db].map(|t| to_vec(&t))
+            })
+    };
+    let one = run(1);
+    for threads in 2..=4 {
+        assert!(run(threads) == one, "{threads} threads differ from one");
+    }
+}

@@ -9,6 +9,7 @@
 //! `max(1, |gradient|)`) leaves a wide margin while catching any wrong term.
 
 mod activation;
+mod add_norm;
 mod fused_ops;
 mod layer_norm;
 mod rms_norm;
