@@ -1,292 +1,283 @@
 //! `experiment long-docs`: the paper's CAIL2019-SCM comparison (512 against 1024 tokens) in
-//! small: a classification task whose evidence is spread over a long text, fine-tuned from the
-//! models `experiment convergence` pre-trained at 128 tokens, at max length 128 and 512.
+//! small: classification tasks whose evidence is spread over a long text, fine-tuned from the
+//! models `experiment convergence` pre-trained at 128 tokens, at max lengths 128 and 512.
 //!
-//! The task: a document is ten consecutive poems by one poet from one collection, labelled
-//! with the collection: Tang shi, Song shi or Song ci. A single poem often does not tell Tang
-//! from Song shi; ten do better, so a model that reads more of the document should do better.
-//! Poets are split between training and dev by a hash of their name (no poet on both sides),
-//! at most `--max-per-poet` documents per poet, and the same number per class (chosen by a
-//! hash of the text).
+//! Two tasks, built from the poems of the corpus (`data.rs` gives every choice):
+//!
+//! - `--task collection`: a document is ten consecutive poems by one poet, labelled with its
+//!   collection: Tang shi, Song shi or Song ci. A single poem often does not tell Tang from
+//!   Song shi; ten do better, so a model that reads more of the document should do better.
+//! - `--task authorship`, closer to CAIL2019-SCM (which of two cases is like a third): given
+//!   an anchor of three poems by poet X, which of two candidates of three poems each is X's
+//!   (the other is by a poet Y of the same collection)? The input is
+//!   `[CLS] anchor [SEP] first candidate [SEP] second candidate [SEP]` (token types 0, then
+//!   1), each text cut to an equal share of the max length: at 128 tokens the model sees about
+//!   40 characters of each (under one poem), at 512 about 170 (most of the three), so the
+//!   evidence of style is spread over the texts and a longer input shows more of it.
+//!
+//! In both, poets are split between training and dev by a hash of their name (no poet on
+//! both sides), and a dataset that cannot have the examples asked for is refused, saying
+//! what it could have.
+//!
+//! Every arm is fine-tuned with `--seeds` seeds at every length; fine-tuning seed `s` starts
+//! from the arm's pre-trained run number `s mod n` of its `n` (by seed), so 5 fine-tuning
+//! seeds use 3 pre-trained seeds as 0, 1, 2, 0, 1 (with another head and data order). Dev is
+//! evaluated every `--eval-every` steps and each run keeps its curve (loss, accuracy,
+//! macro-F1, confusion matrix); a run whose predictions at the end use fewer labels than the
+//! task has, or never recall a label, **collapsed** (the two-class solution of the collection
+//! task), and the results count such runs.
 
-use std::collections::BTreeMap;
+mod data;
+mod report;
+mod runs;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
-use std::time::Instant;
 
 use anyhow::Context;
-use roformer::data::{is_validation, read_corpus, text_hash};
-use roformer::optim::Decay;
-use roformer::train::classify::ClassifyOptions;
-use roformer::train::{ModelStart, TaskOptions, TrainOptions};
-use roformer::Precision;
+use roformer::tokenizer::TokenizerConfig;
 use serde::{Deserialize, Serialize};
 
-use super::figure::{BandFigure, Point, Series, XScale};
-use super::pretrain::{finished_runs, RunRecord};
-use super::stats::Spread;
-use super::{
-    check_stopped, command_line, is_done, mark_done, read_done, refuse_duplicates, train_run,
-    write_json, write_section,
-};
+use super::pretrain::{arm_name, finished_runs};
+use super::{command_line, refuse_duplicates, write_json, write_section};
 use crate::plot;
-use crate::train::checks::{check_numbers, check_vocab_fits};
-use crate::train::classify::explain;
-use crate::{json, output};
+use crate::precision::PrecisionArg;
+use crate::train::checks::check_numbers;
+use crate::train::mlm::Position;
+use data::{
+    authorship_dataset, collection_dataset, read_collections, write_dataset, Dataset, DatasetStats,
+    Sizes,
+};
+use report::Results;
+use runs::{arms_of, fine_tune_all, plan, Settings};
 
-/// The classes: (label, folder of the corpus).
-const CLASSES: [(&str, &str); 3] = [
-    ("tang-shi", "tang"),
-    ("song-shi", "song"),
-    ("song-ci", "ci"),
-];
+/// `--task`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Task {
+    /// Ten-poem documents labelled Tang shi, Song shi or Song ci.
+    Collection,
+    /// Which of two candidates is by the anchor's poet.
+    Authorship,
+}
+
+impl Task {
+    /// `collection` or `authorship`.
+    fn name(self) -> &'static str {
+        match self {
+            Task::Collection => "collection",
+            Task::Authorship => "authorship",
+        }
+    }
+
+    /// The figures' title.
+    fn title(self) -> &'static str {
+        match self {
+            Task::Collection => "Collection of ten-poem documents",
+            Task::Authorship => "Authorship: which candidate is the anchor poet's",
+        }
+    }
+
+    /// The section's heading.
+    fn heading(self) -> &'static str {
+        match self {
+            Task::Collection => "3. Long documents: Tang shi, Song shi or Song ci",
+            Task::Authorship => {
+                "3b. Long documents: which of two candidates is by the anchor's poet"
+            }
+        }
+    }
+
+    /// Poems per document (collection) or per text (authorship) when not given.
+    fn default_poems(self) -> usize {
+        match self {
+            Task::Collection => 10,
+            Task::Authorship => 3,
+        }
+    }
+
+    /// Dev examples per label when not given: at least 1000 in all.
+    fn default_dev_per_class(self) -> usize {
+        match self {
+            Task::Collection => 350,
+            Task::Authorship => 500,
+        }
+    }
+
+    /// The shortest max length: room for [CLS], [SEP] and a token per text.
+    fn min_length(self) -> usize {
+        match self {
+            Task::Collection => 3,
+            Task::Authorship => 7,
+        }
+    }
+
+    /// Builds the task's dataset.
+    fn build(self, collections: &[data::Collection], sizes: &Sizes) -> anyhow::Result<Dataset> {
+        match self {
+            Task::Collection => collection_dataset(collections, sizes),
+            Task::Authorship => authorship_dataset(collections, sizes),
+        }
+    }
+}
 
 /// Arguments of `experiment long-docs`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    /// The output directory of `experiment convergence` (its checkpoints are fine-tuned).
+    /// The output directory of `experiment convergence` (its checkpoints are fine-tuned; with
+    /// a `--sweep`, each arm's runs at its best rate).
     #[arg(long, default_value = "experiments/convergence")]
     pub from: PathBuf,
     /// The poems, with folders `tang`, `song` and `ci` (scripts/fetch_chinese_poetry.sh).
     #[arg(long, default_value = "data/chinese-poetry/poems")]
     pub corpus: PathBuf,
-    /// The output directory.
-    #[arg(long, default_value = "experiments/long-docs")]
-    pub out: PathBuf,
-    /// The arms fine-tuned (position types of the convergence runs).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "rotary,absolute,sinusoidal"
-    )]
-    pub arms: Vec<String>,
+    /// The output directory [default: experiments/long-docs-TASK].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// The task: `collection` (which collection a ten-poem document is from) or `authorship`
+    /// (which of two candidates is by the anchor's poet).
+    #[arg(long, value_enum, default_value = "collection")]
+    pub task: Task,
+    /// The arms fine-tuned, comma-separated [default: rotary, absolute, alibi, t5 and
+    /// sinusoidal, those that --from has runs of].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub arms: Vec<Position>,
+    /// Fine-tuning seeds per arm and length (0, 1, ...); seed s starts from the arm's
+    /// pre-trained run number s mod n of its n.
+    #[arg(long, default_value_t = 5)]
+    pub seeds: u64,
     /// Max lengths fine-tuned and evaluated at, [CLS] and [SEP] included.
     #[arg(long, value_delimiter = ',', default_value = "128,512")]
     pub lengths: Vec<usize>,
-    /// Poems per document.
+    /// Poems per document (collection) or per anchor and candidate (authorship) [default: 10
+    /// for collection, 3 for authorship].
+    #[arg(long)]
+    pub poems_per_doc: Option<usize>,
+    /// Most documents (collection) or anchors (authorship) per poet.
     #[arg(long, default_value_t = 10)]
-    pub poems_per_doc: usize,
-    /// Most documents per poet.
-    #[arg(long, default_value_t = 3)]
     pub max_per_poet: usize,
-    /// Training documents per class.
-    #[arg(long, default_value_t = 300)]
+    /// Training examples per label.
+    #[arg(long, default_value_t = 500)]
     pub train_per_class: usize,
-    /// Dev documents per class.
-    #[arg(long, default_value_t = 100)]
-    pub dev_per_class: usize,
+    /// Dev examples per label [default: 350 for collection (1050 documents), 500 for
+    /// authorship (1000 examples)].
+    #[arg(long)]
+    pub dev_per_class: Option<usize>,
     /// Share of poets held out for dev (by hash of the name).
-    #[arg(long, default_value_t = 0.25)]
+    #[arg(long, default_value_t = 0.4)]
     pub dev_poets: f64,
     /// Fine-tuning steps.
-    #[arg(long, default_value_t = 120)]
+    #[arg(long, default_value_t = 500)]
     pub steps: u64,
-    /// Documents per step.
+    /// Dev evaluation every this many steps, and at the end [default: a tenth of --steps].
+    #[arg(long)]
+    pub eval_every: Option<u64>,
+    /// Examples per step.
     #[arg(long, default_value_t = 16)]
     pub batch: usize,
     /// Peak learning rate (warm-up a tenth of the steps, then linear decay).
     #[arg(long, default_value_t = 5e-4)]
     pub lr: f64,
+    /// The precision of the matrix products (master weights, optimiser, norms, softmax and
+    /// the loss stay f32).
+    #[arg(long, value_enum, default_value = "f32")]
+    pub precision: PrecisionArg,
 }
 
-/// A labelled document of the dataset.
-#[derive(Debug, Serialize, Deserialize)]
-struct LabelledDoc {
-    text: String,
-    label: String,
-}
-
-/// How the dataset came out.
-#[derive(Debug, Serialize)]
-pub struct DatasetStats {
-    /// (label, training documents, dev documents).
-    pub classes: Vec<(String, usize, usize)>,
-    /// Mean characters per document.
-    pub mean_chars: f64,
-}
-
-/// Builds the dataset into `out/data/{train,dev}.jsonl` (once).
-fn build_dataset(args: &Args, out: &Path) -> anyhow::Result<(PathBuf, PathBuf, DatasetStats)> {
-    let dir = out.join("data");
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let (train_path, dev_path) = (dir.join("train.jsonl"), dir.join("dev.jsonl"));
-    let mut train = Vec::new();
-    let mut dev = Vec::new();
-    let mut classes = Vec::new();
-    for (label, folder) in CLASSES {
-        let path = args.corpus.join(folder);
-        let documents = read_corpus(&path, None).with_context(|| {
-            format!(
-                "{}: fetch the corpus with scripts/fetch_chinese_poetry.sh",
-                path.display()
-            )
-        })?;
-        let mut by_poet: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for d in documents {
-            if let Some(author) = d.author.filter(|a| !a.trim().is_empty()) {
-                by_poet.entry(author).or_default().push(d.text);
-            }
-        }
-        let (mut tr, mut dv) = (Vec::new(), Vec::new());
-        for (poet, poems) in &by_poet {
-            let side = if is_validation(poet, args.dev_poets) {
-                &mut dv
-            } else {
-                &mut tr
-            };
-            for group in poems
-                .chunks_exact(args.poems_per_doc)
-                .take(args.max_per_poet)
-            {
-                side.push(group.concat());
-            }
-        }
-        for (side, want) in [
-            (&mut tr, args.train_per_class),
-            (&mut dv, args.dev_per_class),
-        ] {
-            side.sort_by_key(|t| text_hash(t));
-            side.truncate(want);
-        }
-        classes.push((label.to_string(), tr.len(), dv.len()));
-        train.extend(tr.into_iter().map(|text| LabelledDoc {
-            text,
-            label: label.into(),
-        }));
-        dev.extend(dv.into_iter().map(|text| LabelledDoc {
-            text,
-            label: label.into(),
-        }));
+impl Args {
+    /// `--out`, or `experiments/long-docs-TASK`.
+    fn out_dir(&self) -> PathBuf {
+        self.out
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("experiments/long-docs-{}", self.task.name())))
     }
-    // Classes interleaved by a hash, not in blocks.
-    train.sort_by_key(|d| text_hash(&d.text));
-    dev.sort_by_key(|d| text_hash(&d.text));
-    let chars: usize = train
-        .iter()
-        .chain(&dev)
-        .map(|d| d.text.chars().count())
-        .sum();
-    let stats = DatasetStats {
-        classes,
-        mean_chars: chars as f64 / (train.len() + dev.len()).max(1) as f64,
-    };
-    for (path, docs) in [(&train_path, &train), (&dev_path, &dev)] {
-        anyhow::ensure!(
-            !docs.is_empty(),
-            "no document of {} poems for {}",
-            args.poems_per_doc,
-            path.display()
-        );
-        let mut text = String::new();
-        for d in docs {
-            text.push_str(&json::to_string(d)?);
-            text.push('\n');
+
+    /// The settings every run shares, defaults filled in.
+    fn settings(&self) -> Settings {
+        Settings {
+            task: self.task,
+            sizes: Sizes {
+                poems_per_doc: self
+                    .poems_per_doc
+                    .unwrap_or_else(|| self.task.default_poems()),
+                max_per_poet: self.max_per_poet,
+                train_per_class: self.train_per_class,
+                dev_per_class: self
+                    .dev_per_class
+                    .unwrap_or_else(|| self.task.default_dev_per_class()),
+                dev_poets: self.dev_poets,
+            },
+            steps: self.steps,
+            eval_every: self.eval_every.unwrap_or((self.steps / 10).max(1)),
+            batch: self.batch,
+            lr: self.lr,
+            precision: self.precision,
         }
-        output::write(path, text.as_bytes())?;
     }
-    Ok((train_path, dev_path, stats))
-}
-
-/// What a finished fine-tuning run recorded.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct FineTuneRecord {
-    /// The arm.
-    pub arm: String,
-    /// The max length.
-    pub length: usize,
-    /// The seed (of pre-training and fine-tuning).
-    pub seed: u64,
-    /// Dev accuracy at the end.
-    pub accuracy: f64,
-    /// Dev macro-F1 at the end.
-    pub macro_f1: f64,
-    /// Wall time, seconds.
-    pub seconds: f64,
-}
-
-/// One arm at one length.
-#[derive(Debug, Serialize)]
-pub struct Cell {
-    /// The arm.
-    pub arm: String,
-    /// The max length.
-    pub length: usize,
-    /// Dev accuracy over seeds.
-    pub accuracy: Spread,
-    /// Dev macro-F1 over seeds.
-    pub macro_f1: Spread,
-}
-
-/// `results.json`.
-#[derive(Debug, Serialize)]
-pub struct Results {
-    /// The command.
-    pub command: String,
-    /// The dataset.
-    pub dataset: DatasetStats,
-    /// Arms by lengths.
-    pub cells: Vec<Cell>,
-    /// The runs.
-    pub runs: Vec<FineTuneRecord>,
 }
 
 /// Runs `experiment long-docs`.
 ///
 /// # Errors
-/// Missing pre-training runs, unreadable corpus, the runs' errors, file errors.
+/// Bad arguments, missing pre-training runs, an unreadable corpus or one without the examples
+/// asked for, the runs' errors, file errors.
 pub fn run(args: &Args, stop: &AtomicBool) -> anyhow::Result<()> {
     check(args)?;
-    let (train, dev, dataset) = build_dataset(args, &args.out)?;
+    let (out, settings) = (args.out_dir(), args.settings());
     let pretrained = finished_runs(&args.from)?;
-    let records = fine_tune_all(args, &pretrained, (&train, &dev), stop)?;
-    let cells = cells(args, &records);
+    let asked: Vec<String> = args.arms.iter().map(|&a| arm_name(a).into()).collect();
+    let arms = arms_of(&asked, &pretrained, &args.from)?;
+    let plan = plan(&arms, &args.lengths, args.seeds, &pretrained);
+    let first = plan.first().context("no run to do")?;
+    // The runs share the experiment's vocabulary, and so its [SEP].
+    let tokenizer = TokenizerConfig::from_dir(&first.base.dir.join("checkpoint"))?;
+    let collections = read_collections(&args.corpus)?;
+    let dataset = args.task.build(&collections, &settings.sizes)?;
+    drop(collections);
+    let mut files = Vec::new();
+    for &length in &args.lengths {
+        let written = write_dataset(&dataset, length, &tokenizer.sep_token, &out.join("data"))?;
+        files.push((length, written));
+    }
+    let data = |length: usize| {
+        (files.iter())
+            .find(|(l, _)| *l == length)
+            .map(|(_, f)| f.clone())
+    };
+    let records = fine_tune_all(&plan, &data, &settings, (&out, &dataset.labels), stop)?;
+    let cells = report::cells(&arms, &args.lengths, &records);
     let results = Results {
         command: command_line(),
-        dataset,
+        verdicts: report::verdicts(&cells, &records, &args.lengths),
         cells,
+        settings,
+        seeds: args.seeds,
+        labels: dataset.labels.clone(),
+        dataset: DatasetStats::of(&dataset),
         runs: records,
     };
-    write_json(&args.out, "results.json", &results)?;
-    let figure_path = args.out.join("long-docs.png");
-    plot::save(&figure(args, &results), &figure_path, (900, 560))?;
-    let table = table(&results);
-    let classes: Vec<String> = results
-        .dataset
-        .classes
-        .iter()
-        .map(|(l, t, d)| format!("{l} {t}/{d}"))
-        .collect();
-    // The share of an average document that fits at each length ([CLS] and [SEP] aside; one
-    // token per character).
-    let shares: Vec<String> = args
-        .lengths
-        .iter()
-        .map(|&l| {
-            let share = (l.saturating_sub(2) as f64 / results.dataset.mean_chars).min(1.0);
-            format!("{l} tokens hold {:.0} % of one", 100.0 * share)
-        })
-        .collect();
-    let section = format!(
-        "### 3. Long documents: 128 against 512 tokens\n\n```sh\n{}\n```\n\n\
-         Documents of {} consecutive poems by one poet, labelled Tang shi, Song shi or Song ci \
-         (training/dev documents per class: {}; poets split by a hash of the name; {:.0} \
-         characters per document on average: {}). Each \
-         pre-trained model of experiment 1 is fine-tuned with its own seed: {} steps of {} \
-         documents, AdamW lr {} (warm-up a tenth, linear decay), evaluated on dev at the end.\n\n\
-         {}\n![dev accuracy]({})\n",
-        results.command,
-        args.poems_per_doc,
-        classes.join(", "),
-        results.dataset.mean_chars,
-        shares.join(", "),
-        args.steps,
-        args.batch,
-        args.lr,
-        table,
-        figure_path.display()
-    );
-    let section_path = write_section(&args.out, &section)?;
-    println!("{table}");
+    write_report(args, &arms, &results, &out)
+}
+
+/// Writes `results.json`, the figures and `section.md` into `out`, and prints the table and
+/// the verdicts.
+fn write_report(args: &Args, arms: &[String], results: &Results, out: &Path) -> anyhow::Result<()> {
+    write_json(out, "results.json", results)?;
+    let by_length = out.join("long-docs.png");
+    let curves = out.join("long-docs-curves.png");
+    let size = (900, 560);
+    plot::save(
+        &report::by_length_figure(results, args.task, arms),
+        &by_length,
+        size,
+    )?;
+    plot::save(&report::curves_figure(results, args.task), &curves, size)?;
+    let section = report::section(results, args.task, &args.lengths, (&by_length, &curves));
+    let section_path = write_section(out, &section)?;
+    println!("{}", report::table(results));
+    for v in &results.verdicts {
+        println!("{}", v.text);
+    }
     println!("section: {}", section_path.display());
     Ok(())
 }
@@ -294,224 +285,38 @@ pub fn run(args: &Args, stop: &AtomicBool) -> anyhow::Result<()> {
 /// The checks of the arguments, before anything is read.
 ///
 /// # Errors
-/// A count of 0, a learning rate that is not a finite number above 0, an arm or a length
-/// named twice.
+/// A count of 0, a share of poets outside (0, 1), a length too short for the task, a
+/// learning rate that is not a finite number above 0, an arm or a length named twice.
 fn check(args: &Args) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        args.poems_per_doc >= 1,
-        "--poems-per-doc must be at least 1"
-    );
-    anyhow::ensure!(
-        args.steps >= 1 && args.batch >= 1,
-        "--steps and --batch must be at least 1"
-    );
-    check_numbers(args.lr, 0.01, 1.0)?;
-    refuse_duplicates("--arms", &args.arms)?;
-    refuse_duplicates("--lengths", &args.lengths)
-}
-
-/// Fine-tunes every pre-trained seed's arms at every length (seed by seed), skipping
-/// finished runs: their records, in that order.
-///
-/// # Errors
-/// An arm without a finished pre-training run of a seed, the runs' errors, a stop by Ctrl-C.
-fn fine_tune_all(
-    args: &Args,
-    pretrained: &[RunRecord],
-    (train, dev): (&Path, &Path),
-    stop: &AtomicBool,
-) -> anyhow::Result<Vec<FineTuneRecord>> {
-    let mut seeds: Vec<u64> = pretrained.iter().map(|r| r.seed).collect();
-    seeds.sort_unstable();
-    seeds.dedup();
-    let total = seeds.len() * args.arms.len() * args.lengths.len();
-    let mut records = Vec::new();
-    for &seed in &seeds {
-        for arm in &args.arms {
-            let Some(base) = pretrained.iter().find(|r| r.seed == seed && &r.arm == arm) else {
-                anyhow::bail!(
-                    "no finished {arm} run of seed {seed} in {}",
-                    args.from.display()
-                );
-            };
-            for &length in &args.lengths {
-                let dir = args
-                    .out
-                    .join("runs")
-                    .join(format!("{arm}-L{length}-s{seed}"));
-                if is_done(&dir) {
-                    records.push(read_done::<FineTuneRecord>(&dir)?);
-                    continue;
-                }
-                eprintln!(
-                    "[{}/{total}] fine-tuning {arm} at {length} tokens, seed {seed}",
-                    records.len() + 1
-                );
-                let started = Instant::now();
-                let run = (base.dir.as_path(), arm.as_str());
-                let (accuracy, macro_f1) =
-                    fine_tune(args, run, (train, dev), (length, seed), &dir, stop)?;
-                check_stopped(stop)?;
-                let record = FineTuneRecord {
-                    arm: arm.clone(),
-                    length,
-                    seed,
-                    accuracy,
-                    macro_f1,
-                    seconds: started.elapsed().as_secs_f64(),
-                };
-                mark_done(&dir, &record)?;
-                records.push(record);
-            }
-        }
-    }
-    Ok(records)
-}
-
-/// Each arm at each length: its dev accuracy and macro-F1 over the seeds.
-fn cells(args: &Args, records: &[FineTuneRecord]) -> Vec<Cell> {
-    let mut cells = Vec::new();
-    for arm in &args.arms {
-        for &length in &args.lengths {
-            let of = |f: fn(&FineTuneRecord) -> f64| {
-                Spread::of(
-                    records
-                        .iter()
-                        .filter(|r| &r.arm == arm && r.length == length)
-                        .map(f)
-                        .collect(),
-                )
-            };
-            if let (Some(accuracy), Some(macro_f1)) = (of(|r| r.accuracy), of(|r| r.macro_f1)) {
-                cells.push(Cell {
-                    arm: arm.clone(),
-                    length,
-                    accuracy,
-                    macro_f1,
-                });
-            }
-        }
-    }
-    cells
-}
-
-/// What an experiment's fine-tuning run records in its `run.json`.
-#[derive(Debug, Serialize)]
-struct FineTuneRun<'a> {
-    /// The arm.
-    arm: &'a str,
-    /// The max length.
-    length: usize,
-    /// The seed.
-    seed: u64,
-    /// The loss plot's file name.
-    plot: &'static str,
-}
-
-/// Fine-tunes the pre-trained run `base` to classify the documents of `data` (training, dev)
-/// at max length `length` with seed `seed`, into `dir`: the dev (accuracy, macro-F1) at the
-/// end.
-///
-/// # Errors
-/// The run's errors, and a run without a dev evaluation.
-fn fine_tune(
-    args: &Args,
-    (base, arm): (&Path, &str),
-    data: (&Path, &Path),
-    (length, seed): (usize, u64),
-    dir: &Path,
-    stop: &AtomicBool,
-) -> anyhow::Result<(f64, f64)> {
-    let init = base.join("checkpoint");
-    let start = ModelStart::from_checkpoint(&init)?;
-    check_vocab_fits(&init, start.tokenizer.vocab_size(), start.config.vocab_size)?;
-    let task = ClassifyOptions {
-        train: data.0.to_path_buf(),
-        eval: Some(data.1.to_path_buf()),
-        labels: CLASSES.iter().map(|(l, _)| l.to_string()).collect(),
-        max_length: length,
-        batch_size: args.batch,
-        seed,
-    };
-    let options = TrainOptions {
-        out: dir.to_path_buf(),
-        model: &start,
-        task: TaskOptions::Classify(task),
-        steps: Some(args.steps),
-        grad_accum: 1,
-        lr: args.lr,
-        warmup: args.steps / 10,
-        decay: Decay::Linear,
-        weight_decay: 0.01,
-        max_grad_norm: Some(1.0),
-        seed,
-        eval_every: 0,
-        save_every: 0,
-        precision: Precision::F32,
-        resume: false,
-        save_hook: None,
-        dump: None,
-    };
-    let inputs = vec![
-        ("--init", init.as_path()),
-        ("--train", data.0),
-        ("--eval", data.1),
+    let s = args.settings();
+    let counts: [(&str, u64); 8] = [
+        ("--seeds", args.seeds),
+        ("--steps", s.steps),
+        ("--eval-every", s.eval_every),
+        ("--batch", s.batch as u64),
+        ("--poems-per-doc", s.sizes.poems_per_doc as u64),
+        ("--max-per-poet", s.sizes.max_per_poet as u64),
+        ("--train-per-class", s.sizes.train_per_class as u64),
+        ("--dev-per-class", s.sizes.dev_per_class as u64),
     ];
-    let record = FineTuneRun {
-        arm,
-        length,
-        seed,
-        plot: "loss.png",
-    };
-    let finished = train_run(&options, inputs, &record, "Classifier", stop, explain)?;
-    let eval = finished.last_eval.filter(|e| e.macro_f1.is_some());
-    let eval = eval.with_context(|| format!("{}: no dev evaluation", dir.display()))?;
-    Ok((eval.accuracy, eval.macro_f1.unwrap_or(0.0)))
-}
-
-/// Dev accuracy against max length, one line per arm.
-fn figure(args: &Args, results: &Results) -> BandFigure {
-    BandFigure {
-        title: "Ten-poem documents: dev accuracy by max length".into(),
-        x_desc: "max length (tokens)".into(),
-        y_desc: "dev accuracy".into(),
-        x_scale: XScale::Log2,
-        series: args
-            .arms
-            .iter()
-            .map(|arm| Series {
-                name: arm.clone(),
-                points: results
-                    .cells
-                    .iter()
-                    .filter(|c| &c.arm == arm)
-                    .map(|c| Point {
-                        x: c.length as f64,
-                        mean: c.accuracy.mean,
-                        min: c.accuracy.min,
-                        max: c.accuracy.max,
-                    })
-                    .collect(),
-            })
-            .collect(),
-        reference: Some((1.0 / CLASSES.len() as f64, "chance".into())),
-        legend: plotters::prelude::SeriesLabelPosition::MiddleRight,
+    for (flag, value) in counts {
+        anyhow::ensure!(value >= 1, "{flag} must be at least 1");
     }
-}
-
-/// The Markdown table: a row per arm and length.
-fn table(results: &Results) -> String {
-    let mut s = "| arm | max length | dev accuracy, mean ± std (min–max) | dev macro-F1 |\n\
-                 |---|---:|---|---|\n"
-        .to_string();
-    for c in &results.cells {
-        s += &format!(
-            "| {} | {} | {} | {} |\n",
-            c.arm,
-            c.length,
-            c.accuracy.show(3),
-            c.macro_f1.show(3)
+    anyhow::ensure!(
+        s.sizes.dev_poets > 0.0 && s.sizes.dev_poets < 1.0,
+        "--dev-poets {} must be above 0 and below 1 (the share of poets held out for dev)",
+        s.sizes.dev_poets
+    );
+    let min = args.task.min_length();
+    if let Some(&short) = args.lengths.iter().find(|&&l| l < min) {
+        anyhow::bail!(
+            "--lengths {short} is too short for --task {}: at least {min} ([CLS], [SEP] and a              token per text)",
+            args.task.name()
         );
     }
-    s
+    anyhow::ensure!(!args.lengths.is_empty(), "--lengths names no length");
+    check_numbers(args.lr, 0.01, 1.0)?;
+    let arms: Vec<&str> = args.arms.iter().map(|&a| arm_name(a)).collect();
+    refuse_duplicates("--arms", &arms)?;
+    refuse_duplicates("--lengths", &args.lengths)
 }
