@@ -224,7 +224,10 @@ fn the_four_experiments_run_end_to_end_and_resume() {
         train.lines().all(|l| !dev.contains(l)),
         "no document on both sides"
     );
-    assert!(docs.join("long-docs-curves.png").is_file());
+    assert!(
+        docs.join("long-docs-curves-L16.png").is_file()
+            && docs.join("long-docs-curves-L32.png").is_file()
+    );
 
     // Linear attention.
     let linear = dir.join("linear");
@@ -383,7 +386,15 @@ fn long_docs_authorship_asks_which_candidate_is_the_anchor_poets_and_resumes() {
         "{section}"
     );
     assert!(section.contains("s mod n") && section.contains("**Verdict**"));
-    for figure in ["long-docs.png", "long-docs-curves.png"] {
+    assert!(
+        section.contains("rotary 0, 0; absolute 0, 0"),
+        "1 pre-trained seed: {section}"
+    );
+    for figure in [
+        "long-docs.png",
+        "long-docs-curves-L16.png",
+        "long-docs-curves-L32.png",
+    ] {
         assert!(std::fs::metadata(out.join(figure)).unwrap().len() > 1000);
     }
 

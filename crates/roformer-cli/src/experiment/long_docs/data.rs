@@ -13,14 +13,16 @@
 //!   says which candidate is X's (`first` or `second`); the examples of a side are ordered by
 //!   a hash of the anchor and alternate between the labels, so each label has exactly half.
 //!
-//! A dataset that cannot have the documents asked for is refused with what it could have:
+//! A poet's side is that of the name in simplified characters, so that a poet written in
+//! traditional characters in one collection and in simplified ones in another is on one
+//! side. A dataset that cannot have the documents asked for is refused with what it could have:
 //! there is no silent shortfall.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use roformer::data::{is_validation, read_corpus, text_hash};
+use roformer::data::{is_validation, read_corpus, text_hash, to_simplified};
 use serde::{Deserialize, Serialize};
 
 use crate::{json, output};
@@ -98,9 +100,11 @@ pub enum Side {
 }
 
 impl Side {
-    /// The side of `poet`.
+    /// The side of `poet`, by a hash of the name in simplified characters (the corpus writes
+    /// the Song ci's poets in simplified characters and the shi's in traditional ones: 苏轼 of
+    /// the ci is 蘇軾 of the shi, and goes to the same side).
     fn of(poet: &str, dev_poets: f64) -> Side {
-        if is_validation(poet, dev_poets) {
+        if is_validation(&to_simplified(poet), dev_poets) {
             Side::Dev
         } else {
             Side::Train
@@ -313,7 +317,7 @@ fn refuse_shortfall(short: &[(Side, String)], sizes: &Sizes) -> anyhow::Result<(
     };
     let what: Vec<&str> = short.iter().map(|(_, s)| s.as_str()).collect();
     anyhow::bail!(
-        "the corpus does not give the examples asked for: {}; ask for fewer, raise          --max-per-poet ({}) or lower --poems-per-doc ({}){split}",
+        "the corpus does not give the examples asked for: {}; ask for fewer, raise --max-per-poet ({}) or lower --poems-per-doc ({}){split}",
         what.join("; "),
         sizes.max_per_poet,
         sizes.poems_per_doc

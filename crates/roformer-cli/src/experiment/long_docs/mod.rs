@@ -73,8 +73,8 @@ impl Task {
     /// The figures' title.
     fn title(self) -> &'static str {
         match self {
-            Task::Collection => "Collection of ten-poem documents",
-            Task::Authorship => "Authorship: which candidate is the anchor poet's",
+            Task::Collection => "Collection task",
+            Task::Authorship => "Authorship task",
         }
     }
 
@@ -263,16 +263,24 @@ pub fn run(args: &Args, stop: &AtomicBool) -> anyhow::Result<()> {
 /// the verdicts.
 fn write_report(args: &Args, arms: &[String], results: &Results, out: &Path) -> anyhow::Result<()> {
     write_json(out, "results.json", results)?;
-    let by_length = out.join("long-docs.png");
-    let curves = out.join("long-docs-curves.png");
     let size = (900, 560);
+    let by_length = out.join("long-docs.png");
     plot::save(
         &report::by_length_figure(results, args.task, arms),
         &by_length,
         size,
     )?;
-    plot::save(&report::curves_figure(results, args.task), &curves, size)?;
-    let section = report::section(results, args.task, &args.lengths, (&by_length, &curves));
+    let mut figures = vec![by_length];
+    for &length in &args.lengths {
+        let path = out.join(format!("long-docs-curves-L{length}.png"));
+        plot::save(
+            &report::curves_figure(results, args.task, arms, length),
+            &path,
+            size,
+        )?;
+        figures.push(path);
+    }
+    let section = report::section(results, args.task, &args.lengths, &figures);
     let section_path = write_section(out, &section)?;
     println!("{}", report::table(results));
     for v in &results.verdicts {

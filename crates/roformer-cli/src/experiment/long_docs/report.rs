@@ -2,7 +2,7 @@
 //! training, collapsed runs counted), the dev-accuracy curves, the verdict of the longest
 //! length against the shortest per arm, the figures and the section.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -269,19 +269,24 @@ pub fn by_length_figure(results: &Results, task: Task, arms: &[String]) -> BandF
     }
 }
 
-/// Dev accuracy against step, one line per arm and length.
-pub fn curves_figure(results: &Results, task: Task) -> BandFigure {
+/// Dev accuracy against step at max length `length`, one line per arm (in the colours of
+/// the by-length figure).
+pub fn curves_figure(results: &Results, task: Task, arms: &[String], length: usize) -> BandFigure {
     BandFigure {
-        title: format!("{}: dev accuracy while fine-tuning", task.title()),
+        title: format!(
+            "{}, {length} tokens: dev accuracy while fine-tuning",
+            task.title()
+        ),
         x_desc: "step".into(),
         y_desc: "dev accuracy".into(),
         x_scale: XScale::Linear,
-        series: results
-            .cells
+        series: arms
             .iter()
-            .map(|c| Series {
-                name: format!("{} {}", c.arm, c.length),
-                points: (c.curve.iter())
+            .map(|arm| Series {
+                name: arm.clone(),
+                points: (results.cells.iter())
+                    .filter(|c| &c.arm == arm && c.length == length)
+                    .flat_map(|c| &c.curve)
                     .map(|p| point(p.step as f64, &p.accuracy))
                     .collect(),
             })
@@ -349,7 +354,9 @@ fn dataset_text(results: &Results, task: Task, lengths: &[usize]) -> String {
         Task::Collection => format!(
             "A document is {} consecutive poems by one poet (at most {} documents per poet), \
              labelled Tang shi, Song shi or Song ci; the same number per class, chosen by a \
-             hash of the text.",
+             hash of the text. The corpus writes the Song ci in simplified characters and the \
+             shi in traditional ones, so ci against shi is easy; Tang against Song shi is the \
+             hard part (the two-class solution gives it up).",
             sizes.poems_per_doc, sizes.max_per_poet
         ),
         Task::Authorship => format!(
@@ -378,46 +385,70 @@ fn dataset_text(results: &Results, task: Task, lengths: &[usize]) -> String {
     )
 }
 
+/// Per arm, the pre-trained seed of each fine-tuning seed: `rotary 0, 1, 2, 0, 1`.
+fn seed_map(results: &Results) -> String {
+    let (mut arms, mut seen): (Vec<String>, Vec<&str>) = (Vec::new(), Vec::new());
+    for c in &results.cells {
+        if seen.contains(&c.arm.as_str()) {
+            continue;
+        }
+        seen.push(&c.arm);
+        let mut runs: Vec<&FineTuneRecord> = runs_of(&results.runs, &c.arm, c.length).collect();
+        runs.sort_by_key(|r| r.seed);
+        let seeds: Vec<String> = runs.iter().map(|r| r.pretrained_seed.to_string()).collect();
+        arms.push(format!("{} {}", c.arm, seeds.join(", ")));
+    }
+    arms.join("; ")
+}
+
 /// The section of EXPERIMENTS.md.
-pub fn section(
-    results: &Results,
-    task: Task,
-    lengths: &[usize],
-    figures: (&Path, &Path),
-) -> String {
+pub fn section(results: &Results, task: Task, lengths: &[usize], figures: &[PathBuf]) -> String {
     let s = &results.settings;
-    let verdicts: Vec<String> = results
+    let mut verdicts: Vec<String> = results
         .verdicts
         .iter()
         .map(|v| format!("- {}\n", v.text))
         .collect();
+    let images: Vec<String> = figures
+        .iter()
+        .map(|f| format!("![{}]({})\n\n", file_stem(f), f.display()))
+        .collect();
+    if verdicts.is_empty() {
+        verdicts.push("- none: no arm has runs at two lengths.\n".into());
+    }
     let collapsed: usize = results.cells.iter().map(|c| c.collapsed).sum();
     let runs: usize = results.cells.iter().map(|c| c.runs).sum();
     format!(
         "### {}\n\n```sh\n{}\n```\n\n{}\n\nEach arm's pre-trained models (experiment 1's \
          runs, at the arm's best rate when it ran a sweep) are fine-tuned with {} seeds: \
          fine-tuning seed s starts from the arm's pre-trained run number s mod n of its n \
-         seeds (with 3 pre-trained seeds, seeds 3 and 4 start again from the first two, with \
-         another initial head and data order), at each max length. {} steps of {} examples, \
+         seeds (a pre-trained model used twice gets another initial head and data order; \
+         pre-trained seed of each fine-tuning seed: {}), at each max length. {} steps of {} examples, \
          AdamW lr {} (warm-up a tenth, linear decay, weight decay 0.01, clipping at 1), {} \
          matrix products; dev evaluated every {} steps. A run **collapsed** when its dev \
          predictions at the end use fewer labels than the task has or never recall one \
-         label: {collapsed} of {runs} runs.\n\n{}\n![dev accuracy by length]({})\n\n\
-         ![dev accuracy while fine-tuning]({})\n\n**Verdict** (the longest length against the \
+         label: {collapsed} of {runs} runs.\n\n{}\n{}**Verdict** (the longest length against the \
          shortest, per arm; held when every seed at the longer length is above every seed at \
          the shorter):\n\n{}",
         task.heading(),
         results.command,
         dataset_text(results, task, lengths),
         results.seeds,
+        seed_map(results),
         s.steps,
         s.batch,
         s.lr,
         s.precision.name(),
         s.eval_every,
         table(results),
-        figures.0.display(),
-        figures.1.display(),
+        images.concat(),
         verdicts.concat()
     )
+}
+
+/// The file name of `path` without its extension, as an image's alt text.
+fn file_stem(path: &Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }

@@ -160,3 +160,17 @@ fn authorship_texts_share_the_max_length_and_keep_their_separators() {
     assert_eq!(l.text, c.dev[0].segments[0]);
     assert!(l.text_pair.is_none());
 }
+
+#[test]
+fn a_poet_is_on_one_side_in_either_script() {
+    for dev_poets in [0.1, 0.3, 0.5, 0.7, 0.9] {
+        for (traditional, simplified) in [("蘇軾", "苏轼"), ("陸游", "陆游"), ("黃庭堅", "黄庭坚")]
+        {
+            assert_eq!(
+                Side::of(traditional, dev_poets),
+                Side::of(simplified, dev_poets),
+                "{traditional} at {dev_poets}"
+            );
+        }
+    }
+}
