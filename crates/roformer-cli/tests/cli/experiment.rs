@@ -328,6 +328,7 @@ fn long_docs_authorship_asks_which_candidate_is_the_anchor_poets_and_resumes() {
     let results = read_json(&out.join("results.json"));
     assert_eq!(results["settings"]["task"], "authorship");
     assert_eq!(results["labels"], serde_json::json!(["first", "second"]));
+    assert_eq!(results["pending"], 0);
     assert_eq!(
         results["cells"].as_array().unwrap().len(),
         4,

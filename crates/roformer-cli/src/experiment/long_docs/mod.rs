@@ -244,24 +244,44 @@ pub fn run(args: &Args, stop: &AtomicBool) -> anyhow::Result<()> {
             .find(|(l, _)| *l == length)
             .map(|(_, f)| f.clone())
     };
-    let records = fine_tune_all(&plan, &data, &settings, (&out, &dataset.labels), stop)?;
-    let cells = report::cells(&arms, &args.lengths, &records);
-    let results = Results {
-        command: command_line(),
-        verdicts: report::verdicts(&cells, &records, &args.lengths),
-        cells,
-        settings,
-        seeds: args.seeds,
-        labels: dataset.labels.clone(),
-        dataset: DatasetStats::of(&dataset),
-        runs: records,
+    let stats = DatasetStats::of(&dataset);
+    let results = |records: &[runs::FineTuneRecord]| {
+        let cells = report::cells(&arms, &args.lengths, records);
+        Results {
+            command: command_line(),
+            verdicts: report::verdicts(&cells, records, &args.lengths),
+            cells,
+            settings: settings.clone(),
+            seeds: args.seeds,
+            labels: dataset.labels.clone(),
+            dataset: stats.clone(),
+            pending: plan.len().saturating_sub(records.len()),
+            runs: records.to_vec(),
+        }
     };
-    write_report(args, &arms, &results, &out)
+    // Reported after every run, so that a long experiment shows its finished runs.
+    let partial = |records: &[runs::FineTuneRecord]| {
+        write_report(args, &arms, &results(records), &out).map(|_| ())
+    };
+    let labels = &dataset.labels;
+    let records = fine_tune_all(&plan, &data, &settings, (&out, labels), stop, &partial)?;
+    let results = results(&records);
+    let section = write_report(args, &arms, &results, &out)?;
+    println!("{}", report::table(&results));
+    for v in &results.verdicts {
+        println!("{}", v.text);
+    }
+    println!("section: {}", section.display());
+    Ok(())
 }
 
-/// Writes `results.json`, the figures and `section.md` into `out`, and prints the table and
-/// the verdicts.
-fn write_report(args: &Args, arms: &[String], results: &Results, out: &Path) -> anyhow::Result<()> {
+/// Writes `results.json`, the figures and `section.md` into `out`: the section's path.
+fn write_report(
+    args: &Args,
+    arms: &[String],
+    results: &Results,
+    out: &Path,
+) -> anyhow::Result<PathBuf> {
     write_json(out, "results.json", results)?;
     let size = (900, 560);
     let by_length = out.join("long-docs.png");
@@ -281,13 +301,7 @@ fn write_report(args: &Args, arms: &[String], results: &Results, out: &Path) -> 
         figures.push(path);
     }
     let section = report::section(results, args.task, &args.lengths, &figures);
-    let section_path = write_section(out, &section)?;
-    println!("{}", report::table(results));
-    for v in &results.verdicts {
-        println!("{}", v.text);
-    }
-    println!("section: {}", section_path.display());
-    Ok(())
+    write_section(out, &section)
 }
 
 /// The checks of the arguments, before anything is read.

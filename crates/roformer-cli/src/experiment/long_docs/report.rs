@@ -92,6 +92,8 @@ pub struct Results {
     pub cells: Vec<Cell>,
     /// Per arm, the longest length against the shortest.
     pub verdicts: Vec<Verdict>,
+    /// Runs not finished yet (the same command continues).
+    pub pending: usize,
     /// The runs.
     pub runs: Vec<FineTuneRecord>,
 }
@@ -415,6 +417,13 @@ pub fn section(results: &Results, task: Task, lengths: &[usize], figures: &[Path
         .collect();
     if verdicts.is_empty() {
         verdicts.push("- none: no arm has runs at two lengths.\n".into());
+    }
+    if results.pending > 0 {
+        verdicts.push(format!(
+            "\n**Not finished yet**: {} runs (the same command continues); the numbers above \
+             are those of the finished runs.\n",
+            results.pending
+        ));
     }
     let collapsed: usize = results.cells.iter().map(|c| c.collapsed).sum();
     let runs: usize = results.cells.iter().map(|c| c.runs).sum();

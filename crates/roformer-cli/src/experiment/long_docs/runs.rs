@@ -262,17 +262,19 @@ fn reuse(dir: &Path, planned: &Planned<'_>, settings: &Settings) -> anyhow::Resu
     Ok(record)
 }
 
-/// Runs the plan, skipping finished runs; `data` gives each length's (training, dev) files.
-/// Returns the records in plan order.
+/// Runs the plan, skipping finished runs; `data` gives each length's (training, dev) files,
+/// and `report` is called with the records so far after every run it trains. Returns the
+/// records in plan order.
 ///
 /// # Errors
-/// A finished run of other settings, the runs' errors, a stop by Ctrl-C.
+/// A finished run of other settings, the runs' errors, a stop by Ctrl-C, `report`'s.
 pub fn fine_tune_all(
     plan: &[Planned<'_>],
     data: &dyn Fn(usize) -> Option<(PathBuf, PathBuf)>,
     settings: &Settings,
     (out, labels): (&Path, &[String]),
     stop: &AtomicBool,
+    report: &dyn Fn(&[FineTuneRecord]) -> anyhow::Result<()>,
 ) -> anyhow::Result<Vec<FineTuneRecord>> {
     let mut records = Vec::new();
     for (i, planned) in plan.iter().enumerate() {
@@ -309,6 +311,7 @@ pub fn fine_tune_all(
         };
         mark_done(&dir, &record)?;
         records.push(record);
+        report(&records)?;
     }
     Ok(records)
 }
