@@ -6,7 +6,9 @@
 //!   everything else identical (the paper's Figure 3, left);
 //! - `length`: the pre-trained models of `convergence` on validation blocks longer and shorter
 //!   than their training length;
-//! - `long-docs`: fine-tuning them to classify ten-poem documents at 128 and 512 tokens;
+//! - `long-docs`: fine-tuning them at 128 and 512 tokens to classify ten-poem documents by
+//!   collection, or (`--task authorship`) to tell which of two candidates is by an anchor's
+//!   poet;
 //! - `linear`: the same pre-training with linear attention (Figure 3, right).
 //!
 //! `convergence` and `linear` take `--sweep RATES`: each arm's learning rate tuned on seed 0,
@@ -47,7 +49,8 @@ pub enum Command {
     /// Validation MLM loss at lengths 64..4096 of the models `convergence` pre-trained at 128,
     /// rotary ones also under the context-extension scalings.
     Length(length::Args),
-    /// Ten-poem documents classified at 128 and 512 tokens, fine-tuned from `convergence`.
+    /// Long inputs at 128 and 512 tokens, fine-tuned from `convergence`: ten-poem documents
+    /// by collection, or (`--task authorship`) which of two candidates is an anchor poet's.
     LongDocs(long_docs::Args),
     /// MLM convergence with linear attention: rotary against none and absolute (`--sweep`:
     /// each at its own best learning rate).

@@ -157,17 +157,9 @@ fn the_four_experiments_run_end_to_end_and_resume() {
     }
     assert!(len.join("length.png").is_file());
 
-    // Long documents: the classes are the folders tang, song and ci.
-    let classes = dir.join("classes");
-    for (folder, file) in [
-        ("tang", "quantangshi/poet.tang.0.json"),
-        ("song", "quantangshi/poet.song.0.json"),
-        ("ci", "songci/ci.song.0.json"),
-    ] {
-        std::fs::create_dir_all(classes.join(folder)).unwrap();
-        let name = Path::new(file).file_name().unwrap();
-        std::fs::copy(poetry().join(file), classes.join(folder).join(name)).unwrap();
-    }
+    // Long documents: the classes are the folders tang, song and ci; 3 fine-tuning seeds from
+    // the 2 pre-trained ones.
+    let classes = collections(&dir);
     let docs = dir.join("docs");
     roformer_ok(&[
         "experiment",
@@ -180,18 +172,22 @@ fn the_four_experiments_run_end_to_end_and_resume() {
         docs.to_str().unwrap(),
         "--arms",
         "rotary,absolute",
+        "--seeds",
+        "3",
         "--lengths",
         "16,32",
         "--poems-per-doc",
         "2",
         "--train-per-class",
-        "6",
+        "5",
         "--dev-per-class",
         "3",
         "--dev-poets",
-        "0.4",
+        "0.25",
         "--steps",
         "2",
+        "--eval-every",
+        "1",
         "--batch",
         "4",
     ]);
@@ -201,14 +197,36 @@ fn the_four_experiments_run_end_to_end_and_resume() {
     for c in cells {
         let acc = c["accuracy"]["mean"].as_f64().unwrap();
         assert!((0.0..=1.0).contains(&acc));
-        assert_eq!(c["accuracy"]["values"].as_array().unwrap().len(), 2);
+        assert_eq!(c["accuracy"]["values"].as_array().unwrap().len(), 3);
+        assert_eq!(c["curve"].as_array().unwrap().len(), 2, "evals at 1 and 2");
     }
-    let train = std::fs::read_to_string(docs.join("data/train.jsonl")).unwrap();
-    let dev = std::fs::read_to_string(docs.join("data/dev.jsonl")).unwrap();
-    assert!(!train.is_empty() && !dev.is_empty());
+    let bases: Vec<(u64, u64)> = results["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["arm"] == "rotary" && r["length"] == 16)
+        .map(|r| {
+            (
+                r["seed"].as_u64().unwrap(),
+                r["pretrained_seed"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        bases,
+        [(0, 0), (1, 1), (2, 0)],
+        "seed s from pre-trained s mod 2"
+    );
+    let train = std::fs::read_to_string(docs.join("data/L16/train.jsonl")).unwrap();
+    let dev = std::fs::read_to_string(docs.join("data/L16/dev.jsonl")).unwrap();
+    assert_eq!(dev.lines().count(), 9, "3 per class");
     assert!(
         train.lines().all(|l| !dev.contains(l)),
         "no document on both sides"
+    );
+    assert!(
+        docs.join("long-docs-curves-L16.png").is_file()
+            && docs.join("long-docs-curves-L32.png").is_file()
     );
 
     // Linear attention.
@@ -223,6 +241,202 @@ fn the_four_experiments_run_end_to_end_and_resume() {
             ("absolute".into(), 2),
             ("none".into(), 2)
         ]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The three collections of the poetry sample as `long-docs` reads them: folders `tang`,
+/// `song` and `ci` in `dir/classes`.
+fn collections(dir: &Path) -> PathBuf {
+    let classes = dir.join("classes");
+    for (folder, file) in [
+        ("tang", "quantangshi/poet.tang.0.json"),
+        ("song", "quantangshi/poet.song.0.json"),
+        ("ci", "songci/ci.song.0.json"),
+    ] {
+        std::fs::create_dir_all(classes.join(folder)).unwrap();
+        let name = Path::new(file).file_name().unwrap();
+        std::fs::copy(poetry().join(file), classes.join(folder).join(name)).unwrap();
+    }
+    classes
+}
+
+/// The poets of a `long-docs` data file's examples.
+fn poets_of(jsonl: &str) -> std::collections::BTreeSet<String> {
+    jsonl
+        .lines()
+        .flat_map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            let poets: Vec<String> = v["poets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.as_str().unwrap().to_string())
+                .collect();
+            poets
+        })
+        .collect()
+}
+
+#[test]
+fn long_docs_authorship_asks_which_candidate_is_the_anchor_poets_and_resumes() {
+    let dir = scratch("authorship");
+    let conv = dir.join("conv");
+    let mut options = toy(&poetry(), &conv);
+    let seeds = options.iter().position(|o| o == "--seeds").unwrap();
+    options[seeds + 1] = "1".into();
+    options.extend(["--arms".to_string(), "rotary,absolute".to_string()]);
+    run(&["experiment", "convergence"], &options);
+    let classes = collections(&dir);
+    let out = dir.join("authorship");
+    let long_docs = |steps: &str| {
+        roformer(&[
+            "experiment",
+            "long-docs",
+            "--task",
+            "authorship",
+            "--from",
+            conv.to_str().unwrap(),
+            "--corpus",
+            classes.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--seeds",
+            "2",
+            "--lengths",
+            "16,32",
+            "--poems-per-doc",
+            "1",
+            "--max-per-poet",
+            "3",
+            "--train-per-class",
+            "4",
+            "--dev-per-class",
+            "3",
+            "--steps",
+            steps,
+            "--batch",
+            "4",
+        ])
+    };
+    let first = long_docs("3");
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let results = read_json(&out.join("results.json"));
+    assert_eq!(results["settings"]["task"], "authorship");
+    assert_eq!(results["labels"], serde_json::json!(["first", "second"]));
+    assert_eq!(results["pending"], 0);
+    assert_eq!(
+        results["cells"].as_array().unwrap().len(),
+        4,
+        "rotary, absolute x 16, 32"
+    );
+    for run in results["runs"].as_array().unwrap() {
+        let end = run["curve"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(end["step"], 3);
+        let confusion = end["confusion"].as_array().unwrap();
+        let total: u64 = confusion
+            .iter()
+            .flat_map(|row| row.as_array().unwrap())
+            .map(|c| c.as_u64().unwrap())
+            .sum();
+        assert_eq!(total, 6, "2 labels x 3 dev examples");
+        // Collapsed exactly when a label is never predicted or never recalled.
+        let cell = |g: usize, p: usize| confusion[g][p].as_u64().unwrap();
+        let used = (0..2).filter(|&p| cell(0, p) + cell(1, p) > 0).count();
+        let collapsed = used < 2 || cell(0, 0) == 0 || cell(1, 1) == 0;
+        assert_eq!(end["collapsed"], collapsed, "{end}");
+    }
+    let verdicts = results["verdicts"].as_array().unwrap();
+    assert_eq!(verdicts.len(), 2);
+    for v in verdicts {
+        assert_eq!(
+            (v["short"].as_u64(), v["long"].as_u64()),
+            (Some(16), Some(32))
+        );
+        assert_eq!(v["seeds_ahead"][1], 2);
+    }
+    // Each dev line: the anchor as the text, the candidates as the pair, cut to an equal share
+    // of 16 tokens: (16 - 4) / 3 = 4 characters each.
+    let dev = std::fs::read_to_string(out.join("data/L16/dev.jsonl")).unwrap();
+    let train = std::fs::read_to_string(out.join("data/L16/train.jsonl")).unwrap();
+    assert_eq!(dev.lines().count(), 6);
+    let mut labels = Vec::new();
+    for line in dev.lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let pair: Vec<&str> = v["text_pair"].as_str().unwrap().split("[SEP]").collect();
+        assert_eq!(pair.len(), 2, "{v}");
+        assert!(v["text"].as_str().unwrap().chars().count() <= 4);
+        let poets = v["poets"].as_array().unwrap();
+        let x = 1 + usize::from(v["label"] == "second");
+        assert_eq!(poets[0], poets[x], "{v}");
+        assert_ne!(poets[0], poets[3 - x], "{v}");
+        labels.push(v["label"].as_str().unwrap().to_string());
+    }
+    assert_eq!(labels.iter().filter(|l| *l == "first").count(), 3);
+    assert!(
+        poets_of(&train).is_disjoint(&poets_of(&dev)),
+        "no poet on both sides"
+    );
+    let section = std::fs::read_to_string(out.join("section.md")).unwrap();
+    assert!(
+        section.contains("### 3b.") && section.contains("collapsed"),
+        "{section}"
+    );
+    assert!(section.contains("s mod n") && section.contains("**Verdict**"));
+    assert!(
+        section.contains("rotary 0, 0; absolute 0, 0"),
+        "1 pre-trained seed: {section}"
+    );
+    for figure in [
+        "long-docs.png",
+        "long-docs-curves-L16.png",
+        "long-docs-curves-L32.png",
+    ] {
+        assert!(std::fs::metadata(out.join(figure)).unwrap().len() > 1000);
+    }
+
+    // Given again, it trains nothing; with other settings, it refuses the finished runs.
+    let again = long_docs("3");
+    assert!(again.status.success());
+    assert!(!String::from_utf8_lossy(&again.stderr).contains("fine-tuning"));
+    let other = long_docs("4");
+    assert!(!other.status.success());
+    let err = String::from_utf8_lossy(&other.stderr);
+    assert!(
+        err.contains("finished with") && err.contains("--out"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn long_docs_refuses_an_arm_without_pre_trained_runs() {
+    let dir = scratch("long-docs-arm");
+    let runs = dir.join("conv/runs/rotary-s0");
+    std::fs::create_dir_all(&runs).unwrap();
+    let record = serde_json::json!({
+        "arm": "rotary", "seed": 0, "dir": runs, "evals": [[6, 7.0, 0.1]], "seconds": 1.0
+    });
+    std::fs::write(runs.join("done.json"), record.to_string()).unwrap();
+    let out = roformer(&[
+        "experiment",
+        "long-docs",
+        "--from",
+        dir.join("conv").to_str().unwrap(),
+        "--out",
+        dir.join("docs").to_str().unwrap(),
+        "--arms",
+        "rotary,t5",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--arms names t5") && err.contains("it has rotary"),
+        "{err}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -254,6 +254,21 @@ pub fn macro_f1(gold: &[u32], predicted: &[u32], classes: usize) -> f64 {
     }
 }
 
+/// The confusion matrix over `classes` labels: entry `[g][p]` counts the items of gold label
+/// `g` predicted as `p` (a label at or past `classes` is not counted).
+pub fn confusion(gold: &[u32], predicted: &[u32], classes: usize) -> Vec<Vec<usize>> {
+    let mut matrix = vec![vec![0; classes]; classes];
+    for (&g, &p) in gold.iter().zip(predicted) {
+        if let Some(cell) = matrix
+            .get_mut(g as usize)
+            .and_then(|row| row.get_mut(p as usize))
+        {
+            *cell += 1;
+        }
+    }
+    matrix
+}
+
 /// The settings of a fine-tuning run that its checkpoints record.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ClassifyOptions {
@@ -397,6 +412,7 @@ impl Task for ClassifyTask<'_> {
             accuracy: correct as f64 / count as f64,
             perplexity: loss.exp(),
             macro_f1: Some(macro_f1(&gold, &predicted, self.options.labels.len())),
+            confusion: Some(confusion(&gold, &predicted, self.options.labels.len())),
             count,
         }))
     }
@@ -431,6 +447,13 @@ impl Task for ClassifyTask<'_> {
 #[cfg(test)]
 mod label_tests {
     use super::*;
+
+    #[test]
+    fn the_confusion_matrix_counts_gold_against_predicted() {
+        let m = confusion(&[0, 0, 1, 2, 2, 2], &[0, 1, 1, 1, 2, 5], 3);
+        assert_eq!(m, vec![vec![1, 1, 0], vec![0, 1, 0], vec![0, 1, 1]]);
+        assert_eq!(confusion(&[], &[], 2), vec![vec![0, 0], vec![0, 0]]);
+    }
 
     fn file(name: &str, labels: &[&str]) -> PathBuf {
         let path = std::env::temp_dir().join(format!(

@@ -338,6 +338,7 @@ impl Task for MlmTask<'_> {
             accuracy: correct as f64 / count as f64,
             perplexity: loss.exp(),
             macro_f1: None,
+            confusion: None,
             count,
         }))
     }

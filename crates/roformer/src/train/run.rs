@@ -51,6 +51,10 @@ pub struct EvalMetrics {
     /// Macro-averaged F1 over the labels (classification only).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub macro_f1: Option<f64>,
+    /// The confusion matrix (classification only): `confusion[gold][predicted]` counts the
+    /// items of label `gold` predicted as `predicted`, labels in index order.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub confusion: Option<Vec<Vec<usize>>>,
     /// Items evaluated.
     pub count: usize,
 }
