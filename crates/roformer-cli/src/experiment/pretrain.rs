@@ -4,6 +4,7 @@
 //! stream keyed by the seed and its name), so that the arms differ only in their positions
 //! (and attention).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -108,6 +109,16 @@ pub struct RunRecord {
     /// end before it).
     #[serde(default)]
     pub diverged_at: Option<u64>,
+}
+
+impl RunRecord {
+    /// The last validation evaluation, (step, loss, accuracy), unless the run diverged.
+    pub fn final_eval(&self) -> Option<(u64, f64, f64)> {
+        self.evals
+            .last()
+            .copied()
+            .filter(|_| self.diverged_at.is_none())
+    }
 }
 
 impl Args {
@@ -253,25 +264,22 @@ pub fn finished_runs(from: &Path) -> anyhow::Result<Vec<RunRecord>> {
 /// validation loss among its seed-0 runs that did not diverge (the choice `--sweep` makes),
 /// without the runs that diverged. An arm with no such run keeps all its records.
 pub fn at_best_rates(records: Vec<RunRecord>) -> Vec<RunRecord> {
-    let final_loss = |r: &RunRecord| match r.diverged_at {
-        None => r.evals.last().map(|e| e.1),
-        Some(_) => None,
-    };
-    let best_of = |arm: &str| {
-        records
-            .iter()
-            .filter(|r| r.arm == arm && r.seed == 0)
-            .filter_map(|r| final_loss(r).map(|loss| (r.lr, loss)))
-            .min_by(|a, b| a.1.total_cmp(&b.1))
-            .map(|(lr, _)| lr)
-    };
-    // Per record, its arm's best rate (`None`: the arm has no finished seed-0 run).
-    let best: Vec<Option<Option<f64>>> = records.iter().map(|r| best_of(&r.arm)).collect();
+    // Each arm's best (lr, loss) among its finished seed-0 runs.
+    let mut best: BTreeMap<String, (Option<f64>, f64)> = BTreeMap::new();
+    for r in records.iter().filter(|r| r.seed == 0) {
+        if let Some((_, loss, _)) = r.final_eval() {
+            let entry = best.entry(r.arm.clone()).or_insert((r.lr, loss));
+            if loss < entry.1 {
+                *entry = (r.lr, loss);
+            }
+        }
+    }
     records
         .into_iter()
-        .zip(best)
-        .filter(|(r, best)| best.is_none_or(|lr| r.lr == lr && r.diverged_at.is_none()))
-        .map(|(r, _)| r)
+        .filter(|r| {
+            best.get(&r.arm)
+                .is_none_or(|&(lr, _)| r.lr == lr && r.diverged_at.is_none())
+        })
         .collect()
 }
 

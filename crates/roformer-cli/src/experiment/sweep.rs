@@ -80,7 +80,7 @@ pub fn run_name(arm: Position, lr: f64, seed: u64) -> String {
 
 /// The sweep cell of a finished run.
 fn cell(r: &RunRecord, lr: f64) -> Cell {
-    let last = r.evals.last().filter(|_| r.diverged_at.is_none());
+    let last = r.final_eval();
     Cell {
         arm: r.arm.clone(),
         lr,
