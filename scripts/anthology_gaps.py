@@ -24,14 +24,14 @@ import json
 import re
 from pathlib import Path
 
-import zhconv
-
 NOTE = re.compile(r"[（(][^）)]*[）)]")
 PUNCTUATION = re.compile(r"[，。！？；、：,.!?;:\s]")
 
 
 def comparable(text):
     """`text` in simplified characters without punctuation or whitespace."""
+    import zhconv  # here, so that `couplets` imports without it (scripts/famous_split.sh)
+
     return PUNCTUATION.sub("", zhconv.convert(text, "zh-cn"))
 
 

@@ -12,17 +12,17 @@ cd "$root"
 model=$1; out=$2
 mkdir -p "$out"
 python3 - "$out" <<'PY'
-import json, re, sys
+import json, sys
+sys.path.insert(0, "scripts")
+from anthology_gaps import couplets
 out = sys.argv[1]
 gaps = {(g["title"], g["paragraphs"][0])
         for g in json.load(open("scripts/corpus-gaps/tangshisanbaishou-gaps.json"))}
 anthology = json.load(open("data/chinese-poetry-2.0.1/dist/mengxue/tangshisanbaishou.json"))
-note = re.compile(r"[（(][^）)]*[）)]")
 halves = {k: [] for k in ("in", "gap")}
 for section in anthology["content"]:
     for poem in section["content"]:
-        text = re.sub(r"\s", "", note.sub("", "".join(poem["paragraphs"])))
-        for couplet in (c for c in re.split(r"(?<=[。！？；!?;])", text) if c):
+        for couplet in couplets(poem["paragraphs"]):
             half = "gap" if (poem["chapter"], couplet) in gaps else "in"
             halves[half].append({"chapter": poem["chapter"], "subchapter": None,
                                  "author": poem["author"], "paragraphs": [couplet]})
