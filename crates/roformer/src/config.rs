@@ -45,6 +45,10 @@ pub struct RawConfig {
     /// `relative_attention_max_distance`). Written only for `t5_relative`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub relative_attention_max_distance: Option<usize>,
+    /// This crate's extension, for `sinusoidal` positions: the amplitude `a` of the fixed table
+    /// (`a sin`, `a cos`; default `initializer_range`). Written only for `sinusoidal`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sinusoidal_amplitude: Option<f64>,
     /// Word vocabulary size (default 50000).
     pub vocab_size: usize,
     /// Width of the word embeddings; `None` means `hidden_size`.
@@ -114,6 +118,7 @@ impl Default for RawConfig {
             position_embedding_type: None,
             relative_attention_num_buckets: None,
             relative_attention_max_distance: None,
+            sinusoidal_amplitude: None,
             vocab_size: 50000,
             embedding_size: None,
             hidden_size: 768,
@@ -301,6 +306,14 @@ pub struct RoFormerConfig {
     /// Distance of the last T5 bucket (used by `t5_relative` only; above
     /// `relative_attention_num_buckets / 4`, the exact buckets of a side).
     pub relative_attention_max_distance: usize,
+    /// Amplitude `a` of the sinusoidal position table (used by `sinusoidal` only; finite and
+    /// positive). Its default, `initializer_range`, puts tokens and positions in Vaswani et
+    /// al.'s proportion at initialisation: there the token embeddings have standard deviation 1
+    /// (initialised at `d^-1/2`, multiplied by `sqrt(d)`) beside a table of amplitude 1; here they
+    /// have standard deviation `initializer_range` beside a table of amplitude
+    /// `initializer_range`. A table of amplitude 1 beside embeddings of 0.02 would leave the
+    /// token a thirtieth of the normalised sum.
+    pub sinusoidal_amplitude: f64,
 }
 
 impl RoFormerConfig {
@@ -324,6 +337,7 @@ impl RoFormerConfig {
     pub fn to_raw(&self, architecture: &str) -> RawConfig {
         let bert = self.position_embedding_type == PositionEmbeddingType::Absolute;
         let t5 = self.position_embedding_type == PositionEmbeddingType::T5Relative;
+        let sinusoidal = self.position_embedding_type == PositionEmbeddingType::Sinusoidal;
         let id2label = (!self.id2label.is_empty()).then(|| {
             self.id2label
                 .iter()
@@ -338,6 +352,7 @@ impl RoFormerConfig {
             position_embedding_type: Some(self.position_embedding_type.as_str().into()),
             relative_attention_num_buckets: t5.then_some(self.relative_attention_num_buckets),
             relative_attention_max_distance: t5.then_some(self.relative_attention_max_distance),
+            sinusoidal_amplitude: sinusoidal.then_some(self.sinusoidal_amplitude),
             vocab_size: self.vocab_size,
             embedding_size: (!bert).then_some(self.embedding_size),
             hidden_size: self.hidden_size,
@@ -478,7 +493,8 @@ impl TryFrom<RawConfig> for RoFormerConfig {
     /// even head dim (RoPE rotates pairs) of at most [`rotary::MAX_ROTARY_DIM`], a rotary
     /// position table of at most [`MAX_POSITION_TABLE_ENTRIES`], `pad_token_id` below
     /// `vocab_size`, a finite positive `layer_norm_eps`, known activations, norm type and
-    /// attention type, dropouts in [0, 1], integer label keys.
+    /// attention type, dropouts in [0, 1], integer label keys, a finite positive sinusoidal
+    /// amplitude (sinusoidal positions).
     fn try_from(raw: RawConfig) -> Result<RoFormerConfig> {
         let hidden_size = positive("hidden_size", raw.hidden_size)?;
         let heads = positive("num_attention_heads", raw.num_attention_heads)?;
@@ -513,6 +529,18 @@ impl TryFrom<RawConfig> for RoFormerConfig {
         check_bias_attention(position_embedding_type, attention_type)?;
         let (relative_attention_num_buckets, relative_attention_max_distance) =
             t5_buckets_of(&raw)?;
+        let sinusoidal_amplitude = raw.sinusoidal_amplitude.unwrap_or(raw.initializer_range);
+        if position_embedding_type == PositionEmbeddingType::Sinusoidal
+            && !(sinusoidal_amplitude.is_finite() && sinusoidal_amplitude > 0.0)
+        {
+            return Err(invalid(
+                "sinusoidal_amplitude",
+                format!(
+                    "{sinusoidal_amplitude} is not a finite positive number (absent, it is \
+                     initializer_range)"
+                ),
+            ));
+        }
         let vocab_size = positive("vocab_size", raw.vocab_size)?;
         if let Some(pad) = raw.pad_token_id.filter(|&p| p as usize >= vocab_size) {
             return Err(invalid(
@@ -555,6 +583,7 @@ impl TryFrom<RawConfig> for RoFormerConfig {
             position_embedding_type,
             relative_attention_num_buckets,
             relative_attention_max_distance,
+            sinusoidal_amplitude,
         })
     }
 }
@@ -771,6 +800,14 @@ mod tests {
                 r#"{"position_embedding_type": "t5"}"#,
                 "position_embedding_type",
             ),
+            (
+                r#"{"position_embedding_type": "sinusoidal", "sinusoidal_amplitude": 0}"#,
+                "sinusoidal_amplitude",
+            ),
+            (
+                r#"{"position_embedding_type": "sinusoidal", "initializer_range": -0.02}"#,
+                "sinusoidal_amplitude",
+            ),
         ];
         for (json, field) in cases {
             match RoFormerConfig::from_json_str(json) {
@@ -804,6 +841,30 @@ mod tests {
             "written for T5 only"
         );
         assert_eq!(RoFormerConfig::try_from(raw).unwrap(), alibi);
+    }
+
+    #[test]
+    fn sinusoidal_amplitude_defaults_to_the_init_scale_and_round_trips() {
+        let c = RoFormerConfig::from_json_str(
+            r#"{"position_embedding_type": "sinusoidal", "initializer_range": 0.05}"#,
+        )
+        .unwrap();
+        assert_eq!(c.sinusoidal_amplitude, 0.05);
+        let raw = c.to_raw("RoFormerForMaskedLM");
+        assert_eq!(raw.sinusoidal_amplitude, Some(0.05));
+        assert_eq!(RoFormerConfig::try_from(raw).unwrap(), c);
+        let given = RoFormerConfig::from_json_str(
+            r#"{"position_embedding_type": "sinusoidal", "sinusoidal_amplitude": 1.0}"#,
+        )
+        .unwrap();
+        assert_eq!(given.sinusoidal_amplitude, 1.0);
+        let rotary = RoFormerConfig::from_json_str(r#"{"initializer_range": 0}"#).unwrap();
+        let raw = rotary.to_raw("RoFormerForMaskedLM");
+        assert_eq!(
+            raw.sinusoidal_amplitude, None,
+            "written for sinusoidal only"
+        );
+        assert_eq!(RoFormerConfig::try_from(raw).unwrap(), rotary);
     }
 
     #[test]

@@ -28,8 +28,8 @@ enum PositionTable {
     None,
     /// `embeddings.position_embeddings.weight`, `[max_position_embeddings, embedding_size]`.
     Learned(Embedding),
-    /// Vaswani et al.'s table, computed for the positions asked for.
-    Sinusoidal,
+    /// Vaswani et al.'s table of this amplitude, computed for the positions asked for.
+    Sinusoidal(f64),
 }
 
 /// The embedding block of the encoder scope (`roformer` or `bert`).
@@ -43,13 +43,19 @@ pub struct Embeddings {
     project: Option<Linear>,
 }
 
-/// The fixed sinusoidal position table of Vaswani et al. for `positions`, `[n, width]`:
-/// `P[m, 2i] = sin(m w_i)`, `P[m, 2i+1] = cos(m w_i)`, `w_i = 10000^(-2i / width)`; angles in
-/// f64, rounded once to f32. An odd `width` leaves the last column as `sin`.
+/// The fixed sinusoidal position table of Vaswani et al. for `positions`, `[n, width]`, of
+/// amplitude `a` ([`RoFormerConfig::sinusoidal_amplitude`]):
+/// `P[m, 2i] = a sin(m w_i)`, `P[m, 2i+1] = a cos(m w_i)`, `w_i = 10000^(-2i / width)`; computed
+/// in f64, rounded once to f32. An odd `width` leaves the last column as `sin`.
 ///
 /// # Errors
 /// Candle errors only.
-pub fn sinusoidal_table(positions: &[u32], width: usize, device: &Device) -> Result<Tensor> {
+pub fn sinusoidal_table(
+    positions: &[u32],
+    width: usize,
+    amplitude: f64,
+    device: &Device,
+) -> Result<Tensor> {
     let inv: Vec<f64> = (0..width.div_ceil(2))
         .map(|i| 10000f64.powf(-((2 * i) as f64) / width as f64))
         .collect();
@@ -57,7 +63,8 @@ pub fn sinusoidal_table(positions: &[u32], width: usize, device: &Device) -> Res
     for &m in positions {
         for c in 0..width {
             let angle = f64::from(m) * inv[c / 2];
-            data.push(if c % 2 == 0 { angle.sin() } else { angle.cos() } as f32);
+            let wave = if c % 2 == 0 { angle.sin() } else { angle.cos() };
+            data.push((amplitude * wave) as f32);
         }
     }
     Ok(Tensor::from_vec(data, (positions.len(), width), device)?)
@@ -91,7 +98,9 @@ impl Embeddings {
                 e,
                 emb.pp("position_embeddings"),
             )?),
-            PositionEmbeddingType::Sinusoidal => PositionTable::Sinusoidal,
+            PositionEmbeddingType::Sinusoidal => {
+                PositionTable::Sinusoidal(cfg.sinusoidal_amplitude)
+            }
             PositionEmbeddingType::Rotary
             | PositionEmbeddingType::Alibi
             | PositionEmbeddingType::T5Relative
@@ -140,8 +149,8 @@ impl Embeddings {
         };
         match &self.positions {
             PositionTable::None => Ok(None),
-            PositionTable::Sinusoidal => Ok(Some(
-                sinusoidal_table(ids, width, device)?.reshape((rows, t, width))?,
+            PositionTable::Sinusoidal(amplitude) => Ok(Some(
+                sinusoidal_table(ids, width, *amplitude, device)?.reshape((rows, t, width))?,
             )),
             PositionTable::Learned(table) => {
                 let limit = table.embeddings().dim(0)?;
@@ -191,6 +200,30 @@ impl Embeddings {
         match &self.project {
             Some(p) => Ok(dense(p, &e, None, plan)?),
             None => Ok(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sinusoidal_pairs_lie_on_a_circle_of_the_amplitude() {
+        let positions = [0u32, 1, 7, 127, 4096];
+        for amplitude in [0.02, 1.0] {
+            let table = sinusoidal_table(&positions, 8, amplitude, &Device::Cpu).unwrap();
+            let rows: Vec<Vec<f32>> = table.to_vec2().unwrap();
+            for (row, &m) in rows.iter().zip(&positions) {
+                for i in 0..4 {
+                    let (s, c) = (f64::from(row[2 * i]), f64::from(row[2 * i + 1]));
+                    let radius = (s * s + c * c).sqrt();
+                    // f32 rounding of each entry: a relative 6e-8, doubled for the sum.
+                    assert!((radius - amplitude).abs() < 2e-7 * amplitude, "{m} {i}");
+                    let angle = f64::from(m) * 10000f64.powf(-(2.0 * i as f64) / 8.0);
+                    assert!((s - amplitude * angle.sin()).abs() < 1e-7 * amplitude);
+                }
+            }
         }
     }
 }

@@ -41,6 +41,7 @@ pub const FIELDS: &[&str] = &[
     "attention_type",
     "relative_attention_num_buckets",
     "relative_attention_max_distance",
+    "sinusoidal_amplitude",
 ];
 
 /// The fixture configs.
