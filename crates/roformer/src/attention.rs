@@ -20,10 +20,12 @@
 //! With `attention_type: linear` in the config, [`crate::linear_attention`] takes it (eq. 19,
 //! on unrotated q and k, which it rotates after the feature map).
 //!
-//! In training on the CPU in f32 (as the pass's [`Plan`] says), softmax attention runs as one
-//! fused op from the token-major projections to the token-major context (rotation, scores,
-//! mask, softmax, dropout and context per (sequence, head, tile of query rows), with its own
-//! backward; see `autograd::attention`), and the dense layers as fused ops too ([`dense`]).
+//! In training on the CPU (as the pass's [`Plan`] says), q, k and v come from one product of
+//! the three weights stacked, and softmax attention runs as one fused op from those token-major
+//! projections to the token-major context (rotation, scores, mask, softmax, dropout and
+//! context per (sequence, head, tile of query rows), with its own backward; see
+//! `autograd::attention`), and the dense layers as fused ops too ([`dense`]). ALiBi's and T5's
+//! per-head bias is part of the mask that op reads; T5's table gets its gradient through it.
 
 use candle_core::{Tensor, D};
 use candle_nn::{Linear, VarBuilder};
@@ -120,10 +122,10 @@ impl SelfAttention {
     }
 
     /// The fused training path (`autograd::attention`): softmax attention where the plan runs
-    /// the fused training ops, with a mask of a shape it reads (`[1 or b, 1, 1 or t, t]`).
-    /// `None` when it does not apply: a position bias (ALiBi, T5) makes the mask per head,
-    /// `[1 or b, heads, t, t]`, so those run op by op ([`attend`]), where T5's table gets its
-    /// gradient through the mask.
+    /// the fused training ops, with a mask of a shape it reads (`[1 or b, 1 or heads, 1 or t,
+    /// t]`: padding, causal, or a position bias plus padding, whose gradient reaches T5's
+    /// table). q, k and v come from one product of the three weights stacked, `[3 hidden,
+    /// hidden]`. `None` when it does not apply.
     fn forward_fused(
         &self,
         x: &Tensor,
@@ -136,22 +138,37 @@ impl SelfAttention {
             return Ok(None);
         };
         if self.attention_type != AttentionType::Softmax
-            || mask.is_some_and(|m| !mask_fits(m, b, t))
+            || mask.is_some_and(|m| !mask_fits(m, b, self.heads, t))
         {
             return Ok(None);
         }
-        let q = dense(&self.query, x, None, plan)?;
-        let k = dense(&self.key, x, None, plan)?;
-        let v = dense(&self.value, x, None, plan)?;
+        let qkv = dense(&self.stacked_projections()?, x, None, plan)?;
         let spec = FusedAttention {
             heads: self.heads,
             rope: rope.cloned(),
             rotary_value: self.rotary_value,
-            mask: mask.cloned(),
             dropout: plan.mode().keep_mask(b * self.heads * t * t, self.dropout),
             precision,
         };
-        autograd::attention::attention(&q, &k, &v, spec).map(Some)
+        autograd::attention::attention(&qkv, mask, spec).map(Some)
+    }
+
+    /// `query`, `key` and `value` as one layer: weights stacked `[Wq; Wk; Wv]` (`[3 hidden,
+    /// hidden]`), biases `[bq; bk; bv]`, so that `x [Wq; Wk; Wv]^T = [q | k | v]`. The stacking
+    /// is part of the graph: the gradients reach the three layers.
+    fn stacked_projections(&self) -> candle_core::Result<Linear> {
+        let layers = [&self.query, &self.key, &self.value];
+        let weight = Tensor::cat(&layers.map(Linear::weight), 0)?;
+        let bias = match layers.map(Linear::bias) {
+            [Some(q), Some(k), Some(v)] => Some(Tensor::cat(&[q, k, v], 0)?),
+            [None, None, None] => None,
+            _ => {
+                return Err(candle_core::Error::Msg(
+                    "attention: query, key and value differ in having a bias".into(),
+                ))
+            }
+        };
+        Ok(Linear::new(weight, bias))
     }
 
     /// Rotates token-major heads `[b, t, h, d]` and returns them head-major `[b, h, t, d]`.

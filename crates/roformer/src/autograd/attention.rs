@@ -1,38 +1,42 @@
-//! Scaled dot-product attention as one op, from token-major q, k, v to the token-major
-//! context, with rotary positions, an additive mask and dropout on the probabilities.
+//! Scaled dot-product attention as one op, from the token-major projections `[q | k | v]`
+//! (one product of the three weights) to the token-major context, with rotary positions, an
+//! additive mask (padding, causal, or a per-head position bias) and dropout on the
+//! probabilities.
 //!
-//! Per (sequence `s`, head), over tiles of query rows (`d` the head dim, `c = 1/sqrt(d)`,
-//! `f` the dropout factors, 0 or `1/(1-p)`):
+//! Per (sequence `s`, head `h`), over tiles of query rows (`d` the head dim, `c = 1/sqrt(d)`,
+//! `f` the dropout factors, 0 or `1/(1-p)`, `M` the mask broadcast to `[b, heads, t, t]`):
 //!
 //! ```text
 //! forward   q, k (, v) <- R q, R k (, R v)                 rotary, token-major
-//!           S = c q k^T + mask,  P = exp(S - max S) / sum   (max and 1/sum kept per row)
+//!           S = c q k^T + M[s, h],  P = exp(S - max S) / sum   (max and 1/sum kept per row)
 //!           O = (P * f) v
 //! backward  P recomputed from q, k and the kept row statistics
 //!           dV = (P * f)^T dO,   dPf = dO v^T,   D_i = sum_j (P f)_ij dPf_ij
 //!           dS = P * (f * dPf - D),   dq = c dS k,   dk = c dS^T q
+//!           dM = dS summed over the dims M broadcasts     (only when M carries a gradient)
 //!           dq, dk (, dv) <- R^T dq, R^T dk (, R^T dv)
 //! ```
 //!
-//! No `[b, h, t, t]` tensor is made: each task holds a tile of scores (a few hundred KiB, in
-//! cache), the backward recomputes them (one more `q k^T` product per head) instead of storing
-//! them. The element order of the dropout mask is that of the `[b, h, t, t]` probabilities, so
-//! the same generator gives the same masks as the op-by-op path.
+//! No `[b, h, t, t]` tensor is made unless the mask carries a gradient (T5's learned bias): each
+//! task holds a tile of scores (a few hundred KiB, in cache), the backward recomputes them (one
+//! more `q k^T` product per head) instead of storing them. The element order of the dropout
+//! mask is that of the `[b, h, t, t]` probabilities, so the same generator gives the same masks
+//! as the op-by-op path.
 
 use std::sync::OnceLock;
 
-use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor};
 use rayon::prelude::*;
-use rotary::{rotate, rotate_inplace, Coefficients, Direction};
+use rotary::{rotate_inplace, Coefficients, Direction};
 
 use super::dropout::KeepMask;
-use crate::cpu::mask::{mask_dims_fit, MaskView};
+use crate::cpu::mask::{mask_dims_fit, mask_row, MaskView};
 use crate::cpu::math::{add_mask_max, exp_sum};
 use crate::cpu::policy::{query_tile, TRAINING_SCORE_TILE};
 use crate::cpu::tensor::{f32_slice, tensor, with_f32};
 use crate::cpu::{product, Dst, Mat, Precision, SharedOut};
 
-/// The attention of one layer: what the op needs besides q, k and v.
+/// The attention of one layer: what the op needs besides the projections and the mask.
 pub(crate) struct FusedAttention {
     /// Heads, each of `head_dim` columns of the hidden width.
     pub(crate) heads: usize,
@@ -40,47 +44,43 @@ pub(crate) struct FusedAttention {
     pub(crate) rope: Option<Coefficients>,
     /// Whether v is rotated too.
     pub(crate) rotary_value: bool,
-    /// The additive mask `[1 or b, 1, 1 or t, t]`, contiguous f32.
-    pub(crate) mask: Option<Tensor>,
     /// The dropout of the probabilities, over `[b, heads, t, t]` in row-major order.
     pub(crate) dropout: Option<KeepMask>,
     /// The precision of the products (scores, context and their gradients).
     pub(crate) precision: Precision,
 }
 
-/// Whether [`attention`] can take an additive mask of these dims for `b` sequences of `t`.
-pub(crate) fn mask_fits(mask: &Tensor, b: usize, t: usize) -> bool {
-    mask_dims_fit(mask.dims(), b, t)
+/// Whether [`attention`] can take an additive mask of these dims for `b` sequences of `t`
+/// tokens in `heads` heads: `[1 or b, 1 or heads, 1 or t, t]`.
+pub(crate) fn mask_fits(mask: &Tensor, b: usize, heads: usize, t: usize) -> bool {
+    mask_dims_fit(mask.dims(), b, heads, t)
 }
 
-/// The context `[b, t, hidden]` of token-major `q`, `k`, `v` (`[b, t, hidden]` each, CPU f32).
+/// The context `[b, t, hidden]` of the token-major projections `qkv = [q | k | v]`
+/// (`[b, t, 3 hidden]`, CPU f32) under an additive `mask` (`[1 or b, 1 or heads, 1 or t, t]`).
+/// The mask gets a gradient where it carries one (a learned position bias).
 ///
 /// # Errors
-/// Shapes that differ or do not split into the heads, a mask or dropout mask that does not fit;
-/// candle errors.
+/// A width that does not split into three times the heads, a mask or dropout mask that does not
+/// fit; candle errors.
 pub(crate) fn attention(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
+    qkv: &Tensor,
+    mask: Option<&Tensor>,
     spec: FusedAttention,
 ) -> candle_core::Result<Tensor> {
-    let (b, t, h) = q.dims3()?;
-    if k.dims() != q.dims() || v.dims() != q.dims() {
-        return Err(candle_core::Error::Msg(
-            "attention: q, k and v differ in shape".into(),
-        ));
-    }
-    if spec.heads == 0 || h % spec.heads != 0 {
+    let (b, t, width) = qkv.dims3()?;
+    if spec.heads == 0 || width % (3 * spec.heads) != 0 {
         return Err(candle_core::Error::Msg(format!(
-            "attention: {h} columns do not split into {} heads",
+            "attention: {width} columns are not q, k and v of {} heads",
             spec.heads
         )));
     }
-    if let Some(m) = &spec.mask {
-        if !mask_fits(m, b, t) {
+    if let Some(m) = mask {
+        if !mask_fits(m, b, spec.heads, t) {
             return Err(candle_core::Error::Msg(format!(
-                "attention: a mask of dims {:?} for {b} sequences of {t}",
-                m.dims()
+                "attention: a mask of dims {:?} for {b} sequences of {t} in {} heads",
+                m.dims(),
+                spec.heads
             )));
         }
     }
@@ -91,26 +91,24 @@ pub(crate) fn attention(
             ));
         }
     }
-    let mask = match spec.mask {
-        Some(m) => Some(m.contiguous()?),
-        None => None,
+    let op = AttentionOp {
+        spec,
+        saved: OnceLock::new(),
     };
-    q.contiguous()?.apply_op3(
-        &k.contiguous()?,
-        &v.contiguous()?,
-        AttentionOp {
-            spec: FusedAttention { mask, ..spec },
-            saved: OnceLock::new(),
-        },
-    )
+    let qkv = qkv.contiguous()?;
+    match mask {
+        Some(m) => qkv.apply_op2(&m.contiguous()?, op),
+        None => qkv.apply_op1(op),
+    }
 }
 
 /// What the forward keeps for the backward.
 struct Saved {
-    /// Rotated q, k and (when `rotary_value`) v, token-major.
+    /// q, k and v split out of the projections, token-major `[b, t, hidden]`; q and k (and v
+    /// with `rotary_value`) rotated.
     q: Vec<f32>,
     k: Vec<f32>,
-    v: Option<Vec<f32>>,
+    v: Vec<f32>,
     /// Per (sequence, head, query row): the row maximum of the scores and 1 / sum of exp.
     max: Vec<f32>,
     inv_sum: Vec<f32>,
@@ -126,6 +124,7 @@ struct AttentionOp {
 struct Dims {
     b: usize,
     t: usize,
+    /// The hidden width (of q, of k, of v).
     h: usize,
     heads: usize,
     d: usize,
@@ -134,8 +133,10 @@ struct Dims {
 }
 
 impl Dims {
+    /// The dims of projections of shape `[b, t, 3 h]`.
     fn new(shape: &Shape, heads: usize) -> candle_core::Result<Dims> {
-        let (b, t, h) = shape.dims3()?;
+        let (b, t, width) = shape.dims3()?;
+        let h = width / 3;
         Ok(Dims {
             b,
             t,
@@ -147,7 +148,7 @@ impl Dims {
     }
 
     /// The `[r, d]` block of head `head`, sequence `s`, rows `i0..i0 + r` of a token-major
-    /// buffer.
+    /// `[b, t, h]` buffer.
     fn head_rows<'a>(&self, data: &'a [f32], s: usize, head: usize, i0: usize) -> Mat<'a> {
         Mat {
             data,
@@ -161,37 +162,39 @@ impl Dims {
     fn prob_row(&self, s: usize, head: usize, i: usize) -> usize {
         ((s * self.heads + head) * self.t + i) * self.t
     }
+
+    /// The rotary shape of a `[b, t, h]` buffer.
+    fn rotary_shape(&self) -> rotary::Shape {
+        rotary::Shape::token_major(self.b, self.t, self.heads, self.d)
+    }
+}
+
+/// The mask of one call: its data and dims.
+#[derive(Clone, Copy)]
+struct MaskInput<'a> {
+    data: &'a [f32],
+    dims: &'a [usize],
+}
+
+impl<'a> MaskInput<'a> {
+    fn view(self, dims: Dims) -> candle_core::Result<MaskView<'a>> {
+        MaskView::new(self.data, self.dims, (dims.b, dims.heads, dims.t))
+            .ok_or_else(|| candle_core::Error::Msg("attention: mask dims".into()))
+    }
 }
 
 impl AttentionOp {
-    /// `x` rotated (forward or back) as `[b, t, heads, d]` token-major, in a new buffer.
-    fn rotated(
-        &self,
-        x: &[f32],
-        dims: Dims,
-        direction: Direction,
-    ) -> candle_core::Result<Vec<f32>> {
-        let mut out = x.to_vec();
+    /// Rotates `x` (`[b, t, h]`) in place, forward or back; nothing without rotary positions.
+    fn rotate(&self, x: &mut [f32], dims: Dims, direction: Direction) -> candle_core::Result<()> {
         if let Some(rope) = &self.spec.rope {
-            let shape = rotary::Shape::token_major(dims.b, dims.t, dims.heads, dims.d);
-            rotate(x, &mut out, shape, rope.view(), direction)
-                .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
-        }
-        Ok(out)
-    }
-
-    /// Rotates `x` back in place (the transpose of the forward rotation).
-    fn rotate_back(&self, x: &mut [f32], dims: Dims) -> candle_core::Result<()> {
-        if let Some(rope) = &self.spec.rope {
-            let shape = rotary::Shape::token_major(dims.b, dims.t, dims.heads, dims.d);
-            rotate_inplace(x, shape, rope.view(), Direction::Inverse)
+            rotate_inplace(x, dims.rotary_shape(), rope.view(), direction)
                 .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
         }
         Ok(())
     }
 
-    /// Fills `scores` (`[r, t]`) with `c q k^T + mask` for rows `i0..i0 + r` of (s, head) and
-    /// returns nothing; the caller normalises.
+    /// Fills `scores` (`[r, t]`) with `c q k^T` for rows `i0..i0 + r` of (s, head); the caller
+    /// adds the mask and normalises.
     #[allow(clippy::too_many_arguments)]
     fn scores(
         &self,
@@ -224,35 +227,26 @@ impl AttentionOp {
             mask.scale_in_place(dims.prob_row(s, head, i), row);
         }
     }
-}
 
-impl CustomOp3 for AttentionOp {
-    fn name(&self) -> &'static str {
-        "attention"
-    }
-
-    fn cpu_fwd(
+    /// The forward pass on the projections `qkv` (`[b, t, 3h]`): the context `[b, t, h]`; keeps
+    /// what the backward needs.
+    fn forward(
         &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
+        qkv: &[f32],
+        shape: &Shape,
+        mask: Option<MaskInput<'_>>,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let dims = Dims::new(l1.shape(), self.spec.heads)?;
+        let dims = Dims::new(shape, self.spec.heads)?;
         let Dims {
             b, t, h, heads, d, ..
         } = dims;
-        let q = self.rotated(f32_slice(s1, l1, "attention q")?, dims, Direction::Forward)?;
-        let k = self.rotated(f32_slice(s2, l2, "attention k")?, dims, Direction::Forward)?;
-        let v_in = f32_slice(s3, l3, "attention v")?;
-        let v_rot = if self.spec.rotary_value {
-            Some(self.rotated(v_in, dims, Direction::Forward)?)
-        } else {
-            None
-        };
-        let v: &[f32] = v_rot.as_deref().unwrap_or(v_in);
+        let (mut q, mut k, mut v) = split_projections(qkv, h);
+        self.rotate(&mut q, dims, Direction::Forward)?;
+        self.rotate(&mut k, dims, Direction::Forward)?;
+        if self.spec.rotary_value {
+            self.rotate(&mut v, dims, Direction::Forward)?;
+        }
+        let mask = mask.map(|m| m.view(dims)).transpose()?;
         let mut context = vec![0f32; b * t * h];
         let mut max = vec![0f32; b * heads * t];
         let mut inv_sum = vec![0f32; b * heads * t];
@@ -261,81 +255,68 @@ impl CustomOp3 for AttentionOp {
             SharedOut::new(&mut max),
             SharedOut::new(&mut inv_sum),
         );
-        let mask_tensor = self.spec.mask.as_ref();
-        let run = |mask: Option<&[f32]>| -> candle_core::Result<()> {
-            let mask = match (mask, mask_tensor) {
-                (Some(data), Some(m)) => Some(
-                    MaskView::new(data, m.dims(), b, t)
-                        .ok_or_else(|| candle_core::Error::Msg("attention: mask dims".into()))?,
-                ),
-                _ => None,
-            };
-            (0..b * heads).into_par_iter().try_for_each_init(
-                Vec::new,
-                |scores: &mut Vec<f32>, task| {
-                    let (s, head) = (task / heads, task % heads);
-                    // SAFETY: task (s, head) alone writes its t row statistics.
-                    let stats_at = (s * heads + head) * t;
-                    let (task_max, task_inv) =
-                        unsafe { (max_out.slice(stats_at, t), inv_out.slice(stats_at, t)) };
-                    let mut i0 = 0;
-                    while i0 < t {
-                        let r = dims.tile.min(t - i0);
-                        scores.resize(r * t, 0.0);
-                        self.scores(dims, &q, &k, s, head, i0, r, scores)?;
-                        for (i, row) in scores.chunks_exact_mut(t).enumerate() {
-                            let m = add_mask_max(row, mask.as_ref().map(|m| m.row(s, i0 + i)));
-                            let inv = 1.0 / exp_sum(row, m);
-                            task_max[i0 + i] = m;
-                            task_inv[i0 + i] = inv;
-                            row.iter_mut().for_each(|p| *p *= inv);
-                            self.drop_row(dims, s, head, i0 + i, row);
-                        }
-                        // Task (s, head) alone writes these rows' columns of its head.
-                        product(
-                            (r, d, t),
-                            Dst::Shared(out),
-                            ((s * t + i0) * h + head * d, h),
-                            false,
-                            Mat::rows(scores, t),
-                            dims.head_rows(v, s, head, 0),
-                            1.0,
-                            false,
-                            self.spec.precision,
-                        )?;
-                        i0 += r;
+        (0..b * heads).into_par_iter().try_for_each_init(
+            Vec::new,
+            |scores: &mut Vec<f32>, task| -> candle_core::Result<()> {
+                let (s, head) = (task / heads, task % heads);
+                // SAFETY: task (s, head) alone writes its t row statistics.
+                let stats_at = (s * heads + head) * t;
+                let (task_max, task_inv) =
+                    unsafe { (max_out.slice(stats_at, t), inv_out.slice(stats_at, t)) };
+                let mut i0 = 0;
+                while i0 < t {
+                    let r = dims.tile.min(t - i0);
+                    scores.resize(r * t, 0.0);
+                    self.scores(dims, &q, &k, s, head, i0, r, scores)?;
+                    for (i, row) in scores.chunks_exact_mut(t).enumerate() {
+                        let m = add_mask_max(row, mask.as_ref().map(|m| m.row(s, head, i0 + i)));
+                        let inv = 1.0 / exp_sum(row, m);
+                        task_max[i0 + i] = m;
+                        task_inv[i0 + i] = inv;
+                        row.iter_mut().for_each(|p| *p *= inv);
+                        self.drop_row(dims, s, head, i0 + i, row);
                     }
-                    Ok(())
-                },
-            )
-        };
-        match mask_tensor {
-            Some(m) => with_f32(m, "attention mask", |data| run(Some(data)))?,
-            None => run(None)?,
-        }
+                    // Task (s, head) alone writes these rows' columns of its head.
+                    product(
+                        (r, d, t),
+                        Dst::Shared(out),
+                        ((s * t + i0) * h + head * d, h),
+                        false,
+                        Mat::rows(scores, t),
+                        dims.head_rows(&v, s, head, 0),
+                        1.0,
+                        false,
+                        self.spec.precision,
+                    )?;
+                    i0 += r;
+                }
+                Ok(())
+            },
+        )?;
         let _ = self.saved.set(Saved {
             q,
             k,
-            v: v_rot,
+            v,
             max,
             inv_sum,
         });
-        Ok((CpuStorage::F32(context), l1.shape().clone()))
+        let out_shape = Shape::from((b, t, h));
+        Ok((CpuStorage::F32(context), out_shape))
     }
 
-    fn bwd(
+    /// The backward pass: the gradient of the projections `[b, t, 3h]` (of input shape
+    /// `shape`) and, when `mask_grad`, of the mask, from the context's gradient `g`.
+    fn backward(
         &self,
-        q_in: &Tensor,
-        _k_in: &Tensor,
-        v_in: &Tensor,
-        _res: &Tensor,
+        shape: &Shape,
+        mask: Option<(&Tensor, bool)>,
         g: &Tensor,
-    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+    ) -> candle_core::Result<(Tensor, Option<Tensor>)> {
         let saved = self
             .saved
             .get()
             .ok_or_else(|| candle_core::Error::Msg("attention backward: nothing saved".into()))?;
-        let dims = Dims::new(q_in.shape(), self.spec.heads)?;
+        let dims = Dims::new(shape, self.spec.heads)?;
         let Dims {
             b, t, h, heads, d, ..
         } = dims;
@@ -345,21 +326,17 @@ impl CustomOp3 for AttentionOp {
             vec![0f32; b * t * h],
             vec![0f32; b * t * h],
         );
-        let (dq_out, dk_out, dv_out) = (
+        let mask_grad = mask.is_some_and(|(_, grad)| grad);
+        let mut ds = vec![0f32; if mask_grad { b * heads * t * t } else { 0 }];
+        let (dq_out, dk_out, dv_out, ds_out) = (
             SharedOut::new(&mut dq),
             SharedOut::new(&mut dk),
             SharedOut::new(&mut dv),
+            SharedOut::new(&mut ds),
         );
-        let (q, k) = (&saved.q[..], &saved.k[..]);
-        let mask_tensor = self.spec.mask.as_ref();
-        let run = |v: &[f32], g: &[f32], mask: Option<&[f32]>| -> candle_core::Result<()> {
-            let mask = match (mask, mask_tensor) {
-                (Some(data), Some(m)) => Some(
-                    MaskView::new(data, m.dims(), b, t)
-                        .ok_or_else(|| candle_core::Error::Msg("attention: mask dims".into()))?,
-                ),
-                _ => None,
-            };
+        let (q, k, v) = (&saved.q[..], &saved.k[..], &saved.v[..]);
+        let run = |g: &[f32], mask: Option<MaskInput<'_>>| -> candle_core::Result<()> {
+            let mask = mask.map(|m| m.view(dims)).transpose()?;
             (0..b * heads).into_par_iter().try_for_each_init(
                 || (Vec::new(), Vec::new(), Vec::new()),
                 |(p, pf, dp): &mut (Vec<f32>, Vec<f32>, Vec<f32>), task| {
@@ -373,8 +350,7 @@ impl CustomOp3 for AttentionOp {
                         dp.resize(r * t, 0.0);
                         self.scores(dims, q, k, s, head, i0, r, p)?;
                         for (i, row) in p.chunks_exact_mut(t).enumerate() {
-                            let m = mask.as_ref().map(|m| m.row(s, i0 + i));
-                            add_mask_max(row, m);
+                            add_mask_max(row, mask.as_ref().map(|m| m.row(s, head, i0 + i)));
                             exp_sum(row, saved.max[stats_at + i0 + i]);
                             let inv = saved.inv_sum[stats_at + i0 + i];
                             row.iter_mut().for_each(|x| *x *= inv);
@@ -389,8 +365,9 @@ impl CustomOp3 for AttentionOp {
                         } else {
                             p
                         };
-                        // SAFETY (all three shared outputs): task (s, head) alone writes the
-                        // columns of its head in the rows of its sequence.
+                        // SAFETY (all four shared outputs): task (s, head) alone writes the
+                        // columns of its head in the rows of its sequence, and its own rows of
+                        // the score gradient.
                         // dV += (P f)^T dO
                         product(
                             (t, d, r),
@@ -428,6 +405,11 @@ impl CustomOp3 for AttentionOp {
                                 *x = pv * (*x - dot);
                             }
                         }
+                        if mask_grad {
+                            // dS is the gradient of the (broadcast) mask.
+                            let at = dims.prob_row(s, head, i0);
+                            unsafe { ds_out.slice(at, r * t) }.copy_from_slice(dp);
+                        }
                         // dq rows = c dS k
                         product(
                             (r, d, t),
@@ -458,26 +440,139 @@ impl CustomOp3 for AttentionOp {
                 },
             )
         };
-        with_f32(g, "attention backward", |g| {
-            let go = |v: &[f32]| match mask_tensor {
-                Some(m) => with_f32(m, "attention mask", |data| run(v, g, Some(data))),
-                None => run(v, g, None),
-            };
-            match &saved.v {
-                Some(v) => go(v),
-                None => with_f32(v_in, "attention v", go),
-            }
+        with_f32(g, "attention backward", |g| match mask {
+            Some((m, _)) => with_f32(m, "attention mask", |data| {
+                run(
+                    g,
+                    Some(MaskInput {
+                        data,
+                        dims: m.dims(),
+                    }),
+                )
+            }),
+            None => run(g, None),
         })?;
-        self.rotate_back(&mut dq, dims)?;
-        self.rotate_back(&mut dk, dims)?;
+        self.rotate(&mut dq, dims, Direction::Inverse)?;
+        self.rotate(&mut dk, dims, Direction::Inverse)?;
         if self.spec.rotary_value {
-            self.rotate_back(&mut dv, dims)?;
+            self.rotate(&mut dv, dims, Direction::Inverse)?;
         }
-        let shape = q_in.shape();
-        Ok((
-            Some(tensor(dq, shape)?),
-            Some(tensor(dk, shape)?),
-            Some(tensor(dv, shape)?),
-        ))
+        let dqkv = tensor(join_projections(&dq, &dk, &dv, h), shape)?;
+        let dmask = match mask {
+            Some((m, true)) => Some(reduce_to_mask(&ds, m.dims(), dims, m.shape())?),
+            _ => None,
+        };
+        Ok((dqkv, dmask))
+    }
+}
+
+/// q, k and v of the token-major projections `[.., 3h]`, each `[.., h]`.
+fn split_projections(qkv: &[f32], h: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let rows = qkv.len() / (3 * h).max(1);
+    let (mut q, mut k, mut v) = (
+        Vec::with_capacity(rows * h),
+        Vec::with_capacity(rows * h),
+        Vec::with_capacity(rows * h),
+    );
+    for row in qkv.chunks_exact(3 * h) {
+        q.extend_from_slice(&row[..h]);
+        k.extend_from_slice(&row[h..2 * h]);
+        v.extend_from_slice(&row[2 * h..]);
+    }
+    (q, k, v)
+}
+
+/// The rows of `q`, `k` and `v` (each `[.., h]`) side by side, `[.., 3h]`.
+fn join_projections(q: &[f32], k: &[f32], v: &[f32], h: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(3 * q.len());
+    for ((q, k), v) in q
+        .chunks_exact(h)
+        .zip(k.chunks_exact(h))
+        .zip(v.chunks_exact(h))
+    {
+        out.extend_from_slice(q);
+        out.extend_from_slice(k);
+        out.extend_from_slice(v);
+    }
+    out
+}
+
+/// The gradient of a mask of dims `mask_dims` from the score gradients `ds`
+/// (`[b, heads, t, t]`): each row summed over the dims the mask broadcasts, in a fixed order
+/// (sequences, then heads, then rows), so that the sums do not depend on the threads.
+fn reduce_to_mask(
+    ds: &[f32],
+    mask_dims: &[usize],
+    dims: Dims,
+    shape: &Shape,
+) -> candle_core::Result<Tensor> {
+    let Dims { b, t, heads, .. } = dims;
+    if mask_dims == [b, heads, t, t] {
+        return tensor(ds.to_vec(), shape);
+    }
+    let &[mb, mh, mq, _] = mask_dims else {
+        return Err(candle_core::Error::Msg("attention: mask dims".into()));
+    };
+    let mut out = vec![0f32; mb * mh * mq * t];
+    for s in 0..b {
+        for head in 0..heads {
+            for i in 0..t {
+                let at = mask_row([mb, mh, mq], s, head, i) * t;
+                let from = dims.prob_row(s, head, i);
+                for (o, &x) in out[at..at + t].iter_mut().zip(&ds[from..from + t]) {
+                    *o += x;
+                }
+            }
+        }
+    }
+    tensor(out, shape)
+}
+
+impl CustomOp1 for AttentionOp {
+    fn name(&self) -> &'static str {
+        "attention"
+    }
+
+    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        self.forward(f32_slice(s1, l1, "attention q, k, v")?, l1.shape(), None)
+    }
+
+    fn bwd(&self, qkv: &Tensor, _res: &Tensor, g: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        Ok(Some(self.backward(qkv.shape(), None, g)?.0))
+    }
+}
+
+impl CustomOp2 for AttentionOp {
+    fn name(&self) -> &'static str {
+        "attention"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let mask = MaskInput {
+            data: f32_slice(s2, l2, "attention mask")?,
+            dims: l2.dims(),
+        };
+        self.forward(
+            f32_slice(s1, l1, "attention q, k, v")?,
+            l1.shape(),
+            Some(mask),
+        )
+    }
+
+    fn bwd(
+        &self,
+        qkv: &Tensor,
+        mask: &Tensor,
+        _res: &Tensor,
+        g: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let (dqkv, dmask) = self.backward(qkv.shape(), Some((mask, mask.track_op())), g)?;
+        Ok((Some(dqkv), dmask))
     }
 }

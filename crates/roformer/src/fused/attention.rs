@@ -49,7 +49,9 @@ impl Step<'_> {
             )?;
             let mut inv_sums = Vec::with_capacity(r);
             for (i, row) in scores.chunks_exact_mut(t).enumerate() {
-                let mask = self.mask.map(|m| m.row(self.sequences.start + s, i0 + i));
+                let mask = self
+                    .mask
+                    .map(|m| m.row(self.sequences.start + s, head, i0 + i));
                 let max = add_mask_max(row, mask);
                 inv_sums.push(1.0 / exp_sum(row, max));
             }

@@ -94,7 +94,10 @@ pub(crate) fn encoder_forward(
         return Ok(None);
     };
     let mask = match (&mask_held, mask) {
-        (Some(held), Some(m)) => match held.f32s().and_then(|d| MaskView::new(d, m.dims(), b, t)) {
+        (Some(held), Some(m)) => match held
+            .f32s()
+            .and_then(|d| MaskView::new(d, m.dims(), (b, heads, t)))
+        {
             Some(view) => Some(view),
             None => return Ok(None),
         },

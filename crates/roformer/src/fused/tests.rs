@@ -187,6 +187,20 @@ fn fused_matches_op_by_op_for_rms_norm_without_biases() {
 }
 
 #[test]
+fn fused_matches_op_by_op_with_a_per_head_mask() {
+    let (encoder, cfg) = random_encoder(tiny("gelu"));
+    // A bias per (sequence, head, query, key), as a position bias with padding gives.
+    let per_head = Tensor::randn(
+        0f32,
+        1.0,
+        (2, cfg.num_attention_heads, 16, 16),
+        &Device::Cpu,
+    )
+    .unwrap();
+    assert!(fused_vs_ops(&encoder, &cfg, 2, 16, Positions::START, Some(&per_head), 2) <= TOLERANCE);
+}
+
+#[test]
 fn other_masks_devices_and_dtypes_take_the_op_path() {
     let (encoder, cfg) = random_encoder(tiny("gelu"));
     let parts: Vec<LayerParts<'_>> = encoder
@@ -200,9 +214,9 @@ fn other_masks_devices_and_dtypes_take_the_op_path() {
         .unwrap()
         .coefficients(Positions::START, 2, 5)
         .unwrap();
-    // A per-head mask [b, heads, t, t] is not a shape the fused path reads.
-    let per_head = Tensor::zeros((2, 4, 5, 5), DType::F32, &Device::Cpu).unwrap();
-    assert!(encoder_forward(&parts, &x, c.view(), Some(&per_head))
+    // A mask of 3 heads for a model of 4 is not a shape the fused path reads.
+    let three_heads = Tensor::zeros((2, 3, 5, 5), DType::F32, &Device::Cpu).unwrap();
+    assert!(encoder_forward(&parts, &x, c.view(), Some(&three_heads))
         .unwrap()
         .is_none());
     let f64_x = x.to_dtype(DType::F64).unwrap();

@@ -124,6 +124,9 @@ fn attention_matches_the_op_by_op_path_with_gradients() {
         (9, true, true, "causal", 0.3),
         (300, true, false, "padding", 0.1),
         (17, false, false, "none", 0.2),
+        (11, false, false, "bias", 0.2),
+        (300, false, false, "bias", 0.0),
+        (13, true, false, "fixed bias", 0.1),
     ] {
         let (b, heads, d) = (2, 2, 8);
         let h = heads * d;
@@ -133,6 +136,7 @@ fn attention_matches_the_op_by_op_path_with_gradients() {
             var(&mut rng, &[b, t, h]),
             var(&mut rng, &[b, t, h]),
         );
+        let bias = var(&mut rng, &[1, heads, t, t]);
         let rope = Rope::new(d, d, rotary::DEFAULT_BASE, Layout::Interleaved).unwrap();
         let coefficients = rotary.then(|| rope.coefficients(Positions::START, b, t).unwrap());
         let mask = match masking {
@@ -155,18 +159,33 @@ fn attention_matches_the_op_by_op_path_with_gradients() {
                     .collect();
                 Some(Tensor::from_vec(m, (1, 1, t, t), &Device::Cpu).unwrap())
             }
+            // A per-head position bias that learns (T5's) beside padding, `[b, heads, t, t]`.
+            "bias" => {
+                let padding: Vec<f32> = (0..b * t)
+                    .map(|i| {
+                        if i / t == 1 && i % t >= t - 2 {
+                            -1e4
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect();
+                let padding = Tensor::from_vec(padding, (b, 1, 1, t), &Device::Cpu).unwrap();
+                Some(padding.broadcast_add(bias.as_tensor()).unwrap())
+            }
+            // A fixed per-head bias shared by the sequences (ALiBi's), `[1, heads, t, t]`.
+            "fixed bias" => Some(bias.as_tensor().detach()),
             _ => None,
         };
         let fused_dropout = Dropout::seeded(5);
+        let qkv = Tensor::cat(&[q.as_tensor(), k.as_tensor(), v.as_tensor()], 2).unwrap();
         let fused = attention(
-            q.as_tensor(),
-            k.as_tensor(),
-            v.as_tensor(),
+            &qkv,
+            mask.as_ref(),
             FusedAttention {
                 heads,
                 rope: coefficients.clone(),
                 rotary_value,
-                mask: mask.clone(),
                 dropout: fused_dropout.keep_mask(b * heads * t * t, p),
                 precision: Precision::F32,
             },
@@ -189,6 +208,27 @@ fn attention_matches_the_op_by_op_path_with_gradients() {
         for (name, x) in [("q", &q), ("k", &k), ("v", &v)] {
             let diff = max_abs_diff(gf.get(x).unwrap(), gr.get(x).unwrap());
             assert!(diff < 1e-4, "{case}: d{name} differs by {diff}");
+        }
+        match (gf.get(&bias), gr.get(&bias)) {
+            (Some(f), Some(r)) => {
+                assert_eq!(masking, "bias", "{case}: a gradient for a fixed mask");
+                let diff = max_abs_diff(f, r);
+                assert!(diff < 1e-5, "{case}: dbias differs by {diff}");
+                let size = r
+                    .abs()
+                    .unwrap()
+                    .max_all()
+                    .unwrap()
+                    .to_scalar::<f32>()
+                    .unwrap();
+                assert!(size > 1e-3, "{case}: the bias gradient is {size}");
+            }
+            (None, None) => assert_ne!(masking, "bias", "{case}: no bias gradient"),
+            (f, r) => panic!(
+                "{case}: bias gradient fused {:?}, reference {:?}",
+                f.is_some(),
+                r.is_some()
+            ),
         }
     }
 }
@@ -378,15 +418,14 @@ fn bf16_attention_is_within_bf16_rounding_of_f32() {
     let rope = Rope::new(d, d, rotary::DEFAULT_BASE, Layout::Interleaved).unwrap();
     let coefficients = rope.coefficients(Positions::START, b, t).unwrap();
     let run = |precision: Precision| {
+        let qkv = Tensor::cat(&[q.as_tensor(), k.as_tensor(), v.as_tensor()], 2).unwrap();
         let out = attention(
-            q.as_tensor(),
-            k.as_tensor(),
-            v.as_tensor(),
+            &qkv,
+            None,
             FusedAttention {
                 heads,
                 rope: Some(coefficients.clone()),
                 rotary_value: false,
-                mask: None,
                 dropout: None,
                 precision,
             },
