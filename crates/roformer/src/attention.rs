@@ -11,8 +11,8 @@
 //!
 //! Without rotary positions (BERT's absolute table, sinusoidal, none: positions, if any, were
 //! added to the embeddings) q, k and v are not rotated: transformers' `BertSelfAttention`.
-//! ALiBi and T5 positions arrive as a per-head bias inside the additive mask
-//! ([`crate::position_bias`]).
+//! ALiBi and T5 positions arrive as a per-head bias beside the additive mask
+//! ([`ScoreMask`], [`crate::position_bias`]).
 //! Dropout runs in training only ([`Mode::Train`]).
 //!
 //! The attention proper (scores and context from rotated q, k, v) is [`softmax_attention`],
@@ -24,8 +24,8 @@
 //! the three weights stacked, and softmax attention runs as one fused op from those token-major
 //! projections to the token-major context (rotation, scores, mask, softmax, dropout and
 //! context per (sequence, head, tile of query rows), with its own backward; see
-//! `autograd::attention`), and the dense layers as fused ops too ([`dense`]). ALiBi's and T5's
-//! per-head bias is part of the mask that op reads; T5's table gets its gradient through it.
+//! `autograd::attention`), and the dense layers as fused ops too ([`dense`]). That op reads
+//! ALiBi's and T5's per-head bias beside the mask, and gives T5's table its gradient.
 
 use candle_core::{Tensor, D};
 use candle_nn::{Linear, VarBuilder};
@@ -40,6 +40,7 @@ use crate::linear_attention::{key_mask_from_additive, LinearAttention, Masking};
 use crate::mode::Mode;
 use crate::norm::Norm;
 use crate::plan::Plan;
+use crate::score_mask::ScoreMask;
 
 /// A dense layer `x W^T + b` of the encoder: with a bias unless the config has
 /// `use_bias: false` (RoFormer-V2).
@@ -130,27 +131,28 @@ impl SelfAttention {
         &self,
         x: &Tensor,
         rope: Option<&Coefficients>,
-        mask: Option<&Tensor>,
+        mask: &ScoreMask<'_>,
         plan: Plan<'_>,
     ) -> candle_core::Result<Option<Tensor>> {
         let (b, t, _) = x.dims3()?;
         let Some(precision) = plan.fused_training() else {
             return Ok(None);
         };
-        if self.attention_type != AttentionType::Softmax
-            || mask.is_some_and(|m| !mask_fits(m, b, self.heads, t))
+        let fits = |m: Option<&Tensor>| m.is_none_or(|m| mask_fits(m, b, self.heads, t));
+        if self.attention_type != AttentionType::Softmax || !fits(mask.mask()) || !fits(mask.bias())
         {
             return Ok(None);
         }
         let qkv = dense(&self.stacked_projections()?, x, None, plan)?;
         let spec = FusedAttention {
             heads: self.heads,
+            mask: mask.mask().cloned(),
             rope: rope.cloned(),
             rotary_value: self.rotary_value,
             dropout: plan.mode().keep_mask(b * self.heads * t * t, self.dropout),
             precision,
         };
-        autograd::attention::attention(&qkv, mask, spec).map(Some)
+        autograd::attention::attention(&qkv, mask.bias(), spec).map(Some)
     }
 
     /// `query`, `key` and `value` as one layer: weights stacked `[Wq; Wk; Wv]` (`[3 hidden,
@@ -188,8 +190,8 @@ impl SelfAttention {
     }
 
     /// The context vectors `[b, t, hidden]` of `x` (`[b, t, hidden]`), with the tokens'
-    /// rotary coefficients (`None` when positions are not rotary) and an additive mask
-    /// broadcastable to `[b, h, t, t]`.
+    /// rotary coefficients (`None` when positions are not rotary) and the mask and bias added
+    /// to the scores.
     ///
     /// # Errors
     /// Candle errors only.
@@ -197,12 +199,13 @@ impl SelfAttention {
         &self,
         x: &Tensor,
         rope: Option<&Coefficients>,
-        mask: Option<&Tensor>,
+        mask: &ScoreMask<'_>,
         plan: Plan<'_>,
     ) -> candle_core::Result<Tensor> {
         if let Some(context) = self.forward_fused(x, rope, mask, plan)? {
             return Ok(context);
         }
+        let mask = mask.sum()?;
         let (b, t, hidden) = x.dims3()?;
         let q = self.heads_of(&self.query, x, plan)?;
         let k = self.heads_of(&self.key, x, plan)?;
@@ -313,7 +316,7 @@ impl Attention {
         &self,
         x: &Tensor,
         rope: Option<&Coefficients>,
-        mask: Option<&Tensor>,
+        mask: &ScoreMask<'_>,
         plan: Plan<'_>,
     ) -> candle_core::Result<Tensor> {
         let context = self.self_attention.forward(x, rope, mask, plan)?;

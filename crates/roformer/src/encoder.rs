@@ -30,11 +30,11 @@ use crate::config::{AttentionType, PositionEmbeddingType, RoFormerConfig};
 use crate::cpu::Precision;
 use crate::error::{ModelError, Result};
 use crate::fused::{self, LayerParts, PackedLayer};
-use crate::input::mask_value;
 use crate::norm::Norm;
 use crate::plan::Plan;
 use crate::position_bias::PositionBias;
 use crate::rope_scaling::{RopeScaling, RotaryTable};
+use crate::score_mask::ScoreMask;
 
 /// One encoder layer (`encoder.layer.{i}`).
 #[derive(Debug, Clone)]
@@ -78,7 +78,7 @@ impl Layer {
         &self,
         x: &Tensor,
         rope: Option<&rotary::Coefficients>,
-        mask: Option<&Tensor>,
+        mask: &ScoreMask<'_>,
         plan: Plan<'_>,
     ) -> candle_core::Result<Tensor> {
         let a = self.attention.forward(x, rope, mask, plan)?;
@@ -205,28 +205,26 @@ impl Encoder {
         plan.fused_encoder() && self.rope.is_some() && self.bias.is_none()
     }
 
-    /// The additive mask every layer gets: `mask` (broadcastable to `[b, heads, t, t]`) plus
-    /// the position bias `[1 or b, heads, t, t]` of `b` sequences of `t` tokens at
-    /// `positions`, floored at the dtype's lowest value so that a masked score stays finite;
-    /// `mask` itself without a bias.
+    /// What every layer adds to its scores: `mask` (broadcastable to `[b, heads, t, t]`) and
+    /// the position bias `[1 or b, heads, t, t]`, if any, of `b` sequences of `t` tokens at
+    /// `positions`.
     ///
     /// # Errors
     /// The errors of [`PositionBias::bias`].
-    fn biased_mask(
+    fn score_mask<'m>(
         &self,
-        mask: Option<&Tensor>,
+        mask: Option<&'m Tensor>,
         positions: Positions<'_>,
         x: &Tensor,
-    ) -> Result<Option<Tensor>> {
-        let Some(bias) = &self.bias else {
-            return Ok(mask.cloned());
+    ) -> Result<ScoreMask<'m>> {
+        let bias = match &self.bias {
+            Some(bias) => {
+                let (b, t, _) = x.dims3()?;
+                Some(bias.bias(positions, b, t, x.dtype(), x.device())?)
+            }
+            None => None,
         };
-        let (b, t, _) = x.dims3()?;
-        let bias = bias.bias(positions, b, t, x.dtype(), x.device())?;
-        Ok(Some(match mask {
-            Some(m) => m.broadcast_add(&bias)?.maximum(mask_value(x.dtype()))?,
-            None => bias,
-        }))
+        Ok(ScoreMask::new(mask, bias))
     }
 
     /// Runs every layer on `x` (`[b, t, hidden]`) with the tokens at `positions` and an
@@ -248,8 +246,7 @@ impl Encoder {
             Some(rope) => Some(rope.coefficients(positions, b, t)?),
             None => None,
         };
-        let mask = self.biased_mask(mask, positions, x)?;
-        let mask = mask.as_ref();
+        let mask = self.score_mask(mask, positions, x)?;
         if let (true, Some(c)) = (self.runs_fused(plan), &coefficients) {
             if let Some(parts) = self
                 .layers
@@ -257,12 +254,12 @@ impl Encoder {
                 .map(Layer::fusable)
                 .collect::<Option<Vec<_>>>()
             {
-                if let Some(h) = fused::encoder_forward(&parts, x, c.view(), mask)? {
+                if let Some(h) = fused::encoder_forward(&parts, x, c.view(), mask.sum()?)? {
                     return Ok(h);
                 }
             }
         }
-        self.forward_ops(x, coefficients.as_ref(), mask, plan)
+        self.forward_ops(x, coefficients.as_ref(), &mask, plan)
     }
 
     /// The layers op by op, on any device and dtype: the reference of the fused path, and the
@@ -271,7 +268,7 @@ impl Encoder {
         &self,
         x: &Tensor,
         coefficients: Option<&rotary::Coefficients>,
-        mask: Option<&Tensor>,
+        mask: &ScoreMask<'_>,
         plan: Plan<'_>,
     ) -> Result<Tensor> {
         let mut h = x.clone();

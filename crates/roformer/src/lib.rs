@@ -22,6 +22,7 @@ pub mod pipeline;
 pub mod plan;
 pub mod position_bias;
 pub mod rope_scaling;
+pub mod score_mask;
 pub mod shapes;
 pub mod tasks;
 pub mod tokenizer;

@@ -1,25 +1,29 @@
 //! Scaled dot-product attention as one op, from the token-major projections `[q | k | v]`
-//! (one product of the three weights) to the token-major context, with rotary positions, an
-//! additive mask (padding, causal, or a per-head position bias) and dropout on the
+//! (one product of the three weights) to the token-major context, with rotary positions, a
+//! position bias (ALiBi's, T5's), an additive mask (padding, causal) and dropout on the
 //! probabilities.
 //!
 //! Per (sequence `s`, head `h`), over tiles of query rows (`d` the head dim, `c = 1/sqrt(d)`,
-//! `f` the dropout factors, 0 or `1/(1-p)`, `M` the mask broadcast to `[b, heads, t, t]`):
+//! `f` the dropout factors, 0 or `1/(1-p)`, `B` the bias and `M` the mask, each broadcast to
+//! `[b, heads, t, t]`):
 //!
 //! ```text
 //! forward   q, k (, v) <- R q, R k (, R v)                 rotary, token-major
-//!           S = c q k^T + M[s, h],  P = exp(S - max S) / sum   (max and 1/sum kept per row)
+//!           S = c q k^T + B[s, h] + M[s, h]
+//!           P = exp(S - max S) / sum                       (max and 1/sum kept per row)
 //!           O = (P * f) v
 //! backward  P recomputed from q, k and the kept row statistics
 //!           dV = (P * f)^T dO,   dPf = dO v^T,   D_i = sum_j (P f)_ij dPf_ij
 //!           dS = P * (f * dPf - D),   dq = c dS k,   dk = c dS^T q
-//!           dM = dS summed over the dims M broadcasts     (only when M carries a gradient)
+//!           dB = dS summed over the dims B broadcasts     (only when B carries a gradient)
 //!           dq, dk (, dv) <- R^T dq, R^T dk (, R^T dv)
 //! ```
 //!
-//! No `[b, h, t, t]` tensor is made unless the mask carries a gradient (T5's learned bias): each
-//! task holds a tile of scores (a few hundred KiB, in cache), the backward recomputes them (one
-//! more `q k^T` product per head) instead of storing them. The element order of the dropout
+//! The mask is a constant; the bias is an input of the op and gets its gradient at its own size
+//! (`[heads, t, t]` for T5's table shared by the sequences). No `[b, h, t, t]` tensor is made
+//! unless the bias carries a gradient: each task holds a tile of scores (a few hundred KiB, in
+//! cache), the backward recomputes them (one more `q k^T` product per head) instead of storing
+//! them. The element order of the dropout
 //! mask is that of the `[b, h, t, t]` probabilities, so the same generator gives the same masks
 //! as the op-by-op path.
 
@@ -36,10 +40,12 @@ use crate::cpu::policy::{query_tile, TRAINING_SCORE_TILE};
 use crate::cpu::tensor::{f32_slice, tensor, with_f32};
 use crate::cpu::{product, Dst, Mat, Precision, SharedOut};
 
-/// The attention of one layer: what the op needs besides the projections and the mask.
+/// The attention of one layer: what the op needs besides the projections and the bias.
 pub(crate) struct FusedAttention {
     /// Heads, each of `head_dim` columns of the hidden width.
     pub(crate) heads: usize,
+    /// The additive mask `[1 or b, 1 or heads, 1 or t, t]` (padding, causal): a constant.
+    pub(crate) mask: Option<Tensor>,
     /// The rotary coefficients of the tokens, `None` without rotary positions.
     pub(crate) rope: Option<Coefficients>,
     /// Whether v is rotated too.
@@ -50,22 +56,22 @@ pub(crate) struct FusedAttention {
     pub(crate) precision: Precision,
 }
 
-/// Whether [`attention`] can take an additive mask of these dims for `b` sequences of `t`
-/// tokens in `heads` heads: `[1 or b, 1 or heads, 1 or t, t]`.
+/// Whether [`attention`] can take an additive mask or bias of these dims for `b` sequences of
+/// `t` tokens in `heads` heads: `[1 or b, 1 or heads, 1 or t, t]`.
 pub(crate) fn mask_fits(mask: &Tensor, b: usize, heads: usize, t: usize) -> bool {
     mask_dims_fit(mask.dims(), b, heads, t)
 }
 
 /// The context `[b, t, hidden]` of the token-major projections `qkv = [q | k | v]`
-/// (`[b, t, 3 hidden]`, CPU f32) under an additive `mask` (`[1 or b, 1 or heads, 1 or t, t]`).
-/// The mask gets a gradient where it carries one (a learned position bias).
+/// (`[b, t, 3 hidden]`, CPU f32) with a position `bias` (`[1 or b, 1 or heads, 1 or t, t]`)
+/// added to the scores. The bias gets a gradient where it carries one (T5's learned table).
 ///
 /// # Errors
-/// A width that does not split into three times the heads, a mask or dropout mask that does not
-/// fit; candle errors.
+/// A width that does not split into three times the heads, a bias, mask or dropout mask that
+/// does not fit; candle errors.
 pub(crate) fn attention(
     qkv: &Tensor,
-    mask: Option<&Tensor>,
+    bias: Option<&Tensor>,
     spec: FusedAttention,
 ) -> candle_core::Result<Tensor> {
     let (b, t, width) = qkv.dims3()?;
@@ -75,10 +81,10 @@ pub(crate) fn attention(
             spec.heads
         )));
     }
-    if let Some(m) = mask {
-        if !mask_fits(m, b, spec.heads, t) {
+    for (what, m) in [("bias", bias), ("mask", spec.mask.as_ref())] {
+        if let Some(m) = m.filter(|m| !mask_fits(m, b, spec.heads, t)) {
             return Err(candle_core::Error::Msg(format!(
-                "attention: a mask of dims {:?} for {b} sequences of {t} in {} heads",
+                "attention: a {what} of dims {:?} for {b} sequences of {t} in {} heads",
                 m.dims(),
                 spec.heads
             )));
@@ -91,12 +97,16 @@ pub(crate) fn attention(
             ));
         }
     }
+    let mask = match spec.mask {
+        Some(m) => Some(m.contiguous()?),
+        None => None,
+    };
     let op = AttentionOp {
-        spec,
+        spec: FusedAttention { mask, ..spec },
         saved: OnceLock::new(),
     };
     let qkv = qkv.contiguous()?;
-    match mask {
+    match bias {
         Some(m) => qkv.apply_op2(&m.contiguous()?, op),
         None => qkv.apply_op1(op),
     }
@@ -169,7 +179,7 @@ impl Dims {
     }
 }
 
-/// The mask of one call: its data and dims.
+/// A mask or bias of one call: its data and dims.
 #[derive(Clone, Copy)]
 struct MaskInput<'a> {
     data: &'a [f32],
@@ -194,7 +204,7 @@ impl AttentionOp {
     }
 
     /// Fills `scores` (`[r, t]`) with `c q k^T` for rows `i0..i0 + r` of (s, head); the caller
-    /// adds the mask and normalises.
+    /// adds the bias and mask and normalises.
     #[allow(clippy::too_many_arguments)]
     fn scores(
         &self,
@@ -221,6 +231,26 @@ impl AttentionOp {
         )
     }
 
+    /// Runs `f` on the views of the bias `bias` and of the spec's mask.
+    fn with_masks<R>(
+        &self,
+        dims: Dims,
+        bias: Option<MaskInput<'_>>,
+        f: impl FnOnce(Option<MaskView<'_>>, Option<MaskView<'_>>) -> candle_core::Result<R>,
+    ) -> candle_core::Result<R> {
+        let bias = bias.map(|m| m.view(dims)).transpose()?;
+        match &self.spec.mask {
+            Some(m) => with_f32(m, "attention mask", |data| {
+                let mask = MaskInput {
+                    data,
+                    dims: m.dims(),
+                };
+                f(bias, Some(mask.view(dims)?))
+            }),
+            None => f(bias, None),
+        }
+    }
+
     /// Multiplies row `i` of (s, head) by the dropout factors, if any.
     fn drop_row(&self, dims: Dims, s: usize, head: usize, i: usize, row: &mut [f32]) {
         if let Some(mask) = &self.spec.dropout {
@@ -228,13 +258,13 @@ impl AttentionOp {
         }
     }
 
-    /// The forward pass on the projections `qkv` (`[b, t, 3h]`): the context `[b, t, h]`; keeps
-    /// what the backward needs.
+    /// The forward pass on the projections `qkv` (`[b, t, 3h]`) with the bias `bias`: the
+    /// context `[b, t, h]`; keeps what the backward needs.
     fn forward(
         &self,
         qkv: &[f32],
         shape: &Shape,
-        mask: Option<MaskInput<'_>>,
+        bias: Option<MaskInput<'_>>,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let dims = Dims::new(shape, self.spec.heads)?;
         let Dims {
@@ -246,7 +276,6 @@ impl AttentionOp {
         if self.spec.rotary_value {
             self.rotate(&mut v, dims, Direction::Forward)?;
         }
-        let mask = mask.map(|m| m.view(dims)).transpose()?;
         let mut context = vec![0f32; b * t * h];
         let mut max = vec![0f32; b * heads * t];
         let mut inv_sum = vec![0f32; b * heads * t];
@@ -255,44 +284,49 @@ impl AttentionOp {
             SharedOut::new(&mut max),
             SharedOut::new(&mut inv_sum),
         );
-        (0..b * heads).into_par_iter().try_for_each_init(
-            Vec::new,
-            |scores: &mut Vec<f32>, task| -> candle_core::Result<()> {
-                let (s, head) = (task / heads, task % heads);
-                // SAFETY: task (s, head) alone writes its t row statistics.
-                let stats_at = (s * heads + head) * t;
-                let (task_max, task_inv) =
-                    unsafe { (max_out.slice(stats_at, t), inv_out.slice(stats_at, t)) };
-                let mut i0 = 0;
-                while i0 < t {
-                    let r = dims.tile.min(t - i0);
-                    scores.resize(r * t, 0.0);
-                    self.scores(dims, &q, &k, s, head, i0, r, scores)?;
-                    for (i, row) in scores.chunks_exact_mut(t).enumerate() {
-                        let m = add_mask_max(row, mask.as_ref().map(|m| m.row(s, head, i0 + i)));
-                        let inv = 1.0 / exp_sum(row, m);
-                        task_max[i0 + i] = m;
-                        task_inv[i0 + i] = inv;
-                        row.iter_mut().for_each(|p| *p *= inv);
-                        self.drop_row(dims, s, head, i0 + i, row);
+        let run = |bias: Option<MaskView<'_>>, mask: Option<MaskView<'_>>| {
+            (0..b * heads).into_par_iter().try_for_each_init(
+                Vec::new,
+                |scores: &mut Vec<f32>, task| -> candle_core::Result<()> {
+                    let (s, head) = (task / heads, task % heads);
+                    // SAFETY: task (s, head) alone writes its t row statistics.
+                    let stats_at = (s * heads + head) * t;
+                    let (task_max, task_inv) =
+                        unsafe { (max_out.slice(stats_at, t), inv_out.slice(stats_at, t)) };
+                    let mut i0 = 0;
+                    while i0 < t {
+                        let r = dims.tile.min(t - i0);
+                        scores.resize(r * t, 0.0);
+                        self.scores(dims, &q, &k, s, head, i0, r, scores)?;
+                        for (i, row) in scores.chunks_exact_mut(t).enumerate() {
+                            add_bias(row, bias.as_ref().map(|m| m.row(s, head, i0 + i)));
+                            let m =
+                                add_mask_max(row, mask.as_ref().map(|m| m.row(s, head, i0 + i)));
+                            let inv = 1.0 / exp_sum(row, m);
+                            task_max[i0 + i] = m;
+                            task_inv[i0 + i] = inv;
+                            row.iter_mut().for_each(|p| *p *= inv);
+                            self.drop_row(dims, s, head, i0 + i, row);
+                        }
+                        // Task (s, head) alone writes these rows' columns of its head.
+                        product(
+                            (r, d, t),
+                            Dst::Shared(out),
+                            ((s * t + i0) * h + head * d, h),
+                            false,
+                            Mat::rows(scores, t),
+                            dims.head_rows(&v, s, head, 0),
+                            1.0,
+                            false,
+                            self.spec.precision,
+                        )?;
+                        i0 += r;
                     }
-                    // Task (s, head) alone writes these rows' columns of its head.
-                    product(
-                        (r, d, t),
-                        Dst::Shared(out),
-                        ((s * t + i0) * h + head * d, h),
-                        false,
-                        Mat::rows(scores, t),
-                        dims.head_rows(&v, s, head, 0),
-                        1.0,
-                        false,
-                        self.spec.precision,
-                    )?;
-                    i0 += r;
-                }
-                Ok(())
-            },
-        )?;
+                    Ok(())
+                },
+            )
+        };
+        self.with_masks(dims, bias, run)?;
         let _ = self.saved.set(Saved {
             q,
             k,
@@ -305,11 +339,12 @@ impl AttentionOp {
     }
 
     /// The backward pass: the gradient of the projections `[b, t, 3h]` (of input shape
-    /// `shape`) and, when `mask_grad`, of the mask, from the context's gradient `g`.
+    /// `shape`) and, when the bias carries a gradient (its flag), of the bias, from the
+    /// context's gradient `g`.
     fn backward(
         &self,
         shape: &Shape,
-        mask: Option<(&Tensor, bool)>,
+        bias: Option<(&Tensor, bool)>,
         g: &Tensor,
     ) -> candle_core::Result<(Tensor, Option<Tensor>)> {
         let saved = self
@@ -326,8 +361,8 @@ impl AttentionOp {
             vec![0f32; b * t * h],
             vec![0f32; b * t * h],
         );
-        let mask_grad = mask.is_some_and(|(_, grad)| grad);
-        let mut ds = vec![0f32; if mask_grad { b * heads * t * t } else { 0 }];
+        let bias_grad = bias.is_some_and(|(_, grad)| grad);
+        let mut ds = vec![0f32; if bias_grad { b * heads * t * t } else { 0 }];
         let (dq_out, dk_out, dv_out, ds_out) = (
             SharedOut::new(&mut dq),
             SharedOut::new(&mut dk),
@@ -335,8 +370,7 @@ impl AttentionOp {
             SharedOut::new(&mut ds),
         );
         let (q, k, v) = (&saved.q[..], &saved.k[..], &saved.v[..]);
-        let run = |g: &[f32], mask: Option<MaskInput<'_>>| -> candle_core::Result<()> {
-            let mask = mask.map(|m| m.view(dims)).transpose()?;
+        let run = |g: &[f32], bias: Option<MaskView<'_>>, mask: Option<MaskView<'_>>| {
             (0..b * heads).into_par_iter().try_for_each_init(
                 || (Vec::new(), Vec::new(), Vec::new()),
                 |(p, pf, dp): &mut (Vec<f32>, Vec<f32>, Vec<f32>), task| {
@@ -350,6 +384,7 @@ impl AttentionOp {
                         dp.resize(r * t, 0.0);
                         self.scores(dims, q, k, s, head, i0, r, p)?;
                         for (i, row) in p.chunks_exact_mut(t).enumerate() {
+                            add_bias(row, bias.as_ref().map(|m| m.row(s, head, i0 + i)));
                             add_mask_max(row, mask.as_ref().map(|m| m.row(s, head, i0 + i)));
                             exp_sum(row, saved.max[stats_at + i0 + i]);
                             let inv = saved.inv_sum[stats_at + i0 + i];
@@ -405,8 +440,8 @@ impl AttentionOp {
                                 *x = pv * (*x - dot);
                             }
                         }
-                        if mask_grad {
-                            // dS is the gradient of the (broadcast) mask.
+                        if bias_grad {
+                            // dS is the gradient of the (broadcast) bias.
                             let at = dims.prob_row(s, head, i0);
                             unsafe { ds_out.slice(at, r * t) }.copy_from_slice(dp);
                         }
@@ -440,17 +475,15 @@ impl AttentionOp {
                 },
             )
         };
-        with_f32(g, "attention backward", |g| match mask {
-            Some((m, _)) => with_f32(m, "attention mask", |data| {
-                run(
-                    g,
-                    Some(MaskInput {
-                        data,
-                        dims: m.dims(),
-                    }),
-                )
+        with_f32(g, "attention backward", |g| match bias {
+            Some((m, _)) => with_f32(m, "attention bias", |data| {
+                let bias = MaskInput {
+                    data,
+                    dims: m.dims(),
+                };
+                self.with_masks(dims, Some(bias), |bias, mask| run(g, bias, mask))
             }),
-            None => run(g, None),
+            None => self.with_masks(dims, None, |bias, mask| run(g, bias, mask)),
         })?;
         self.rotate(&mut dq, dims, Direction::Inverse)?;
         self.rotate(&mut dk, dims, Direction::Inverse)?;
@@ -458,11 +491,11 @@ impl AttentionOp {
             self.rotate(&mut dv, dims, Direction::Inverse)?;
         }
         let dqkv = tensor(join_projections(&dq, &dk, &dv, h), shape)?;
-        let dmask = match mask {
-            Some((m, true)) => Some(reduce_to_mask(&ds, m.dims(), dims, m.shape())?),
+        let dbias = match bias {
+            Some((m, true)) => Some(reduce_to_mask(ds, m.dims(), dims, m.shape())?),
             _ => None,
         };
-        Ok((dqkv, dmask))
+        Ok((dqkv, dbias))
     }
 }
 
@@ -497,18 +530,25 @@ fn join_projections(q: &[f32], k: &[f32], v: &[f32], h: usize) -> Vec<f32> {
     out
 }
 
-/// The gradient of a mask of dims `mask_dims` from the score gradients `ds`
-/// (`[b, heads, t, t]`): each row summed over the dims the mask broadcasts, in a fixed order
+/// `row += bias` where there is a bias.
+fn add_bias(row: &mut [f32], bias: Option<&[f32]>) {
+    if let Some(bias) = bias {
+        row.iter_mut().zip(bias).for_each(|(x, b)| *x += b);
+    }
+}
+
+/// The gradient of a bias of dims `mask_dims` from the score gradients `ds`
+/// (`[b, heads, t, t]`): each row summed over the dims the bias broadcasts, in a fixed order
 /// (sequences, then heads, then rows), so that the sums do not depend on the threads.
 fn reduce_to_mask(
-    ds: &[f32],
+    ds: Vec<f32>,
     mask_dims: &[usize],
     dims: Dims,
     shape: &Shape,
 ) -> candle_core::Result<Tensor> {
     let Dims { b, t, heads, .. } = dims;
     if mask_dims == [b, heads, t, t] {
-        return tensor(ds.to_vec(), shape);
+        return tensor(ds, shape);
     }
     let &[mb, mh, mq, _] = mask_dims else {
         return Err(candle_core::Error::Msg("attention: mask dims".into()));
@@ -554,25 +594,25 @@ impl CustomOp2 for AttentionOp {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let mask = MaskInput {
-            data: f32_slice(s2, l2, "attention mask")?,
+        let bias = MaskInput {
+            data: f32_slice(s2, l2, "attention bias")?,
             dims: l2.dims(),
         };
         self.forward(
             f32_slice(s1, l1, "attention q, k, v")?,
             l1.shape(),
-            Some(mask),
+            Some(bias),
         )
     }
 
     fn bwd(
         &self,
         qkv: &Tensor,
-        mask: &Tensor,
+        bias: &Tensor,
         _res: &Tensor,
         g: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        let (dqkv, dmask) = self.backward(qkv.shape(), Some((mask, mask.track_op())), g)?;
-        Ok((Some(dqkv), dmask))
+        let (dqkv, dbias) = self.backward(qkv.shape(), Some((bias, bias.track_op())), g)?;
+        Ok((Some(dqkv), dbias))
     }
 }

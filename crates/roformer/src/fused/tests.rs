@@ -9,6 +9,7 @@ use crate::config::{RawConfig, RoFormerConfig};
 use crate::encoder::Encoder;
 use crate::mode::Mode;
 use crate::plan::Plan;
+use crate::score_mask::ScoreMask;
 
 /// An encoder of `raw` with random weights: the var map's initialisers for the dense
 /// layers, and N(1, 0.2^2) / N(0, 0.2^2) layer norm weights and biases (not the identity,
@@ -96,7 +97,7 @@ fn fused_and_ops(
             .forward_ops(
                 x,
                 Some(&coefficients),
-                mask,
+                &ScoreMask::new(mask, None),
                 Plan::new(Mode::Inference, &Device::Cpu, DType::F32),
             )
             .unwrap();

@@ -16,6 +16,7 @@ use crate::autograd::dropout::{dropout, dropout_add, dropout_slow};
 use crate::autograd::embedding::embed;
 use crate::autograd::linear::linear;
 use crate::mode::{Dropout, Mode};
+use crate::score_mask::ScoreMask;
 
 fn random(rng: &mut StdRng, dims: &[usize]) -> Tensor {
     let n: usize = dims.iter().product();
@@ -139,7 +140,8 @@ fn attention_matches_the_op_by_op_path_with_gradients() {
         let bias = var(&mut rng, &[1, heads, t, t]);
         let rope = Rope::new(d, d, rotary::DEFAULT_BASE, Layout::Interleaved).unwrap();
         let coefficients = rotary.then(|| rope.coefficients(Positions::START, b, t).unwrap());
-        let mask = match masking {
+        // (the constant mask, the bias added to the scores)
+        let (mask, bias_term) = match masking {
             "padding" => {
                 // The second sequence ends in three padding tokens.
                 let m: Vec<f32> = (0..b * t)
@@ -151,39 +153,47 @@ fn attention_matches_the_op_by_op_path_with_gradients() {
                         }
                     })
                     .collect();
-                Some(Tensor::from_vec(m, (b, 1, 1, t), &Device::Cpu).unwrap())
+                (
+                    Some(Tensor::from_vec(m, (b, 1, 1, t), &Device::Cpu).unwrap()),
+                    None,
+                )
             }
             "causal" => {
                 let m: Vec<f32> = (0..t * t)
                     .map(|i| if i % t > i / t { low } else { 0.0 })
                     .collect();
-                Some(Tensor::from_vec(m, (1, 1, t, t), &Device::Cpu).unwrap())
+                (
+                    Some(Tensor::from_vec(m, (1, 1, t, t), &Device::Cpu).unwrap()),
+                    None,
+                )
             }
-            // A per-head position bias that learns (T5's) beside padding, `[b, heads, t, t]`.
+            // A per-head position bias that learns (T5's), `[1, heads, t, t]`, beside padding.
             "bias" => {
                 let padding: Vec<f32> = (0..b * t)
                     .map(|i| {
                         if i / t == 1 && i % t >= t - 2 {
-                            -1e4
+                            low
                         } else {
                             0.0
                         }
                     })
                     .collect();
                 let padding = Tensor::from_vec(padding, (b, 1, 1, t), &Device::Cpu).unwrap();
-                Some(padding.broadcast_add(bias.as_tensor()).unwrap())
+                (Some(padding), Some(bias.as_tensor().clone()))
             }
-            // A fixed per-head bias shared by the sequences (ALiBi's), `[1, heads, t, t]`.
-            "fixed bias" => Some(bias.as_tensor().detach()),
-            _ => None,
+            // A fixed per-head bias shared by the sequences (ALiBi's), without a mask.
+            "fixed bias" => (None, Some(bias.as_tensor().detach())),
+            _ => (None, None),
         };
+        let score_mask = ScoreMask::new(mask.as_ref(), bias_term.clone());
         let fused_dropout = Dropout::seeded(5);
         let qkv = Tensor::cat(&[q.as_tensor(), k.as_tensor(), v.as_tensor()], 2).unwrap();
         let fused = attention(
             &qkv,
-            mask.as_ref(),
+            bias_term.as_ref(),
             FusedAttention {
                 heads,
+                mask: mask.clone(),
                 rope: coefficients.clone(),
                 rotary_value,
                 dropout: fused_dropout.keep_mask(b * heads * t * t, p),
@@ -198,7 +208,7 @@ fn attention_matches_the_op_by_op_path_with_gradients() {
             heads,
             coefficients.as_ref(),
             rotary_value,
-            mask.as_ref(),
+            score_mask.sum().unwrap(),
             (&Dropout::seeded(5), p),
         );
         let case = format!("t {t}, rotary {rotary}/{rotary_value}, {masking}, p {p}");
@@ -424,6 +434,7 @@ fn bf16_attention_is_within_bf16_rounding_of_f32() {
             None,
             FusedAttention {
                 heads,
+                mask: None,
                 rope: Some(coefficients.clone()),
                 rotary_value: false,
                 dropout: None,
