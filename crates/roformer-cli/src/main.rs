@@ -3,6 +3,7 @@
 //! A thin layer over the `rotary` and `roformer` crates: argument parsing, files, progress
 //! bars, tables, plots and `--json` output.
 
+mod alloc;
 mod analyze;
 mod bench;
 mod classify;
@@ -96,6 +97,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if cli.command.trains() {
         short_candle_spin();
+        alloc::exec_warm();
     }
     let result = match cli.command {
         Command::Bench(c) => bench::run(c),

@@ -1,6 +1,5 @@
 //! `roformer bench ...`: speed measured against peers in the same run.
 
-mod alloc;
 mod attention;
 mod llama;
 mod memory;

@@ -28,8 +28,8 @@ use serde_json::json;
 use crate::json;
 use crate::output::OutputArgs;
 
-use super::alloc;
 use super::timing::{round_robin, Budget, Stats};
+use crate::alloc;
 use crate::precision::PrecisionArg;
 
 /// A model size of the benchmark.

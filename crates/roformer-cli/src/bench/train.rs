@@ -14,7 +14,7 @@
 //! `5..vocab`, about 15% of the positions labelled with their own id, no padding.
 //!
 //! Every shape runs in a fresh child process (this binary re-executed with a hidden `--case`,
-//! with the warm allocator settings of [`super::alloc::WARM_ENV`]): it builds the model and
+//! with the warm allocator settings of [`crate::alloc::WARM_ENV`]): it builds the model and
 //! the optimiser, runs `--warmup` untimed steps, then timed steps (at least `--min-steps`, and
 //! more until `--seconds` have passed). The figures are medians over the timed steps; tokens/s
 //! = `batch * seq / median step`. Peak memory is the child's peak resident set (`VmHWM` of
@@ -34,10 +34,10 @@ use roformer::train::{build_trainable, mlm_loss, BatchInputs, IGNORE};
 use roformer::{Dropout, Mode, RoFormerForMaskedLM};
 use serde::{Deserialize, Serialize};
 
-use super::alloc::{self, WARM_ENV};
 use super::memory::{cpu_seconds, proc_status};
 use super::model::{parse_shape, ConfigName};
 use super::timing::{median, Stats};
+use crate::alloc::{self, WARM_ENV};
 use crate::output::OutputArgs;
 use crate::precision::PrecisionArg;
 

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::args::Args;
 use super::cases::{Case, Kind};
-use crate::bench::alloc::WARM_ENV;
+use crate::alloc::WARM_ENV;
 use crate::bench::memory::{proc_status, reset_peak};
 use crate::bench::timing::{round_robin, Budget};
 

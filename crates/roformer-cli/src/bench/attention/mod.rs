@@ -11,7 +11,7 @@
 //!
 //! Every case runs in a fresh child process (this binary, re-executed with a hidden `--case`),
 //! with glibc's mmap and trim thresholds raised as for the other benchmarks
-//! ([`super::alloc::WARM_ENV`]) so that timed calls reuse freed memory. Peak memory is read from
+//! ([`crate::alloc::WARM_ENV`]) so that timed calls reuse freed memory. Peak memory is read from
 //! Linux's `/proc/self/status`: the child builds its inputs, resets the high-water mark
 //! (`/proc/self/clear_refs`), runs the layer once and reports `VmHWM - VmRSS(before)`: the
 //! resident memory the call added at its peak (inputs excluded, output included). Time is the

@@ -23,7 +23,7 @@
 //! cos/sin table read, `2 * (bytes(q) + bytes(k)) + seq * head_dim * elem_size`, the formula of
 //! the peer benchmarks in `shared/peers`, so GB/s compare across implementations and with them.
 //! Reported times are medians per call. The benchmark re-executes itself with glibc's mmap and
-//! trim thresholds raised (see [`super::alloc`]), so freed buffers are reused instead of being
+//! trim thresholds raised (see [`crate::alloc`]), so freed buffers are reused instead of being
 //! page-faulted in again on every call.
 //!
 //! [`Rope::apply_qk_inplace`]: rotary::Rope::apply_qk_inplace
@@ -40,8 +40,8 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use rotary::{DType, Isa, Layout};
 
-use super::alloc;
 use super::timing::Budget;
+use crate::alloc;
 use cases::{cases, Rotation};
 use measure::run_any;
 use report::{print_header, print_row, RunInfo};
