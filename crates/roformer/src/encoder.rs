@@ -8,12 +8,12 @@
 //! ```
 //!
 //! With ALiBi or T5 positions ([`crate::position_bias`]) the encoder computes the bias
-//! `[1 or b, heads, t, t]` once per pass and hands every layer the mask plus the bias as its
-//! additive mask (T5's table is shared by the layers, as in T5).
+//! `[1 or b, heads, t, t]` once per pass and hands every layer the mask and the bias
+//! ([`ScoreMask`]; T5's table is shared by the layers, as in T5).
 //!
 //! Where the pass's [`Plan`] runs the fused encoder (inference on the CPU in f32) and the
-//! attention is rotary softmax, the stack runs as the fused passes of `fused` (never with a
-//! position bias: [`Encoder::runs_fused`]); in training, and elsewhere, layer by layer, as written above, every op carrying gradients (in training on
+//! attention is softmax, the stack runs as the fused passes of `fused`, whatever the positions
+//! ([`Encoder::runs_fused`]); in training, and elsewhere, layer by layer, as written above, every op carrying gradients (in training on
 //! the CPU in f32 through the fused training ops of `autograd`: a dense layer with its
 //! activation, the attention, and dropout with the residual add and the layer norm are one
 //! op each).
@@ -198,11 +198,11 @@ impl Encoder {
     }
 
     /// Whether a pass of `plan` runs the fused inference encoder ([`crate::fused`]): where the
-    /// plan allows it and positions are rotary (any other position type, a position bias
-    /// included, runs op by op, [`Encoder::forward_ops`]). The layers must still be softmax
-    /// attention and the tensors and mask of shapes the fused path takes.
+    /// plan allows it, whatever the positions (a position bias enters as a per-head mask). The
+    /// layers must still be softmax attention and the tensors and mask of shapes the fused path
+    /// takes; otherwise the pass runs op by op ([`Encoder::forward_ops`]).
     pub fn runs_fused(&self, plan: Plan<'_>) -> bool {
-        plan.fused_encoder() && self.rope.is_some() && self.bias.is_none()
+        plan.fused_encoder()
     }
 
     /// What every layer adds to its scores: `mask` (broadcastable to `[b, heads, t, t]`) and
@@ -247,14 +247,15 @@ impl Encoder {
             None => None,
         };
         let mask = self.score_mask(mask, positions, x)?;
-        if let (true, Some(c)) = (self.runs_fused(plan), &coefficients) {
+        if self.runs_fused(plan) {
             if let Some(parts) = self
                 .layers
                 .iter()
                 .map(Layer::fusable)
                 .collect::<Option<Vec<_>>>()
             {
-                if let Some(h) = fused::encoder_forward(&parts, x, c.view(), mask.sum()?)? {
+                let rope = coefficients.as_ref().map(|c| c.view());
+                if let Some(h) = fused::encoder_forward(&parts, x, rope, mask.sum()?)? {
                     return Ok(h);
                 }
             }

@@ -96,7 +96,9 @@ fn check_case<M: HeadModel + Architecture>(case: &str) {
     for (name, bytes) in &files {
         let committed = std::fs::read(dir.join(name)).unwrap();
         if name == "ours.safetensors" {
-            // Summation order may differ between machines: compare values, not bytes.
+            // Summation order may differ between machines and between the fused inference
+            // encoder and the op-by-op one (logits of size ~10 move by a few 1e-5): compare
+            // values, not bytes, within the fused path's tolerance.
             let theirs = candle_core::safetensors::load(dir.join(name), &Device::Cpu).unwrap();
             let diff = (&logits - &theirs["expected_logits"])
                 .unwrap()
@@ -106,7 +108,7 @@ fn check_case<M: HeadModel + Architecture>(case: &str) {
                 .unwrap()
                 .to_scalar::<f32>()
                 .unwrap();
-            assert!(diff <= 1e-5, "{case}: logits moved by {diff}");
+            assert!(diff <= 1e-4, "{case}: logits moved by {diff}");
         } else {
             assert!(
                 committed == *bytes,

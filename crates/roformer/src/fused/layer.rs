@@ -20,7 +20,8 @@ pub(super) struct Step<'a> {
     pub(super) precision: crate::cpu::Precision,
     pub(super) geometry: &'a Geometry,
     pub(super) sequences: Range<usize>,
-    pub(super) rope: CosSinView<'a>,
+    /// The rotary table of the tokens, `None` without rotary positions.
+    pub(super) rope: Option<CosSinView<'a>>,
     pub(super) mask: Option<MaskView<'a>>,
     /// Whether attention and the row blocks run on the threads.
     pub(super) parallel: bool,
@@ -127,25 +128,29 @@ impl Step<'_> {
     }
 
     /// Rotates `buf`, the rows `rows` (of this step's sequences) with `heads` heads of `d`
-    /// each, in place: one rotary call per sequence the rows touch.
+    /// each, in place: one rotary call per sequence the rows touch; nothing without rotary
+    /// positions.
     fn rotate_rows(
         &self,
         buf: &mut [f32],
         heads: usize,
         rows: &Range<usize>,
     ) -> candle_core::Result<()> {
+        let Some(rope) = self.rope else {
+            return Ok(());
+        };
         let Geometry { t, d, .. } = *self.geometry;
         let width = heads * d;
         let mut row = rows.start;
         while row < rows.end {
             let (s, i) = (row / t, row % t);
             let len = (t - i).min(rows.end - row);
-            let table_row = if self.rope.rows() == t { i } else { s * t + i };
-            let table = self.rope.slice(table_row, len).ok_or_else(|| {
+            let table_row = if rope.rows() == t { i } else { s * t + i };
+            let table = rope.slice(table_row, len).ok_or_else(|| {
                 candle_core::Error::Msg(format!(
                     "fused encoder: no rotary rows {table_row}..{} in a table of {}",
                     table_row + len,
-                    self.rope.rows()
+                    rope.rows()
                 ))
             })?;
             let offset = (row - rows.start) * width;

@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! [q | k] = x [Wq | Wk]^T + [bq | bk]       one [b*t, 2*hidden] buffer, two products into it
-//! q, k <- R q, R k                          in place, through the rotary kernels (token-major)
+//! q, k <- R q, R k                          rotary positions: in place, through the rotary
+//!                                           kernels (token-major)
 //! v = x Wv^T + bv  (v <- R v if rotary_value)
 //! per (sequence, head, tile of query rows): s = q k^T / sqrt(d) + mask,  p = exp(s - max s),
 //!                                           c = (p v) / sum p
@@ -25,6 +26,9 @@
 //! - otherwise, per layer, blocks of rows through every step but attention (every step but
 //!   attention works on rows independently), then attention tasks per (sequence, head, tile);
 //! - for few rows, products split by output columns instead, so that each weight is read once.
+//!
+//! Other positions need nothing here: absolute and sinusoidal tables were added to the
+//! embeddings, and ALiBi's and T5's bias arrive in the mask, which may be per head.
 //!
 //! It runs where the pass's [`crate::plan::Plan`] says (inference on the CPU in f32) and the
 //! input, mask and every weight are contiguous f32 of the expected shapes; otherwise
@@ -53,7 +57,8 @@ pub(crate) use held::{LayerParts, PackedLayer};
 use layer::Step;
 
 /// Runs the layers on `x` (`[b, t, hidden]`) with the tokens' rotary coefficients (`t` rows,
-/// or `b * t` rows, one per token) and an additive mask of shape `[1 or b, 1, 1 or t, t]`.
+/// or `b * t` rows, one per token; `None` without rotary positions) and an additive mask of
+/// shape `[1 or b, 1 or heads, 1 or t, t]`.
 /// `None` when this path does not apply (a tensor that is not contiguous f32 on the CPU,
 /// mismatched sizes, a mask of another shape).
 ///
@@ -62,7 +67,7 @@ use layer::Step;
 pub(crate) fn encoder_forward(
     layers: &[LayerParts<'_>],
     x: &Tensor,
-    rope: CosSinView<'_>,
+    rope: Option<CosSinView<'_>>,
     mask: Option<&Tensor>,
 ) -> candle_core::Result<Option<Tensor>> {
     let (b, t, h) = x.dims3()?;
@@ -136,7 +141,7 @@ struct Stack<'a> {
     geometry: Geometry,
     /// The input `[b * t, hidden]`.
     x: &'a [f32],
-    rope: CosSinView<'a>,
+    rope: Option<CosSinView<'a>>,
     mask: Option<MaskView<'a>>,
 }
 
@@ -146,15 +151,16 @@ impl Stack<'_> {
     fn run(&self, seqs: Range<usize>, threads: usize) -> candle_core::Result<Vec<f32>> {
         let Geometry { t, h, .. } = self.geometry;
         let rows = seqs.len() * t;
-        let rope = if self.rope.rows() == t {
-            self.rope
-        } else {
-            self.rope.slice(seqs.start * t, rows).ok_or_else(|| {
-                candle_core::Error::Msg(format!(
-                    "fused encoder: {} rotary rows for sequences {seqs:?} of {t} tokens",
-                    self.rope.rows()
-                ))
-            })?
+        let rope = match self.rope {
+            Some(rope) if rope.rows() != t => {
+                Some(rope.slice(seqs.start * t, rows).ok_or_else(|| {
+                    candle_core::Error::Msg(format!(
+                        "fused encoder: {} rotary rows for sequences {seqs:?} of {t} tokens",
+                        rope.rows()
+                    ))
+                })?)
+            }
+            rope => rope,
         };
         let step = Step {
             precision: if self.plans.iter().all(|p| p.query.bf16.is_some()) {

@@ -82,21 +82,20 @@ fn fused_and_ops(
     pool.install(|| {
         let coefficients = encoder
             .rope()
-            .unwrap()
-            .coefficients(positions, b, t)
-            .unwrap();
+            .map(|rope| rope.coefficients(positions, b, t).unwrap());
         let parts: Vec<LayerParts<'_>> = encoder
             .layers()
             .iter()
             .map(|l| l.fusable().unwrap())
             .collect();
-        let fused = encoder_forward(&parts, x, coefficients.view(), mask)
+        let rope = coefficients.as_ref().map(|c| c.view());
+        let fused = encoder_forward(&parts, x, rope, mask)
             .unwrap()
             .expect("the fused path applies");
         let ops = encoder
             .forward_ops(
                 x,
-                Some(&coefficients),
+                coefficients.as_ref(),
                 &ScoreMask::new(mask, None),
                 Plan::new(Mode::Inference, &Device::Cpu, DType::F32),
             )
@@ -188,6 +187,17 @@ fn fused_matches_op_by_op_for_rms_norm_without_biases() {
 }
 
 #[test]
+fn fused_matches_op_by_op_without_rotary_positions() {
+    let (encoder, cfg) = random_encoder(RawConfig {
+        position_embedding_type: Some("none".into()),
+        ..tiny("gelu")
+    });
+    assert!(encoder.rope().is_none());
+    let mask = padding_mask(16, &[3, 0]);
+    assert!(fused_vs_ops(&encoder, &cfg, 2, 16, Positions::START, Some(&mask), 2) <= TOLERANCE);
+}
+
+#[test]
 fn fused_matches_op_by_op_with_a_per_head_mask() {
     let (encoder, cfg) = random_encoder(tiny("gelu"));
     // A bias per (sequence, head, query, key), as a position bias with padding gives.
@@ -217,11 +227,13 @@ fn other_masks_devices_and_dtypes_take_the_op_path() {
         .unwrap();
     // A mask of 3 heads for a model of 4 is not a shape the fused path reads.
     let three_heads = Tensor::zeros((2, 3, 5, 5), DType::F32, &Device::Cpu).unwrap();
-    assert!(encoder_forward(&parts, &x, c.view(), Some(&three_heads))
-        .unwrap()
-        .is_none());
+    assert!(
+        encoder_forward(&parts, &x, Some(c.view()), Some(&three_heads))
+            .unwrap()
+            .is_none()
+    );
     let f64_x = x.to_dtype(DType::F64).unwrap();
-    assert!(encoder_forward(&parts, &f64_x, c.view(), None)
+    assert!(encoder_forward(&parts, &f64_x, Some(c.view()), None)
         .unwrap()
         .is_none());
 }
