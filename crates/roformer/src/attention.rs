@@ -123,10 +123,10 @@ impl SelfAttention {
     }
 
     /// The fused training path (`autograd::attention`): softmax attention where the plan runs
-    /// the fused training ops, with a mask of a shape it reads (`[1 or b, 1 or heads, 1 or t,
-    /// t]`: padding, causal, or a position bias plus padding, whose gradient reaches T5's
-    /// table). q, k and v come from one product of the three weights stacked, `[3 hidden,
-    /// hidden]`. `None` when it does not apply.
+    /// the fused training ops, with a mask (padding, causal) and a position bias of shapes it
+    /// reads (`[1 or b, 1 or heads, 1 or t, t]` each; the bias's gradient reaches T5's table).
+    /// q, k and v come from one product of the three weights stacked, `[3 hidden, hidden]`.
+    /// `None` when it does not apply.
     fn forward_fused(
         &self,
         x: &Tensor,
