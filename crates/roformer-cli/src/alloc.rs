@@ -15,12 +15,10 @@
 //! ([`exec_warm`]); memory freed during a run is kept for the next step rather than returned,
 //! so the resident size stays at the run's peak.
 //!
-//! The thresholds are read by glibc at start-up, from the environment, so a benchmark
-//! re-executes itself once with them set, and a training command replaces itself.
+//! The thresholds are read by glibc at start-up, from the environment, so these commands
+//! replace themselves once, at start, with a copy that has them set.
 
-use std::process::{Command, ExitStatus};
-
-use anyhow::Context;
+use std::process::Command;
 
 /// The environment that keeps freed memory in the heap: mmap threshold 4 GiB, trim threshold
 /// 64 GiB (glibc tunables).
@@ -30,30 +28,11 @@ pub const WARM_ENV: [(&str, &str); 2] = [
 ];
 
 /// Whether this process runs with the warm allocator settings (already set by the caller or by
-/// [`reexec_warm`]).
+/// [`exec_warm`]).
 pub fn is_warm() -> bool {
     WARM_ENV
         .iter()
         .all(|(name, _)| std::env::var_os(name).is_some())
-}
-
-/// Runs this program again with the same arguments and [`WARM_ENV`] set, unless the settings
-/// are already in place. Returns the child's exit status, or `None` when this process is the
-/// one to do the work.
-///
-/// # Errors
-/// When the executable cannot be found or started.
-pub fn reexec_warm() -> anyhow::Result<Option<ExitStatus>> {
-    if is_warm() || !cfg!(all(target_os = "linux", target_env = "gnu")) {
-        return Ok(None);
-    }
-    let exe = std::env::current_exe().context("locating the roformer executable")?;
-    let status = Command::new(&exe)
-        .args(std::env::args_os().skip(1))
-        .envs(WARM_ENV)
-        .status()
-        .with_context(|| format!("re-running {} with a warm allocator", exe.display()))?;
-    Ok(Some(status))
 }
 
 /// Replaces this process (same pid, arguments and other environment) with itself under

@@ -89,6 +89,16 @@ impl Command {
             Command::Train(_) | Command::Experiment(_) | Command::Bench(bench::Command::Train(_))
         )
     }
+
+    /// Whether the command runs under the warm allocator ([`alloc`]): training, and the
+    /// benchmarks that time allocating code against peers timed the same way.
+    fn runs_warm(&self) -> bool {
+        self.trains()
+            || matches!(
+                self,
+                Command::Bench(bench::Command::Model(_) | bench::Command::Rope(_))
+            )
+    }
 }
 
 fn main() -> ExitCode {
@@ -97,6 +107,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if cli.command.trains() {
         short_candle_spin();
+    }
+    if cli.command.runs_warm() {
         alloc::exec_warm();
     }
     let result = match cli.command {
@@ -186,5 +198,29 @@ mod tests {
         assert_eq!(trains(&["bench", "model"]), Ok(false));
         assert_eq!(trains(&["bench", "llama"]), Ok(false));
         assert_eq!(trains(&["fill-mask", "a[MASK]"]), Ok(false));
+    }
+
+    #[test]
+    fn training_and_the_allocating_benchmarks_run_warm() {
+        let warm = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("roformer").chain(args.iter().copied()))
+                .map(|cli| cli.command.runs_warm())
+                .map_err(|e| e.to_string())
+        };
+        for args in [
+            &["train", "mlm", "--resume", "--out", "run"][..],
+            &["bench", "train"],
+            &["bench", "model"],
+            &["bench", "rope"],
+        ] {
+            assert_eq!(warm(args), Ok(true), "{args:?}");
+        }
+        for args in [
+            &["bench", "llama"][..],
+            &["fill-mask", "a[MASK]"],
+            &["serve"],
+        ] {
+            assert_eq!(warm(args), Ok(false), "{args:?}");
+        }
     }
 }

@@ -129,12 +129,6 @@ pub fn run(args: Args) -> Result<()> {
     if !(args.seconds.is_finite() && args.seconds >= 0.0) {
         bail!("--seconds must be a finite number >= 0");
     }
-    if let Some(status) = alloc::reexec_warm()? {
-        if status.success() {
-            return Ok(());
-        }
-        bail!("the benchmark (re-run with a warm allocator) failed: {status}");
-    }
     if let Some(n) = args.threads {
         rayon::ThreadPoolBuilder::new()
             .num_threads(n)
