@@ -10,9 +10,9 @@
 //! with the config's `initializer_range`, norm weights 1, biases 0): no file is read. Inputs, as in the peer script: token ids uniform in
 //! `1..vocab` and an all-ones attention mask. Each case runs one untimed warm-up forward,
 //! then at least `--min-reps` timed forwards and more until `--seconds` have passed; the
-//! figure is the median, and tokens/s = `batch * seq / median`. The benchmark re-executes
-//! itself with glibc's mmap and trim thresholds raised (see [`super::alloc`]), as the peer
-//! benchmarks run.
+//! figure is the median, and tokens/s = `batch * seq / median`. The command runs
+//! with glibc's mmap and trim thresholds raised (`main` replaces the process with a copy that
+//! has them, [`crate::alloc`]), as the peer benchmarks run.
 
 use std::io::Write;
 use std::time::Duration;

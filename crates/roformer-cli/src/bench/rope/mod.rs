@@ -22,9 +22,9 @@
 //! Every implementation is credited with the same bytes, q and k read and written plus the
 //! cos/sin table read, `2 * (bytes(q) + bytes(k)) + seq * head_dim * elem_size`, the formula of
 //! the peer benchmarks in `shared/peers`, so GB/s compare across implementations and with them.
-//! Reported times are medians per call. The benchmark re-executes itself with glibc's mmap and
-//! trim thresholds raised (see [`crate::alloc`]), so freed buffers are reused instead of being
-//! page-faulted in again on every call.
+//! Reported times are medians per call. The command runs with glibc's mmap and trim
+//! thresholds raised (`main` replaces the process with a copy that has them, [`crate::alloc`]),
+//! so freed buffers are reused instead of being page-faulted in again on every call.
 //!
 //! [`Rope::apply_qk_inplace`]: rotary::Rope::apply_qk_inplace
 //! [`Rope::apply`]: rotary::Rope::apply
