@@ -11,14 +11,12 @@
 //! Training allocates the same large buffers (activations, gradients, packed operands) every
 //! step, so it pays the same page faults: a third or more of a step of the experiments'
 //! model (`train mlm`, bf16, 32x128 tokens: 0.28-0.29 s a step by default, 0.16-0.18 s warm,
-//! on a Zen 4). Training commands therefore replace themselves at start with a warm copy
-//! ([`exec_warm`]); memory freed during a run is kept for the next step rather than returned,
+//! on a Zen 4). Memory freed during a run is then kept for the next step rather than returned,
 //! so the resident size stays at the run's peak.
 //!
-//! The thresholds are read by glibc at start-up, from the environment, so these commands
-//! replace themselves once, at start, with a copy that has them set.
-
-use std::process::Command;
+//! glibc reads the thresholds at start-up, from the environment, so the training commands and
+//! the allocating benchmarks replace themselves once, at start, with a copy that has them set
+//! ([`exec_warm`]).
 
 /// The environment that keeps freed memory in the heap: mmap threshold 4 GiB, trim threshold
 /// 64 GiB (glibc tunables).
@@ -48,7 +46,7 @@ pub fn exec_warm() {
     {
         use std::os::unix::process::CommandExt;
         let error = match std::env::current_exe() {
-            Ok(exe) => Command::new(exe)
+            Ok(exe) => std::process::Command::new(exe)
                 .args(std::env::args_os().skip(1))
                 .envs(WARM_ENV)
                 .exec()
