@@ -17,7 +17,7 @@ use candle_core::Tensor;
 use crate::input::mask_value;
 
 /// The additive terms of the attention scores of one pass.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ScoreMask<'a> {
     /// Broadcastable to `[b, heads, t, t]`: 0 where a query may attend a key, the dtype's lowest
     /// value where it may not.
