@@ -197,10 +197,10 @@ impl Encoder {
         self.bias.as_ref()
     }
 
-    /// Whether a pass of `plan` runs the fused inference encoder ([`crate::fused`]): where the
+    /// Whether a pass of `plan` runs the fused inference encoder (`crate::fused`): where the
     /// plan allows it, whatever the positions (a position bias enters as a per-head mask). The
     /// layers must still be softmax attention and the tensors and mask of shapes the fused path
-    /// takes; otherwise the pass runs op by op ([`Encoder::forward_ops`]).
+    /// takes; otherwise the pass runs op by op (`Encoder::forward_ops`).
     pub fn runs_fused(&self, plan: Plan<'_>) -> bool {
         plan.fused_encoder()
     }
