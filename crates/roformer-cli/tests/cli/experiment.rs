@@ -217,6 +217,12 @@ fn the_four_experiments_run_end_to_end_and_resume() {
         [(0, 0), (1, 1), (2, 0)],
         "seed s from pre-trained s mod 2"
     );
+    assert_baselines(&results, "naive Bayes", &[16, 32]);
+    let section = std::fs::read_to_string(docs.join("section.md")).unwrap();
+    assert!(
+        section.contains("| baseline: character naive Bayes"),
+        "{section}"
+    );
     let train = std::fs::read_to_string(docs.join("data/L16/train.jsonl")).unwrap();
     let dev = std::fs::read_to_string(docs.join("data/L16/dev.jsonl")).unwrap();
     assert_eq!(dev.lines().count(), 9, "3 per class");
@@ -243,6 +249,24 @@ fn the_four_experiments_run_end_to_end_and_resume() {
         ]
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `results.json` has a cheap baseline at each of `lengths`, whose method names `method`, with
+/// an accuracy and macro-F1 in [0, 1].
+fn assert_baselines(results: &Value, method: &str, lengths: &[u64]) {
+    let baselines = results["baselines"].as_array().unwrap();
+    let at: Vec<u64> = baselines
+        .iter()
+        .map(|b| b["length"].as_u64().unwrap())
+        .collect();
+    assert_eq!(at, lengths);
+    for b in baselines {
+        assert!(b["method"].as_str().unwrap().contains(method), "{b}");
+        for key in ["accuracy", "macro_f1"] {
+            let v = b[key].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&v), "{b}");
+        }
+    }
 }
 
 /// The three collections of the poetry sample as `long-docs` reads them: folders `tang`,
@@ -350,6 +374,7 @@ fn long_docs_authorship_asks_which_candidate_is_the_anchor_poets_and_resumes() {
         let collapsed = used < 2 || cell(0, 0) == 0 || cell(1, 1) == 0;
         assert_eq!(end["collapsed"], collapsed, "{end}");
     }
+    assert_baselines(&results, "-gram cosine", &[16, 32]);
     let verdicts = results["verdicts"].as_array().unwrap();
     assert_eq!(verdicts.len(), 2);
     for v in verdicts {
@@ -387,6 +412,10 @@ fn long_docs_authorship_asks_which_candidate_is_the_anchor_poets_and_resumes() {
         "{section}"
     );
     assert!(section.contains("s mod n") && section.contains("**Verdict**"));
+    assert!(
+        section.contains("**Against the cheap baseline**") && section.contains("at 32 tokens"),
+        "{section}"
+    );
     assert!(
         section.contains("rotary 0, 0; absolute 0, 0"),
         "1 pre-trained seed: {section}"

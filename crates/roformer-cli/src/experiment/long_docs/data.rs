@@ -349,14 +349,32 @@ pub fn share(segments: usize, length: usize) -> Option<usize> {
     (segments > 1).then(|| length.saturating_sub(segments + 1) / segments)
 }
 
+/// The texts of `item` as written at max length `length`: each cut to its [`share`], a
+/// single document whole (the tokenizer cuts it).
+fn written_texts(item: &Item, length: usize) -> Vec<String> {
+    match share(item.segments.len(), length) {
+        Some(n) => item.segments.iter().map(|s| cut(s, n)).collect(),
+        None => item.segments.clone(),
+    }
+}
+
+/// The texts of `item` as a model at max length `length` sees them: [`written_texts`], a
+/// single document cut to the `length - 2` characters that [CLS] and [SEP] leave (a
+/// character is at most one token).
+pub fn seen_texts(item: &Item, length: usize) -> Vec<String> {
+    match share(item.segments.len(), length) {
+        Some(_) => written_texts(item, length),
+        None => (item.segments.iter())
+            .map(|s| cut(s, length.saturating_sub(2)))
+            .collect(),
+    }
+}
+
 /// An example at max length `length`: one text, or the anchor as the text and the two
 /// candidates as the pair, joined by `separator` (the tokenizer's [SEP]), each cut to its
 /// [`share`].
 fn line<'a>(item: &'a Item, labels: &'a [String], length: usize, separator: &str) -> Line<'a> {
-    let texts: Vec<String> = match share(item.segments.len(), length) {
-        Some(n) => item.segments.iter().map(|s| cut(s, n)).collect(),
-        None => item.segments.clone(),
-    };
+    let texts = written_texts(item, length);
     let (text, pair) = texts
         .split_first()
         .map_or((String::new(), None), |(first, rest)| {

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::super::figure::{BandFigure, Point, Series, XScale};
 use super::super::stats::Spread;
+use super::baseline::Baseline;
 use super::data::DatasetStats;
 use super::runs::{FineTuneRecord, Settings};
 use super::Task;
@@ -90,6 +91,8 @@ pub struct Results {
     pub dataset: DatasetStats,
     /// Arms by lengths.
     pub cells: Vec<Cell>,
+    /// The cheap baseline at each length.
+    pub baselines: Vec<Baseline>,
     /// Per arm, the longest length against the shortest.
     pub verdicts: Vec<Verdict>,
     /// Runs not finished yet (the same command continues).
@@ -325,7 +328,42 @@ pub fn table(results: &Results) -> String {
             c.minutes
         );
     }
+    for b in &results.baselines {
+        s += &format!(
+            "| baseline: {} | {} | {:.3} | {:.3} | | |\n",
+            b.method, b.length, b.accuracy, b.macro_f1
+        );
+    }
     s
+}
+
+/// Per length, the arms whose mean dev accuracy is above the cheap baseline's and those
+/// that are not.
+fn against_baseline(results: &Results) -> String {
+    let mut lines = String::new();
+    for b in &results.baselines {
+        let (above, below): (Vec<&Cell>, Vec<&Cell>) = (results.cells.iter())
+            .filter(|c| c.length == b.length)
+            .partition(|c| c.accuracy.mean > b.accuracy);
+        let names = |cells: &[&Cell]| -> String {
+            if cells.is_empty() {
+                return "none".into();
+            }
+            let named: Vec<String> = (cells.iter())
+                .map(|c| format!("{} {:.3}", c.arm, c.accuracy.mean))
+                .collect();
+            named.join(", ")
+        };
+        lines += &format!(
+            "- at {} tokens the baseline ({}) scores {:.3}; above it: {}; not above: {}.\n",
+            b.length,
+            b.method,
+            b.accuracy,
+            names(&above),
+            names(&below)
+        );
+    }
+    lines
 }
 
 /// The section's paragraph on the dataset: its construction and sizes.
@@ -438,7 +476,8 @@ pub fn section(results: &Results, task: Task, lengths: &[usize], figures: &[Path
          predictions at the end use fewer labels than the task has or never recall one \
          label: {collapsed} of {runs} runs.\n\n{}\n{}**Verdict** (the longest length against the \
          shortest, per arm; held when every seed at the longer length is above every seed at \
-         the shorter):\n\n{}",
+         the shorter):\n\n{}\n**Against the cheap baseline** (counting characters on the same cut \
+         texts, `baseline.rs`; the strongest cheap method, not chance):\n\n{}",
         task.heading(),
         results.command,
         dataset_text(results, task, lengths),
@@ -451,7 +490,8 @@ pub fn section(results: &Results, task: Task, lengths: &[usize], figures: &[Path
         s.eval_every,
         table(results),
         images.concat(),
-        verdicts.concat()
+        verdicts.concat(),
+        against_baseline(results)
     )
 }
 
