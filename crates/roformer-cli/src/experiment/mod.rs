@@ -15,11 +15,13 @@
 //! then the arms compared at their own best rates (`sweep.rs`).
 //!
 //! Every run lives in `OUT/runs/NAME/` (a `train mlm` / `train classify` output directory);
-//! a run with a `done.json` is not run again, so an interrupted experiment continues where it
+//! a run with a `done.json` is not run again, and a run that a stop left with its checkpoint
+//! continues from it (`interrupted.rs`), so an interrupted experiment continues where it
 //! stopped when the same command is given again.
 
 mod convergence;
 mod figure;
+mod interrupted;
 mod length;
 mod linear;
 mod long_docs;
@@ -30,15 +32,17 @@ mod sweep;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 use anyhow::{bail, Context};
-use roformer::train::{Finished, TrainError, TrainOptions};
+use roformer::train::{Finished, ModelStart, TrainError, TrainOptions};
 use serde::Serialize;
 
 use crate::train::common::{prepare_out_dir, OutRequest};
 use crate::train::observer::{train, RunView};
-use crate::train::resume::write_record;
+use crate::train::resume::{write_record, Recorded};
 use crate::{json, output};
+use interrupted::Interrupted;
 
 /// The experiments.
 #[derive(Debug, clap::Subcommand)]
@@ -129,48 +133,82 @@ fn check_stopped(stop: &AtomicBool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Trains one run of an experiment into its directory `options.out`, replacing what an
-/// unfinished run left there (none of `inputs` may lie inside it), quietly, with the same
+/// Trains one run of an experiment into its directory `options.out`, quietly, with the same
 /// files as a `train` command: `run.json` (holding `record`), `metrics.jsonl`, `loss.png` and
-/// `checkpoint/`. `what` titles the loss plot; `explain` names the flags behind a failure
-/// before the first step.
+/// `checkpoint/`. With `interrupted` (and `options.resume`, and `options.model` loaded from
+/// its checkpoint) it continues that run; otherwise it replaces what an unfinished run left
+/// there (none of `inputs` may lie inside it). `what` titles the loss plot; `explain` names
+/// the flags behind a failure before the first step. Returns the wall seconds of the run,
+/// its earlier parts included; a stopped run records them for its next part.
 ///
 /// # Errors
 /// The run's errors, and file errors.
 fn train_run(
     options: &TrainOptions<'_>,
-    inputs: Vec<(&'static str, &Path)>,
+    (inputs, interrupted): (Vec<(&'static str, &Path)>, Option<&Interrupted>),
     record: &impl Serialize,
     what: &str,
     stop: &AtomicBool,
     explain: impl FnOnce(TrainError) -> anyhow::Error,
-) -> anyhow::Result<Finished> {
+) -> anyhow::Result<f64> {
     let dir = options.out.as_path();
     let plot = Path::new("loss.png");
     let paths = prepare_out_dir(&OutRequest {
         out: dir,
-        resume: false,
-        overwrite: true,
+        resume: options.resume,
+        overwrite: !options.resume,
         init: None,
         inputs,
         plot,
     })?;
+    let recorded = interrupted.map(|i| Recorded {
+        fingerprint: i.fingerprint.clone(),
+    });
     let view = RunView {
         out: dir,
         plot,
         what,
         json: false,
         quiet: true,
-        resume: false,
-        recorded: None,
+        resume: options.resume,
+        recorded,
         stop,
         stop_after: None,
         write_record: &|print| write_record(dir, record, print),
     };
+    let started = Instant::now();
     let result = train(options, view, explain);
+    let seconds = interrupted.map_or(0.0, |i| i.seconds) + started.elapsed().as_secs_f64();
+    if result.is_err() {
+        interrupted::record_seconds(dir, seconds)?;
+    }
     // The lock on the run's directory is held until its last write.
     drop(paths.lock);
-    result
+    result.map(|_: Finished| seconds)
+}
+
+/// How an experiment's run starts: from `fresh` (the model a new run trains), or, when the
+/// run in `dir` was interrupted with the settings of `record`, from its checkpoint. Says which
+/// on stderr when it continues.
+///
+/// # Errors
+/// A checkpoint that does not load, `fresh`'s errors.
+fn start_of(
+    dir: &Path,
+    record: &impl Serialize,
+    fresh: impl FnOnce() -> anyhow::Result<ModelStart>,
+) -> anyhow::Result<(ModelStart, Option<Interrupted>)> {
+    match Interrupted::find(dir, record)? {
+        Some(interrupted) => {
+            eprintln!(
+                "continuing the interrupted run from {}",
+                interrupted.checkpoint.display()
+            );
+            let start = ModelStart::from_checkpoint(&interrupted.checkpoint)?;
+            Ok((start, Some(interrupted)))
+        }
+        None => Ok((fresh()?, None)),
+    }
 }
 
 /// Writes `value` as pretty JSON to `dir/name`.

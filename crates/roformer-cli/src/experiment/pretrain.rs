@@ -18,7 +18,7 @@ use roformer::optim::Decay;
 use roformer::train::mlm::MlmDataOptions;
 use roformer::train::{TaskOptions, TrainError, TrainOptions};
 
-use super::{check_stopped, is_done, mark_done, read_done, refuse_duplicates, train_run};
+use super::{check_stopped, is_done, mark_done, read_done, refuse_duplicates, start_of, train_run};
 use crate::precision::PrecisionArg;
 use crate::train::checks::{check_numbers, parse_lr};
 use crate::train::mlm::{check_position_table, explain, fresh_start, BlockFlags, Position};
@@ -349,12 +349,12 @@ pub fn run_one(
         args.precision.name()
     );
     let started = Instant::now();
-    let diverged_at = match pretrain(args, prepared, spec, &dir, stop) {
-        Ok(()) => None,
+    let (seconds, diverged_at) = match pretrain(args, prepared, spec, &dir, stop) {
+        Ok(seconds) => (seconds, None),
         Err(e) => match e.downcast_ref::<TrainError>() {
             Some(&TrainError::NonFinite { step, .. }) if !stop.load(Ordering::SeqCst) => {
                 eprintln!("{}: diverged at step {step}", spec.name);
-                Some(step)
+                (started.elapsed().as_secs_f64(), Some(step))
             }
             _ => return Err(e),
         },
@@ -365,7 +365,7 @@ pub fn run_one(
         seed: spec.seed,
         evals: read_evals(&dir)?,
         dir: dir.clone(),
-        seconds: started.elapsed().as_secs_f64(),
+        seconds,
         lr: Some(spec.lr),
         diverged_at,
     };
@@ -421,6 +421,15 @@ struct PretrainRecord<'a> {
     lr: f64,
     /// The precision of the matrix products.
     precision: &'static str,
+    /// Steps, sequences per step, tokens per sequence, warm-up steps, evaluation interval and
+    /// batches per evaluation: with the above, what an interrupted run must share with the
+    /// command that continues it (the model and data are in its fingerprint).
+    steps: u64,
+    batch: usize,
+    seq_len: usize,
+    warmup: u64,
+    eval_every: u64,
+    eval_batches: usize,
     /// The loss plot's file name.
     plot: &'static str,
 }
@@ -448,7 +457,8 @@ fn check(args: &Args) -> anyhow::Result<()> {
     check_numbers(args.lr, 0.01, 1.0)
 }
 
-/// Pre-trains the prepared model with the arm, seed and learning rate of `spec` into `dir`.
+/// Pre-trains the prepared model with the arm, seed and learning rate of `spec` into `dir`
+/// (or continues the run a stop interrupted there): the run's wall seconds, all its parts.
 ///
 /// # Errors
 /// The run's errors.
@@ -458,10 +468,26 @@ fn pretrain(
     spec: &RunSpec,
     dir: &Path,
     stop: &AtomicBool,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<f64> {
     let (config, vocab) = (prepared.config.as_path(), prepared.vocab.as_path());
     let (arm, seed) = (spec.arm, spec.seed);
-    let start = fresh_start(config, vocab, Some(arm.into()))?;
+    let record = PretrainRecord {
+        attention: prepared.attention,
+        arm: arm_name(arm),
+        seed,
+        lr: spec.lr,
+        precision: args.precision.name(),
+        steps: args.steps,
+        batch: args.batch,
+        seq_len: args.seq_len,
+        warmup: args.warmup,
+        eval_every: args.eval_every,
+        eval_batches: args.eval_batches,
+        plot: "loss.png",
+    };
+    let (start, interrupted) = start_of(dir, &record, || {
+        fresh_start(config, vocab, Some(arm.into()))
+    })?;
     check_position_table(&start.config, args.seq_len)?;
     let data = MlmDataOptions {
         corpus: vec![args.corpus.clone()],
@@ -492,7 +518,7 @@ fn pretrain(
         eval_every: args.eval_every,
         save_every: 0,
         precision: args.precision.resolve(),
-        resume: false,
+        resume: interrupted.is_some(),
         save_hook: None,
         dump: None,
     };
@@ -501,23 +527,13 @@ fn pretrain(
         ("--vocab", vocab),
         ("--corpus", args.corpus.as_path()),
     ];
-    let record = PretrainRecord {
-        attention: prepared.attention,
-        arm: arm_name(arm),
-        seed,
-        lr: spec.lr,
-        precision: args.precision.name(),
-        plot: "loss.png",
-    };
     let flags = BlockFlags {
         seq_len: args.seq_len,
         validation: VALIDATION,
         line_by_line: false,
     };
-    train_run(&options, inputs, &record, "MLM", stop, |e| {
-        explain(e, &flags)
-    })?;
-    Ok(())
+    let run = (inputs, interrupted.as_ref());
+    train_run(&options, run, &record, "MLM", stop, |e| explain(e, &flags))
 }
 
 #[cfg(test)]

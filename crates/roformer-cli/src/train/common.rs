@@ -253,7 +253,7 @@ pub const DUMP_DIR: &str = "trajectory";
 
 /// Whether `name` (a directory when `is_dir`) is something a run writes into its directory:
 /// `checkpoint/`, `best/`, `trajectory/` (a dump), `metrics.jsonl`, `run.json`, a loss plot,
-/// `.lock`, `done.json`
+/// `.lock`, `done.json` and `elapsed.json`
 /// (written by `experiment`), and what a killed run leaves (`.checkpoint.partial-PID/` and `.old-PID/`, likewise for `best`, and
 /// `.FILE.PID-N.tmp` of a file being replaced).
 fn written_by_a_run(name: &str, is_dir: bool, plots: &[OsString]) -> bool {
@@ -267,8 +267,9 @@ fn written_by_a_run(name: &str, is_dir: bool, plots: &[OsString]) -> bool {
                 })
             });
     }
-    // `done.json`: the experiment commands' record of a finished run in its directory.
-    let files: Vec<&str> = ["metrics.jsonl", "run.json", "done.json"]
+    // `done.json` and `elapsed.json`: the experiment commands' records of a finished run and
+    // of the time an interrupted one took so far.
+    let files: Vec<&str> = ["metrics.jsonl", "run.json", "done.json", "elapsed.json"]
         .into_iter()
         .chain(plots.iter().filter_map(|p| p.to_str()))
         .collect();

@@ -721,3 +721,71 @@ fn linear_attention_takes_the_sweep_too() {
     assert!(out.join("linear-sweep.png").is_file() && out.join("linear.png").is_file());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A run that a stop interrupted continues from its checkpoint when the same command is given
+/// again, and ends as the same run uninterrupted does; its time counts both parts.
+#[test]
+fn an_interrupted_run_continues_from_its_checkpoint_and_ends_as_an_uninterrupted_one() {
+    let dir = scratch("interrupted");
+    let options = |out: &Path| {
+        let mut o = toy(&poetry(), out);
+        for (flag, value) in [
+            ("--seeds", "1"),
+            ("--steps", "3000"),
+            ("--eval-every", "1000"),
+        ] {
+            let i = o.iter().position(|x| x == flag).unwrap();
+            o[i + 1] = value.into();
+        }
+        o.extend(["--arms".to_string(), "absolute".to_string()]);
+        o
+    };
+    let command = |out: &Path| {
+        let mut args = vec!["experiment".to_string(), "convergence".to_string()];
+        args.extend(options(out));
+        args
+    };
+    let straight = dir.join("straight");
+    run(&["experiment", "convergence"], &options(&straight));
+
+    let split = dir.join("split");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_roformer"))
+        .args(command(&split))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let run_dir = split.join("runs/absolute-s0");
+    let metrics = run_dir.join("metrics.jsonl");
+    let started = std::time::Instant::now();
+    while std::fs::read_to_string(&metrics).map_or(true, |m| m.lines().count() < 3) {
+        assert!(started.elapsed().as_secs() < 120, "no step logged");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let stopped = child.wait_with_output().unwrap();
+    assert!(!stopped.status.success());
+    let state = read_json(&run_dir.join("checkpoint/trainer_state.json"));
+    let at = state["step"].as_u64().unwrap();
+    assert!((1..3000).contains(&at), "stopped at step {at}");
+    let elapsed = read_json(&run_dir.join("elapsed.json"))["seconds"]
+        .as_f64()
+        .unwrap();
+    assert!(elapsed > 0.0);
+
+    let again = run(&["experiment", "convergence"], &options(&split));
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(err.contains("continuing the interrupted run"), "{err}");
+    let done = |out: &Path| read_json(&out.join("runs/absolute-s0/done.json"));
+    assert_eq!(
+        done(&split)["evals"],
+        done(&straight)["evals"],
+        "the continued run's evaluations are the uninterrupted run's"
+    );
+    assert!(done(&split)["seconds"].as_f64().unwrap() > elapsed);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -4,7 +4,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
-use std::time::Instant;
 
 use anyhow::Context;
 use roformer::optim::Decay;
@@ -14,7 +13,7 @@ use roformer::train::{ModelStart, TaskOptions, TrainOptions};
 use serde::{Deserialize, Serialize};
 
 use super::super::pretrain::RunRecord;
-use super::super::{check_stopped, is_done, mark_done, read_done, train_run};
+use super::super::{check_stopped, is_done, mark_done, read_done, start_of, train_run};
 use super::data::Sizes;
 use super::Task;
 use crate::json;
@@ -294,8 +293,7 @@ pub fn fine_tune_all(
             planned.seed,
             planned.base.dir.display()
         );
-        let started = Instant::now();
-        fine_tune(planned, (&files.0, &files.1), settings, labels, &dir, stop)?;
+        let seconds = fine_tune(planned, (&files.0, &files.1), settings, labels, &dir, stop)?;
         check_stopped(stop)?;
         let curve = read_curve(&dir)?;
         anyhow::ensure!(!curve.is_empty(), "{}: no dev evaluation", dir.display());
@@ -307,7 +305,7 @@ pub fn fine_tune_all(
             pretrained_seed: planned.base.seed,
             settings: settings.clone(),
             curve,
-            seconds: started.elapsed().as_secs_f64(),
+            seconds,
         };
         mark_done(&dir, &record)?;
         records.push(record);
@@ -329,11 +327,15 @@ struct FineTuneRun<'a> {
     seed: u64,
     /// The pre-trained run.
     pretrained: &'a Path,
+    /// The settings every run of the experiment shares: what an interrupted run must share
+    /// with the command that continues it.
+    settings: &'a Settings,
     /// The loss plot's file name.
     plot: &'static str,
 }
 
-/// Fine-tunes the pre-trained run of `planned` on `data` (training, dev) into `dir`.
+/// Fine-tunes the pre-trained run of `planned` on `data` (training, dev) into `dir` (or
+/// continues the run a stop interrupted there): the run's wall seconds, all its parts.
 ///
 /// # Errors
 /// The run's errors.
@@ -344,9 +346,18 @@ fn fine_tune(
     labels: &[String],
     dir: &Path,
     stop: &AtomicBool,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<f64> {
     let init = planned.base.dir.join("checkpoint");
-    let start = ModelStart::from_checkpoint(&init)?;
+    let record = FineTuneRun {
+        task: settings.task.name(),
+        arm: planned.arm,
+        length: planned.length,
+        seed: planned.seed,
+        pretrained: &planned.base.dir,
+        settings,
+        plot: "loss.png",
+    };
+    let (start, interrupted) = start_of(dir, &record, || Ok(ModelStart::from_checkpoint(&init)?))?;
     check_vocab_fits(&init, start.tokenizer.vocab_size(), start.config.vocab_size)?;
     let task = ClassifyOptions {
         train: data.0.to_path_buf(),
@@ -371,7 +382,7 @@ fn fine_tune(
         eval_every: settings.eval_every,
         save_every: 0,
         precision: settings.precision.resolve(),
-        resume: false,
+        resume: interrupted.is_some(),
         save_hook: None,
         dump: None,
     };
@@ -380,16 +391,8 @@ fn fine_tune(
         ("--train", data.0),
         ("--eval", data.1),
     ];
-    let record = FineTuneRun {
-        task: settings.task.name(),
-        arm: planned.arm,
-        length: planned.length,
-        seed: planned.seed,
-        pretrained: &planned.base.dir,
-        plot: "loss.png",
-    };
-    train_run(&options, inputs, &record, "Classifier", stop, explain)?;
-    Ok(())
+    let run = (inputs, interrupted.as_ref());
+    train_run(&options, run, &record, "Classifier", stop, explain)
 }
 
 #[cfg(test)]
