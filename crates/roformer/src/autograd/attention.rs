@@ -352,10 +352,7 @@ impl AttentionOp {
             .get()
             .ok_or_else(|| candle_core::Error::Msg("attention backward: nothing saved".into()))?;
         let dims = Dims::new(shape, self.spec.heads)?;
-        let Dims {
-            b, t, h, heads, d, ..
-        } = dims;
-        let scale = 1.0 / (d as f32).sqrt();
+        let Dims { b, t, h, heads, .. } = dims;
         let (mut dq, mut dk, mut dv) = (
             vec![0f32; b * t * h],
             vec![0f32; b * t * h],
@@ -363,112 +360,28 @@ impl AttentionOp {
         );
         let bias_grad = bias.is_some_and(|(_, grad)| grad);
         let mut ds = vec![0f32; if bias_grad { b * heads * t * t } else { 0 }];
-        let (dq_out, dk_out, dv_out, ds_out) = (
-            SharedOut::new(&mut dq),
-            SharedOut::new(&mut dk),
-            SharedOut::new(&mut dv),
-            SharedOut::new(&mut ds),
-        );
-        let (q, k, v) = (&saved.q[..], &saved.k[..], &saved.v[..]);
+        let out = Gradients {
+            dq: SharedOut::new(&mut dq),
+            dk: SharedOut::new(&mut dk),
+            dv: SharedOut::new(&mut dv),
+            ds: bias_grad.then(|| SharedOut::new(&mut ds)),
+        };
         let run = |g: &[f32], bias: Option<MaskView<'_>>, mask: Option<MaskView<'_>>| {
+            let inputs = BackwardInputs {
+                saved,
+                g,
+                bias,
+                mask,
+            };
             (0..b * heads).into_par_iter().try_for_each_init(
-                || (Vec::new(), Vec::new(), Vec::new()),
-                |(p, pf, dp): &mut (Vec<f32>, Vec<f32>, Vec<f32>), task| {
+                TileBuffers::default,
+                |buffers, task| {
                     let (s, head) = (task / heads, task % heads);
-                    let stats_at = (s * heads + head) * t;
-                    let dropout = self.spec.dropout.is_some();
                     let mut i0 = 0;
                     while i0 < t {
                         let r = dims.tile.min(t - i0);
-                        p.resize(r * t, 0.0);
-                        dp.resize(r * t, 0.0);
-                        self.scores(dims, q, k, s, head, i0, r, p)?;
-                        for (i, row) in p.chunks_exact_mut(t).enumerate() {
-                            add_bias(row, bias.as_ref().map(|m| m.row(s, head, i0 + i)));
-                            add_mask_max(row, mask.as_ref().map(|m| m.row(s, head, i0 + i)));
-                            exp_sum(row, saved.max[stats_at + i0 + i]);
-                            let inv = saved.inv_sum[stats_at + i0 + i];
-                            row.iter_mut().for_each(|x| *x *= inv);
-                        }
-                        let probs: &[f32] = if dropout {
-                            pf.clear();
-                            pf.extend_from_slice(p);
-                            for (i, row) in pf.chunks_exact_mut(t).enumerate() {
-                                self.drop_row(dims, s, head, i0 + i, row);
-                            }
-                            pf
-                        } else {
-                            p
-                        };
-                        // SAFETY (all four shared outputs): task (s, head) alone writes the
-                        // columns of its head in the rows of its sequence, and its own rows of
-                        // the score gradient.
-                        // dV += (P f)^T dO
-                        product(
-                            (t, d, r),
-                            Dst::Shared(dv_out),
-                            (s * t * h + head * d, h),
-                            true,
-                            Mat::rows(probs, t).t(),
-                            dims.head_rows(g, s, head, i0),
-                            1.0,
-                            false,
-                            self.spec.precision,
-                        )?;
-                        // dPf = dO v^T
-                        product(
-                            (r, t, d),
-                            Dst::Slice(dp),
-                            (0, t),
-                            false,
-                            dims.head_rows(g, s, head, i0),
-                            dims.head_rows(v, s, head, 0).t(),
-                            1.0,
-                            false,
-                            self.spec.precision,
-                        )?;
-                        for (i, (dp_row, p_row)) in
-                            dp.chunks_exact_mut(t).zip(p.chunks_exact(t)).enumerate()
-                        {
-                            let pf_row = &probs[i * t..(i + 1) * t];
-                            let dot: f32 =
-                                pf_row.iter().zip(dp_row.iter()).map(|(a, b)| a * b).sum();
-                            if dropout {
-                                self.drop_row(dims, s, head, i0 + i, dp_row);
-                            }
-                            for (x, &pv) in dp_row.iter_mut().zip(p_row) {
-                                *x = pv * (*x - dot);
-                            }
-                        }
-                        if bias_grad {
-                            // dS is the gradient of the (broadcast) bias.
-                            let at = dims.prob_row(s, head, i0);
-                            unsafe { ds_out.slice(at, r * t) }.copy_from_slice(dp);
-                        }
-                        // dq rows = c dS k
-                        product(
-                            (r, d, t),
-                            Dst::Shared(dq_out),
-                            ((s * t + i0) * h + head * d, h),
-                            false,
-                            Mat::rows(dp, t),
-                            dims.head_rows(k, s, head, 0),
-                            scale,
-                            false,
-                            self.spec.precision,
-                        )?;
-                        // dk += c dS^T q rows
-                        product(
-                            (t, d, r),
-                            Dst::Shared(dk_out),
-                            (s * t * h + head * d, h),
-                            true,
-                            Mat::rows(dp, t).t(),
-                            dims.head_rows(q, s, head, i0),
-                            scale,
-                            false,
-                            self.spec.precision,
-                        )?;
+                        let tile = Tile { s, head, i0, r };
+                        self.backward_tile(dims, tile, &inputs, out, buffers)?;
                         i0 += r;
                     }
                     Ok(())
@@ -497,6 +410,176 @@ impl AttentionOp {
         };
         Ok((dqkv, dbias))
     }
+
+    /// The backward of one tile: P recomputed, then `dV += (P f)^T dO`, `dPf = dO v^T`, dS,
+    /// `dq = c dS k` and `dk += c dS^T q` (see the module doc).
+    fn backward_tile(
+        &self,
+        dims: Dims,
+        tile: Tile,
+        inputs: &BackwardInputs<'_>,
+        out: Gradients,
+        buffers: &mut TileBuffers,
+    ) -> candle_core::Result<()> {
+        let Dims { t, h, d, .. } = dims;
+        let Tile { s, head, i0, r } = tile;
+        let (q, k, v) = (
+            &inputs.saved.q[..],
+            &inputs.saved.k[..],
+            &inputs.saved.v[..],
+        );
+        let TileBuffers { p, pf, dp } = buffers;
+        dp.resize(r * t, 0.0);
+        self.probabilities(dims, tile, inputs, p)?;
+        let probs = self.dropped(dims, tile, p, pf);
+        let (scale, precision) = (1.0 / (d as f32).sqrt(), self.spec.precision);
+        // SAFETY (every shared output): task (s, head) alone writes the columns of its head in
+        // the rows of its sequence, and its own rows of the score gradient.
+        // dV += (P f)^T dO
+        product(
+            (t, d, r),
+            Dst::Shared(out.dv),
+            (s * t * h + head * d, h),
+            true,
+            Mat::rows(probs, t).t(),
+            dims.head_rows(inputs.g, s, head, i0),
+            1.0,
+            false,
+            precision,
+        )?;
+        // dPf = dO v^T
+        product(
+            (r, t, d),
+            Dst::Slice(dp),
+            (0, t),
+            false,
+            dims.head_rows(inputs.g, s, head, i0),
+            dims.head_rows(v, s, head, 0).t(),
+            1.0,
+            false,
+            precision,
+        )?;
+        self.score_gradient(dims, tile, (p, probs), dp);
+        if let Some(ds) = out.ds {
+            // dS is the gradient of the (broadcast) bias.
+            let at = dims.prob_row(s, head, i0);
+            unsafe { ds.slice(at, r * t) }.copy_from_slice(dp);
+        }
+        // dq rows = c dS k
+        product(
+            (r, d, t),
+            Dst::Shared(out.dq),
+            ((s * t + i0) * h + head * d, h),
+            false,
+            Mat::rows(dp, t),
+            dims.head_rows(k, s, head, 0),
+            scale,
+            false,
+            precision,
+        )?;
+        // dk += c dS^T q rows
+        product(
+            (t, d, r),
+            Dst::Shared(out.dk),
+            (s * t * h + head * d, h),
+            true,
+            Mat::rows(dp, t).t(),
+            dims.head_rows(q, s, head, i0),
+            scale,
+            false,
+            precision,
+        )
+    }
+
+    /// Fills `p` (`[r, t]`) with the tile's probabilities `P`, recomputed from q, k, the bias,
+    /// the mask and the row statistics the forward kept.
+    fn probabilities(
+        &self,
+        dims: Dims,
+        tile: Tile,
+        inputs: &BackwardInputs<'_>,
+        p: &mut Vec<f32>,
+    ) -> candle_core::Result<()> {
+        let Tile { s, head, i0, r } = tile;
+        let t = dims.t;
+        let saved = inputs.saved;
+        p.resize(r * t, 0.0);
+        self.scores(dims, &saved.q, &saved.k, s, head, i0, r, p)?;
+        let stats_at = (s * dims.heads + head) * t + i0;
+        for (i, row) in p.chunks_exact_mut(t).enumerate() {
+            let (bias, mask) = (inputs.bias.as_ref(), inputs.mask.as_ref());
+            add_bias(row, bias.map(|m| m.row(s, head, i0 + i)));
+            add_mask_max(row, mask.map(|m| m.row(s, head, i0 + i)));
+            exp_sum(row, saved.max[stats_at + i]);
+            let inv = saved.inv_sum[stats_at + i];
+            row.iter_mut().for_each(|x| *x *= inv);
+        }
+        Ok(())
+    }
+
+    /// The tile's `P f`: `p` itself without dropout, else a copy in `pf` with the dropout
+    /// factors applied.
+    fn dropped<'b>(&self, dims: Dims, tile: Tile, p: &'b [f32], pf: &'b mut Vec<f32>) -> &'b [f32] {
+        if self.spec.dropout.is_none() {
+            return p;
+        }
+        pf.clear();
+        pf.extend_from_slice(p);
+        for (i, row) in pf.chunks_exact_mut(dims.t).enumerate() {
+            self.drop_row(dims, tile.s, tile.head, tile.i0 + i, row);
+        }
+        pf
+    }
+
+    /// Turns `dp` (the tile's `dPf`) into `dS = P * (f * dPf - D)`, `D_i = sum_j (P f)_ij
+    /// dPf_ij`, from `P` and `P f` (`probs`).
+    fn score_gradient(&self, dims: Dims, tile: Tile, (p, probs): (&[f32], &[f32]), dp: &mut [f32]) {
+        let t = dims.t;
+        let rows = dp.chunks_exact_mut(t).zip(p.chunks_exact(t));
+        for (i, ((dp_row, p_row), pf_row)) in rows.zip(probs.chunks_exact(t)).enumerate() {
+            let dot: f32 = pf_row.iter().zip(dp_row.iter()).map(|(a, b)| a * b).sum();
+            self.drop_row(dims, tile.s, tile.head, tile.i0 + i, dp_row);
+            for (x, &pv) in dp_row.iter_mut().zip(p_row) {
+                *x = pv * (*x - dot);
+            }
+        }
+    }
+}
+
+/// A backward tile: query rows `i0..i0 + r` of head `head` of sequence `s`.
+#[derive(Clone, Copy)]
+struct Tile {
+    s: usize,
+    head: usize,
+    i0: usize,
+    r: usize,
+}
+
+/// What every backward tile reads: the forward's saved state, the context's gradient and the
+/// views of the bias and mask.
+struct BackwardInputs<'a> {
+    saved: &'a Saved,
+    g: &'a [f32],
+    bias: Option<MaskView<'a>>,
+    mask: Option<MaskView<'a>>,
+}
+
+/// The gradients the backward tiles write: of q, k, v (`[b, t, h]`) and, when the bias carries
+/// a gradient, of the scores (`[b, heads, t, t]`).
+#[derive(Clone, Copy)]
+struct Gradients {
+    dq: SharedOut,
+    dk: SharedOut,
+    dv: SharedOut,
+    ds: Option<SharedOut>,
+}
+
+/// A task's scratch for its tiles: `P`, `P f` (with dropout) and `dPf` / dS.
+#[derive(Default)]
+struct TileBuffers {
+    p: Vec<f32>,
+    pf: Vec<f32>,
+    dp: Vec<f32>,
 }
 
 /// q, k and v of the token-major projections `[.., 3h]`, each `[.., h]`.
