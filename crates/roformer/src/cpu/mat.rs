@@ -57,21 +57,28 @@ pub(crate) fn span_fits(
             .is_some_and(|last| last < len)
 }
 
-/// An f32 output buffer shared by tasks that write disjoint elements of it.
-#[derive(Clone, Copy)]
-pub(crate) struct SharedOut {
-    ptr: *mut f32,
+/// An output buffer (of f32 unless said) shared by tasks that write disjoint elements of it.
+pub(crate) struct SharedOut<T = f32> {
+    ptr: *mut T,
     len: usize,
 }
 
+impl<T> Clone for SharedOut<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for SharedOut<T> {}
+
 // SAFETY: the tasks that share one write disjoint elements (each caller says which), and the
 // buffer outlives them.
-unsafe impl Send for SharedOut {}
-unsafe impl Sync for SharedOut {}
+unsafe impl<T: Send> Send for SharedOut<T> {}
+unsafe impl<T: Send> Sync for SharedOut<T> {}
 
-impl SharedOut {
+impl<T> SharedOut<T> {
     /// Shares `buf` (which must outlive every use, and whose writers must not overlap).
-    pub(crate) fn new(buf: &mut [f32]) -> SharedOut {
+    pub(crate) fn new(buf: &mut [T]) -> SharedOut<T> {
         SharedOut {
             ptr: buf.as_mut_ptr(),
             len: buf.len(),
@@ -83,7 +90,7 @@ impl SharedOut {
     /// # Safety
     /// No other live slice may overlap these elements.
     #[allow(clippy::mut_from_ref)]
-    pub(crate) unsafe fn slice(&self, start: usize, len: usize) -> &mut [f32] {
+    pub(crate) unsafe fn slice(&self, start: usize, len: usize) -> &mut [T] {
         assert!(
             start.checked_add(len).is_some_and(|end| end <= self.len),
             "shared output slice out of bounds"
@@ -92,7 +99,7 @@ impl SharedOut {
     }
 
     /// The base pointer and length.
-    pub(crate) fn raw(&self) -> (*mut f32, usize) {
+    pub(crate) fn raw(&self) -> (*mut T, usize) {
         (self.ptr, self.len)
     }
 }

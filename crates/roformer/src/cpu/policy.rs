@@ -28,6 +28,11 @@ const PACK_TASKS_PER_THREAD: usize = 4;
 const MIN_PACK_LANES: usize = 32;
 const MAX_PACK_LANES: usize = 256;
 
+/// Lanes one task reads per pair when packing an operand whose `k` values are strided (2 KiB of
+/// each of two rows: long runs for the prefetcher), and the fewest pairs of `k` per such task.
+const COLUMN_PACK_LANES: usize = 512;
+const MIN_PACK_PAIRS: usize = 16;
+
 /// Score elements one inference attention task holds (1 MiB of f32: in L2 cache).
 pub(crate) const INFERENCE_SCORE_TILE: usize = 1 << 18;
 
@@ -108,4 +113,41 @@ pub(crate) fn pack_group(panels: usize, width: usize, threads: usize) -> usize {
     panels
         .div_ceil(PACK_TASKS_PER_THREAD * threads.max(1))
         .clamp(least, most)
+}
+
+/// How packing an operand whose `k` values are strided (`count` lanes in `panels` panels of
+/// `width`, `pairs` pairs of `k`) is cut on `threads` threads: (panels per task, pairs per
+/// task). A task reads [`COLUMN_PACK_LANES`] consecutive lanes of two rows per pair (its panels
+/// are written one run per panel), and the pairs are cut so that there are about
+/// [`PACK_TASKS_PER_THREAD`] tasks per thread, each of at least [`MIN_PACK_PAIRS`] pairs.
+pub(crate) fn column_pack_tasks(
+    panels: usize,
+    width: usize,
+    pairs: usize,
+    threads: usize,
+) -> (usize, usize) {
+    let group = (COLUMN_PACK_LANES / width.max(1)).clamp(1, panels.max(1));
+    let cuts = (PACK_TASKS_PER_THREAD * threads.max(1)).div_ceil(panels.div_ceil(group).max(1));
+    let span = pairs.div_ceil(cuts).max(MIN_PACK_PAIRS).min(pairs.max(1));
+    (group, span)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn column_packing_tasks_read_long_runs_and_feed_every_thread() {
+        // A 256-column weight in panels of 32 on 2 threads: one group of all 8 panels (1 KiB of
+        // each row a pair), the 512 pairs cut in 8.
+        assert_eq!(column_pack_tasks(8, 32, 512, 2), (8, 64));
+        // 1000 lanes in panels of 12: groups of 42 panels (504 lanes), 2 of them.
+        assert_eq!(column_pack_tasks(84, 12, 129, 2), (42, 33));
+        // Few pairs: at least MIN_PACK_PAIRS a task, never more than there are.
+        assert_eq!(column_pack_tasks(8, 32, 20, 2), (8, 16));
+        assert_eq!(column_pack_tasks(8, 32, 3, 2), (8, 3));
+        // One thread, a panel wider than the run: one panel a group, 3 groups, so the pairs in
+        // 2 for at least 4 tasks.
+        assert_eq!(column_pack_tasks(3, 1024, 400, 1), (1, 200));
+    }
 }

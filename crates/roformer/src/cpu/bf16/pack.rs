@@ -3,8 +3,9 @@
 use rayon::prelude::*;
 
 use crate::cpu::mat::Mat;
+use crate::cpu::mat::SharedOut;
 use crate::cpu::math::multiversion;
-use crate::cpu::policy::pack_group;
+use crate::cpu::policy::{column_pack_tasks, pack_group};
 
 /// `x` rounded to bf16, to nearest with ties to even, as the upper 16 bits of an f32; a NaN
 /// stays a (quiet) NaN. Branch-free, so that loops over it vectorise.
@@ -66,8 +67,12 @@ pub(crate) fn pack_panels(
     if pairs == 0 {
         return rows_layout;
     }
+    if x.cs != 1 {
+        pack_columns(x, (count, k), width, parallel, out);
+        return false;
+    }
     // Tasks of whole panels: a few per thread on the threads (see `pack_group`), else of
-    // about LANES_PER_TASK lanes (the size of the gather buffers).
+    // about LANES_PER_TASK lanes (the size of the interleaving buffer).
     let group = if parallel {
         pack_group(panels, width, rayon::current_num_threads())
     } else {
@@ -76,11 +81,7 @@ pub(crate) fn pack_panels(
     let fill = |(g, chunk): (usize, &mut [u32])| {
         let first = g * group;
         let lanes = (count - first * width).min(group * width);
-        if x.cs == 1 {
-            fill_from_rows(x, (first * width, lanes), k, (width, rows_layout), chunk);
-        } else {
-            fill_from_columns(x, (first * width, lanes), k, width, chunk);
-        }
+        fill_from_rows(x, (first * width, lanes), k, (width, rows_layout), chunk);
     };
     let chunk = group * pairs * width;
     if parallel && panels > group {
@@ -131,16 +132,59 @@ fn fill_from_rows(
     }
 }
 
+/// Packs `x` (`count x k`, its `k` values strided: `x.cs != 1`) into panels of `width` as
+/// [`pack_panels`] does, in tasks of a group of panels by a range of pairs
+/// ([`column_pack_tasks`]), on the threads when `parallel`.
+fn pack_columns(
+    x: Mat<'_>,
+    (count, k): (usize, usize),
+    width: usize,
+    parallel: bool,
+    out: &mut [u32],
+) {
+    let pairs = k.div_ceil(2);
+    let panels = count.div_ceil(width);
+    let threads = if parallel {
+        rayon::current_num_threads()
+    } else {
+        1
+    };
+    let (group, span) = column_pack_tasks(panels, width, pairs, threads);
+    let groups = panels.div_ceil(group);
+    let tasks = groups * pairs.div_ceil(span);
+    let shared = SharedOut::new(out);
+    let fill = |task: usize| {
+        let first = (task % groups) * group * width;
+        let lanes = (count - first).min(group * width);
+        let p0 = (task / groups) * span;
+        let range = (p0, (p0 + span).min(pairs));
+        fill_from_columns(x, (first, lanes), (k, width), range, shared);
+    };
+    if parallel && tasks > 1 {
+        (0..tasks).into_par_iter().for_each(fill);
+    } else {
+        (0..tasks).for_each(fill);
+    }
+}
+
 multiversion! {
-    /// Packs lanes `first..first + lanes` of `x` into `out`, their panels, one pair of `k` at a
-    /// time: when `x.rs == 1` (the transpose of a row-major matrix) the pair's two runs of
-    /// values are contiguous and converted straight into each panel, otherwise gathered first.
-    fn fill_from_columns(x: Mat<'_>, span: (usize, usize), k: usize, width: usize, out: &mut [u32]) {
-        let (first, lanes) = span;
+    /// Writes pairs `range` of lanes `first..first + lanes` (`first` a multiple of `width`) of
+    /// `x` into their panels of `out` (`(count, k)` packed by [`pack_columns`]): per pair, the
+    /// two values of every lane converted into words, then each panel's run of words written.
+    /// When `x.rs == 1` (the transpose of a row-major matrix) the pair's two runs of values are
+    /// contiguous and read in place, otherwise gathered first.
+    fn fill_from_columns(
+        x: Mat<'_>,
+        span: (usize, usize),
+        sizes: (usize, usize),
+        range: (usize, usize),
+        out: SharedOut<u32>
+    ) {
+        let ((first, lanes), (k, width)) = (span, sizes);
         let pairs = k.div_ceil(2);
         let (mut lo, mut hi) = (vec![0f32; lanes], vec![0f32; lanes]);
         let mut words = vec![0u32; lanes];
-        for p in 0..pairs {
+        for p in range.0..range.1 {
             let (lo, hi): (&[f32], &[f32]) = if x.rs == 1 && 2 * p + 1 < k {
                 let start = x.offset + first + 2 * p * x.cs;
                 (&x.data[start..start + lanes], &x.data[start + x.cs..start + x.cs + lanes])
@@ -156,9 +200,11 @@ multiversion! {
                 *w = word(l, h);
             }
             for (q, run) in words.chunks(width).enumerate() {
-                let at = (q * pairs + p) * width;
-                out[at..at + run.len()].copy_from_slice(run);
-                out[at + run.len()..at + width].fill(0);
+                let at = ((first / width + q) * pairs + p) * width;
+                // SAFETY: this task alone writes pairs `range` of its panels.
+                let panel = unsafe { out.slice(at, width) };
+                panel[..run.len()].copy_from_slice(run);
+                panel[run.len()..].fill(0);
             }
         }
     }

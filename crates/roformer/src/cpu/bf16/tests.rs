@@ -177,6 +177,26 @@ fn packing_on_the_threads_writes_the_same_words() {
 }
 
 #[test]
+fn column_packing_writes_the_words_of_row_packing() {
+    // Two implementations: an operand whose k values are strided is packed by ranges of pairs
+    // over groups of panels, a row-major one row by row. Sizes with many tasks of each, odd k.
+    for &(count, k, width) in &[(1000, 257, MR), (1000, 64, NR), (300, 31, NR), (2000, 9, NR)] {
+        let data = values(count * k, (count * k) as u64);
+        let transposed: Vec<f32> = (0..k)
+            .flat_map(|kk| (0..count).map(move |i| (i, kk)))
+            .map(|(i, kk)| data[i * k + kk])
+            .collect();
+        for parallel in [true, false] {
+            assert_eq!(
+                packed(Mat::rows(&transposed, count).t(), count, k, width, parallel),
+                packed(Mat::rows(&data, k), count, k, width, parallel),
+                "{count}x{k} in panels of {width}, parallel {parallel}"
+            );
+        }
+    }
+}
+
+#[test]
 fn panels_hold_pairs_of_k_padded_with_zeros() {
     // x = 5 x 3 row-major, panels of 4: two panels, two pairs.
     let data: Vec<f32> = (0..15).map(|v| v as f32).collect();
