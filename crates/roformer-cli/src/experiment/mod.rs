@@ -175,6 +175,7 @@ fn train_run(
         stop,
         stop_after: None,
         write_record: &|print| write_record(dir, record, print),
+        continuation: "give the same command again to continue it",
     };
     let started = Instant::now();
     let result = train(options, view, explain);

@@ -133,6 +133,7 @@ impl RunArgs {
             stop,
             stop_after: self.stop_after,
             write_record,
+            continuation: "continue with --resume",
         }
     }
 

@@ -39,6 +39,8 @@ pub struct RunView<'a> {
     pub stop_after: Option<u64>,
     /// Writes `run.json` with the run's fingerprint.
     pub write_record: &'a dyn Fn(&Fingerprint) -> anyhow::Result<()>,
+    /// How a stopped run is continued, as said after a stop: "continue with --resume".
+    pub continuation: &'a str,
 }
 
 /// Runs `options` with a [`CliObserver`], then writes the plot and prints the summary; a
@@ -185,6 +187,7 @@ impl<'a> CliObserver<'a> {
             history: &history,
             unigram_entropy: self.unigram_entropy,
             plot: &plot_path,
+            continuation: view.continuation,
         };
         summary.print(view.json)?;
         if let (Outcome::Stopped(step), Some(signal)) =
@@ -195,7 +198,10 @@ impl<'a> CliObserver<'a> {
                 .as_ref()
                 .map(|p| format!("the checkpoint {} is saved", p.display()))
                 .unwrap_or_else(|| "a checkpoint is saved".into());
-            bail!("stopped by {signal} after step {step}; {saved}: continue with --resume");
+            bail!(
+                "stopped by {signal} after step {step}; {saved}: {}",
+                view.continuation
+            );
         }
         if let (false, Some(best)) = (view.json, &finished.best) {
             println!("best dev model: {}", best.display());
@@ -305,6 +311,8 @@ struct Summary<'a> {
     history: &'a History,
     unigram_entropy: Option<f64>,
     plot: &'a Path,
+    /// See [`RunView::continuation`].
+    continuation: &'a str,
 }
 
 impl Summary<'_> {
@@ -321,7 +329,7 @@ impl Summary<'_> {
         if let (Outcome::Stopped(step), None) =
             (&self.finished.outcome, super::termination_signal())
         {
-            eprintln!("stopped after step {step}; continue with --resume");
+            eprintln!("stopped after step {step}; {}", self.continuation);
         }
         self.print_text();
         Ok(())

@@ -769,6 +769,11 @@ fn an_interrupted_run_continues_from_its_checkpoint_and_ends_as_an_uninterrupted
     assert!(kill.success());
     let stopped = child.wait_with_output().unwrap();
     assert!(!stopped.status.success());
+    let err = String::from_utf8_lossy(&stopped.stderr);
+    assert!(
+        err.contains("give the same command again") && !err.contains("--resume"),
+        "{err}"
+    );
     let state = read_json(&run_dir.join("checkpoint/trainer_state.json"));
     let at = state["step"].as_u64().unwrap();
     assert!((1..3000).contains(&at), "stopped at step {at}");

@@ -180,7 +180,12 @@ fn packing_on_the_threads_writes_the_same_words() {
 fn column_packing_writes_the_words_of_row_packing() {
     // Two implementations: an operand whose k values are strided is packed by ranges of pairs
     // over groups of panels, a row-major one row by row. Sizes with many tasks of each, odd k.
-    for &(count, k, width) in &[(1000, 257, MR), (1000, 64, NR), (300, 31, NR), (2000, 9, NR)] {
+    for &(count, k, width) in &[
+        (1000, 257, MR),
+        (1000, 64, NR),
+        (300, 31, NR),
+        (2000, 9, NR),
+    ] {
         let data = values(count * k, (count * k) as u64);
         let transposed: Vec<f32> = (0..k)
             .flat_map(|kk| (0..count).map(move |i| (i, kk)))
