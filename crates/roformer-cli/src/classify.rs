@@ -2,7 +2,7 @@
 //!
 //! Each text (or tab-separated pair) is encoded as `[CLS] text [SEP]` (`[CLS] a [SEP] b [SEP]`),
 //! cut to `--max-length`, run through [`RoFormerForSequenceClassification`] by
-//! [`pipeline::classify`], and its logits `z` become probabilities
+//! [`pipeline::classify()`], and its logits `z` become probabilities
 //! `p_i = exp(z_i - max z) / sum_j exp(z_j - max z)` (in f64).
 
 use std::io::Write;

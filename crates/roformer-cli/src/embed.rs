@@ -3,8 +3,8 @@
 //! Texts are encoded as `[CLS] text [SEP]`, sorted by length and run in batches padded to the
 //! longest text of the batch (the attention mask hides the padding), then written in input
 //! order. With `h` the last hidden states `[t, hidden]` of a text and `m` its attention mask:
-//! - `cls`: `h[0]`, the [CLS] token's state;
-//! - `mean`: `sum_i m_i h[i] / sum_i m_i`, the mean over the text's tokens, [CLS] and [SEP]
+//! - `cls`: `h[0]`, the `[CLS]` token's state;
+//! - `mean`: `sum_i m_i h[i] / sum_i m_i`, the mean over the text's tokens, `[CLS]` and `[SEP]`
 //!   included, padding excluded.
 //!
 //! Empty texts (an empty or all-whitespace line, or `"text": ""`) are an error naming the line:
@@ -30,9 +30,9 @@ use crate::{default_model, json, output};
 /// How a text's token states become one vector ([`pipeline::Pooling`] as a flag).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Pooling {
-    /// The last hidden state of the [CLS] token.
+    /// The last hidden state of the `[CLS]` token.
     Cls,
-    /// The mean of the last hidden states of the text's tokens ([CLS] and [SEP] included).
+    /// The mean of the last hidden states of the text's tokens (`[CLS]` and `[SEP]` included).
     Mean,
 }
 
@@ -74,7 +74,7 @@ pub struct Args {
     /// Texts per forward pass.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
     batch_size: u32,
-    /// Cut each text to at most N tokens, [CLS] and [SEP] included, and say so on stderr
+    /// Cut each text to at most N tokens, `[CLS]` and `[SEP]` included, and say so on stderr
     /// [default: the checkpoint's max_position_embeddings]. 0 keeps every token: rotary
     /// positions have no length limit, but the cost grows with the square of the length.
     #[arg(long, value_name = "N", value_parser = truncation::parse)]

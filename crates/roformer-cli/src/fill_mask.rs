@@ -1,7 +1,7 @@
 //! `roformer fill-mask`: the most likely tokens behind each mask token of a text.
 //!
 //! The text is encoded as `[CLS] text [SEP]` by the checkpoint's tokenizer, run through
-//! [`RoFormerForMaskedLM`] by [`pipeline::fill_mask`], and at each mask position the logits `z`
+//! [`RoFormerForMaskedLM`] by [`pipeline::fill_mask()`], and at each mask position the logits `z`
 //! over the vocabulary become probabilities `p_i = exp(z_i - max z) / sum_j exp(z_j - max z)`
 //! (in f64, so no exponential overflows); the `k` highest are printed, each with its
 //! `sequence`: the text with that mask replaced by the candidate token (a `##` continuation
@@ -42,7 +42,7 @@ pub struct Args {
     /// How many tokens to list per mask.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     top_k: u32,
-    /// Cut the text to at most N tokens, [CLS] and [SEP] included, and say so on stderr
+    /// Cut the text to at most N tokens, `[CLS]` and `[SEP]` included, and say so on stderr
     /// [default: the checkpoint's max_position_embeddings]. 0 keeps every token: rotary
     /// positions have no length limit, but the cost grows with the square of the length. A
     /// mask token past the cut is an error.
@@ -52,7 +52,7 @@ pub struct Args {
     #[command(flatten)]
     stdout: OutputArgs,
     /// The text, with one or more mask tokens written as the tokenizer's mask token
-    /// (usually [MASK]).
+    /// (usually `[MASK]`).
     #[arg(value_name = "TEXT")]
     text: String,
     /// The precision of the encoder's matrix products: bf16 converts the weights once at load

@@ -51,7 +51,7 @@ enum Command {
     Forward(forward::Args),
     /// Turn text into token ids with a checkpoint's tokenizer.
     Tokenize(tokenize::Args),
-    /// Predict the tokens behind each [MASK].
+    /// Predict the tokens behind each `[MASK]`.
     FillMask(fill_mask::Args),
     /// One vector per input line.
     Embed(embed::Args),

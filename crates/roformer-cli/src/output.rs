@@ -1,4 +1,4 @@
-//! Writing output files: every command that writes a file goes through [`write`].
+//! Writing output files: every command that writes a file goes through [`write()`].
 //!
 //! What happens depends on what the path names:
 //! - `-`: standard output;

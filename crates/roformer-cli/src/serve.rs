@@ -18,9 +18,9 @@ use crate::precision::PrecisionArg;
 /// `--pooling`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PoolingArg {
-    /// The mean of the last hidden states of the text's tokens ([CLS] and [SEP] included).
+    /// The mean of the last hidden states of the text's tokens (`[CLS]` and `[SEP]` included).
     Mean,
-    /// The last hidden state of the [CLS] token.
+    /// The last hidden state of the `[CLS]` token.
     Cls,
 }
 
@@ -67,7 +67,7 @@ pub struct Args {
     #[arg(long, default_value_t = ServeConfig::default().max_client_batch_size as u64,
           value_parser = clap::value_parser!(u64).range(1..))]
     max_client_batch_size: u64,
-    /// Most tokens per input, [CLS] and [SEP] included; longer inputs are refused (413)
+    /// Most tokens per input, `[CLS]` and `[SEP]` included; longer inputs are refused (413)
     /// unless the request sets "truncate": true [default: the model's max_position_embeddings]
     #[arg(long, value_parser = clap::value_parser!(u64).range(2..))]
     max_input_length: Option<u64>,
@@ -86,7 +86,7 @@ pub struct Args {
     /// which asks for the key and sends it on each call).
     #[arg(long, value_name = "KEY")]
     api_key: Option<String>,
-    /// Allow this origin (e.g. https://example.com) by CORS; no CORS headers without it.
+    /// Allow this origin (e.g. `https://example.com`) by CORS; no CORS headers without it.
     #[arg(long, value_name = "ORIGIN")]
     cors_origin: Option<String>,
     /// Write the texts of each request in the access log (off: counts only).

@@ -22,10 +22,10 @@ pub struct Args {
     // `--json` (the help says what it prints).
     #[command(flatten)]
     stdout: OutputArgs,
-    /// Cut each text so that it has at most this many tokens, [CLS] and [SEP] included.
+    /// Cut each text so that it has at most this many tokens, `[CLS]` and `[SEP]` included.
     #[arg(long, value_name = "N")]
     max_length: Option<usize>,
-    /// The texts, each encoded as [CLS] text [SEP].
+    /// The texts, each encoded as `[CLS]` text `[SEP]`.
     #[arg(required = true, value_name = "TEXT")]
     texts: Vec<String>,
 }

@@ -102,7 +102,7 @@ impl Activation {
         NAMES.iter().map(|(n, _)| *n).collect()
     }
 
-    /// The canonical transformers name of the activation (the first of [`NAMES`] that means
+    /// The canonical transformers name of the activation (the first of `NAMES` that means
     /// it), as written back to `config.json`.
     pub fn name(self) -> &'static str {
         NAMES

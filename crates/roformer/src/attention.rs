@@ -24,7 +24,7 @@
 //! the three weights stacked, and softmax attention runs as one fused op from those token-major
 //! projections to the token-major context (rotation, scores, mask, softmax, dropout and
 //! context per (sequence, head, tile of query rows), with its own backward; see
-//! `autograd::attention`), and the dense layers as fused ops too ([`dense`]). That op reads
+//! `autograd::attention`), and the dense layers as fused ops too (`dense`). That op reads
 //! ALiBi's and T5's per-head bias beside the mask, and gives T5's table its gradient.
 
 use candle_core::{Tensor, D};

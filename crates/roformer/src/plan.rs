@@ -21,7 +21,7 @@ use crate::mode::Mode;
 /// Which implementation runs the heavy steps of a pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kernels {
-    /// The CPU layer's fused kernels ([`crate::fused`] at inference, the fused ops of
+    /// The CPU layer's fused kernels (`crate::fused` at inference, the fused ops of
     /// [`crate::autograd`] in training), matrix products in this precision.
     Cpu(Precision),
     /// candle's ops, one per step, on any device and dtype (the reference).

@@ -102,7 +102,7 @@ pub struct MlmArgs {
     /// Share of the character tokens masked. Not used with --famous (one per couplet).
     #[arg(long, default_value_t = 0.15)]
     mask_prob: f64,
-    /// Longest input, [CLS] and [SEP] included.
+    /// Longest input, `[CLS]` and `[SEP]` included.
     #[arg(long, default_value_t = 128)]
     seq_len: usize,
     /// Documents per forward pass.

@@ -2,7 +2,7 @@
 
 use super::*;
 
-/// Ids: 0 [PAD], 1 [CLS], 2 [SEP], 3 a, 4 b, 5 c; the candidates are a, b, c.
+/// Ids: 0 `[PAD]`, 1 `[CLS]`, 2 `[SEP]`, 3 a, 4 b, 5 c; the candidates are a, b, c.
 fn tiny(k: f64) -> NeighbourModel {
     let mut counts = Counts::default();
     for seq in [[1, 3, 4, 2], [1, 3, 5, 2], [1, 4, 5, 2]] {

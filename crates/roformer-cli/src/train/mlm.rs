@@ -65,7 +65,7 @@ pub struct Args {
     /// The text field of JSON lines.
     #[arg(long, default_value = "text")]
     pub text_field: String,
-    /// Tokens per block, [CLS] and [SEP] included.
+    /// Tokens per block, `[CLS]` and `[SEP]` included.
     #[arg(long, default_value_t = 128)]
     pub seq_len: usize,
     /// One document per block (truncated, padded) instead of packed blocks.

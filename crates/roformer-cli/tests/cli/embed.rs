@@ -226,7 +226,7 @@ fn bad_inputs_are_errors() {
 }
 
 /// A text far longer than the checkpoint's max_position_embeddings (64; ~1750 tokens, whose
-/// attention once ran uncapped) is cut to 64 tokens by default, [CLS] ... [SEP] kept, and
+/// attention once ran uncapped) is cut to 64 tokens by default, `[CLS]` ... `[SEP]` kept, and
 /// the command says which line, from how many tokens, on stderr and in `--json`;
 /// `--max-length 0` keeps every token and a larger `--max-length` is taken as given.
 #[test]
@@ -290,7 +290,7 @@ fn long_texts_are_cut_to_max_position_embeddings_and_reported() {
     assert!(stderr.contains("[CLS]"), "{stderr}");
 }
 
-/// One 1 MB line without a space: one [UNK] (WordPiece gives up on words over 100 chars).
+/// One 1 MB line without a space: one `[UNK]` (WordPiece gives up on words over 100 chars).
 #[test]
 fn a_megabyte_word_is_one_unknown_token() {
     let model = model_dir("mlm_gelu", "embed-mb");

@@ -17,7 +17,7 @@ use crate::state::AppState;
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PoolingName {
-    /// The [CLS] state.
+    /// The `[CLS]` state.
     Cls,
     /// The mean of the tokens' states.
     Mean,

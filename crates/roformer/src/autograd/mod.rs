@@ -41,7 +41,7 @@
 //!   rows' gradients into each (zeroed) table.
 //!
 //! Their plumbing (matrix views, products, row maths, tiling) is the CPU layer's
-//! ([`crate::cpu`]). A new fused op goes here, beside its slow twin, with a test against it.
+//! (`crate::cpu`). A new fused op goes here, beside its slow twin, with a test against it.
 
 pub(crate) mod add_norm;
 pub(crate) mod attention;

@@ -15,7 +15,7 @@ pub enum Precision {
 
 impl Precision {
     /// The precision that runs here: `Bf16` only where this CPU has a native bf16 dot
-    /// product (see [`crate::cpu::bf16::native`]), otherwise `F32`.
+    /// product (see `crate::cpu::bf16::native`), otherwise `F32`.
     pub fn effective(self) -> Precision {
         match self {
             Precision::Bf16 if super::bf16::native().is_some() => Precision::Bf16,

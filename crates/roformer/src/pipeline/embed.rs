@@ -1,9 +1,9 @@
 //! Embeddings: one vector per text, pooled from the encoder's last hidden states.
 //!
 //! With `h` the last hidden states `[t, hidden]` of a text and `m` its attention mask:
-//! - [`Pooling::Cls`]: `h[0]`, the [CLS] token's state;
-//! - [`Pooling::Mean`]: `sum_i m_i h[i] / sum_i m_i`, the mean over the text's tokens, [CLS]
-//!   and [SEP] included, padding excluded.
+//! - [`Pooling::Cls`]: `h[0]`, the `[CLS]` token's state;
+//! - [`Pooling::Mean`]: `sum_i m_i h[i] / sum_i m_i`, the mean over the text's tokens, `[CLS]`
+//!   and `[SEP]` included, padding excluded.
 //!
 //! With `normalize`, each vector is divided by its L2 norm (computed in f64; a zero vector
 //! stays zero).
@@ -17,9 +17,9 @@ use crate::{Encoding, RoFormerModel};
 /// How a text's token states become one vector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Pooling {
-    /// The last hidden state of the [CLS] token.
+    /// The last hidden state of the `[CLS]` token.
     Cls,
-    /// The mean of the last hidden states of the text's tokens ([CLS] and [SEP] included).
+    /// The mean of the last hidden states of the text's tokens (`[CLS]` and `[SEP]` included).
     #[default]
     Mean,
 }

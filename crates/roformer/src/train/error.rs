@@ -15,7 +15,7 @@ pub enum TrainError {
     /// The run would not fit in memory (nothing was allocated).
     #[error(transparent)]
     TooLarge(#[from] crate::memory::TooLarge),
-    /// The caller's [`Observer`] refused the run.
+    /// The caller's [`Observer`](crate::train::Observer) refused the run.
     #[error(transparent)]
     Observer(Box<dyn std::error::Error + Send + Sync>),
     /// A file or directory could not be read or written (the cause is the error's source, not

@@ -1,7 +1,7 @@
 //! Trainable parameters: a model built on candle `Var`s, from a checkpoint (fine-tuning) or
 //! freshly initialised as transformers initialises it.
 //!
-//! transformers' `_init_weights` for RoFormer and BERT, which [`Init`] follows:
+//! transformers' `_init_weights` for RoFormer and BERT, which `Init` follows:
 //! - dense weights and embedding tables: `N(0, initializer_range^2)`;
 //! - the word-embedding row of `pad_token_id`: 0;
 //! - biases (and the MLM output bias): 0;

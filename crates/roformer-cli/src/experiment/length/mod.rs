@@ -42,7 +42,7 @@ pub struct Args {
     /// The output directory.
     #[arg(long, default_value = "experiments/length")]
     pub out: PathBuf,
-    /// Block lengths, [CLS] and [SEP] included.
+    /// Block lengths, `[CLS]` and `[SEP]` included.
     #[arg(
         long,
         value_delimiter = ',',

@@ -343,7 +343,7 @@ fn cut(text: &str, n: usize) -> String {
 
 /// Characters per text of an example of `segments` texts at max length `length`: a single
 /// document is left whole (the tokenizer cuts it); an anchor and two candidates each get an
-/// equal share of what [CLS] and the three [SEP] leave, so that each is seen in its
+/// equal share of what `[CLS]` and the three `[SEP]` leave, so that each is seen in its
 /// beginning whatever the length (a character is at most one token).
 pub fn share(segments: usize, length: usize) -> Option<usize> {
     (segments > 1).then(|| length.saturating_sub(segments + 1) / segments)
@@ -359,7 +359,7 @@ fn written_texts(item: &Item, length: usize) -> Vec<String> {
 }
 
 /// The texts of `item` as a model at max length `length` sees them: [`written_texts`], a
-/// single document cut to the `length - 2` characters that [CLS] and [SEP] leave (a
+/// single document cut to the `length - 2` characters that `[CLS]` and `[SEP]` leave (a
 /// character is at most one token).
 pub fn seen_texts(item: &Item, length: usize) -> Vec<String> {
     match share(item.segments.len(), length) {
@@ -371,7 +371,7 @@ pub fn seen_texts(item: &Item, length: usize) -> Vec<String> {
 }
 
 /// An example at max length `length`: one text, or the anchor as the text and the two
-/// candidates as the pair, joined by `separator` (the tokenizer's [SEP]), each cut to its
+/// candidates as the pair, joined by `separator` (the tokenizer's `[SEP]`), each cut to its
 /// [`share`].
 fn line<'a>(item: &'a Item, labels: &'a [String], length: usize, separator: &str) -> Line<'a> {
     let texts = written_texts(item, length);

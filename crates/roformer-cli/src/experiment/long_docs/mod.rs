@@ -124,7 +124,7 @@ impl Task {
         }
     }
 
-    /// The shortest max length: room for [CLS], [SEP] and a token per text.
+    /// The shortest max length: room for `[CLS]`, `[SEP]` and a token per text.
     fn min_length(self) -> usize {
         match self {
             Task::Collection => 3,
@@ -166,7 +166,7 @@ pub struct Args {
     /// pre-trained run number s mod n of its n.
     #[arg(long, default_value_t = 5)]
     pub seeds: u64,
-    /// Max lengths fine-tuned and evaluated at, [CLS] and [SEP] included.
+    /// Max lengths fine-tuned and evaluated at, `[CLS]` and `[SEP]` included.
     #[arg(long, value_delimiter = ',', default_value = "128,512")]
     pub lengths: Vec<usize>,
     /// Poems per document (collection) or per anchor and candidate (authorship) [default: 10
