@@ -181,7 +181,10 @@ fn train_run(
     let result = train(options, view, explain);
     let seconds = interrupted.map_or(0.0, |i| i.seconds) + started.elapsed().as_secs_f64();
     if result.is_err() {
-        interrupted::record_seconds(dir, seconds)?;
+        // The run's own error is the one to report; a lost time record only undercounts.
+        if let Err(e) = interrupted::record_seconds(dir, seconds) {
+            eprintln!("warning: the time of this part of the run is not recorded: {e:#}");
+        }
     }
     // The lock on the run's directory is held until its last write.
     drop(paths.lock);
