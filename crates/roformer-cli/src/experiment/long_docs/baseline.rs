@@ -10,7 +10,7 @@
 //!   cosine, `cos(a, b) = a·b / (|a| |b|)` (a tie goes to the first); `n` is 1 or 2, whichever
 //!   is more accurate on the training side.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use roformer::train::classify::macro_f1;
 use serde::Serialize;
@@ -105,12 +105,13 @@ fn argmax(values: impl Iterator<Item = f64>) -> usize {
     best.0
 }
 
-/// The character `n`-gram counts of `text`.
-fn ngrams(text: &str, n: usize) -> HashMap<&str, f64> {
+/// The character `n`-gram counts of `text` (ordered, so that the sums over them, and the
+/// baseline, are the same in every run).
+fn ngrams(text: &str, n: usize) -> BTreeMap<&str, f64> {
     let bounds: Vec<usize> = (text.char_indices().map(|(i, _)| i))
         .chain([text.len()])
         .collect();
-    let mut counts = HashMap::new();
+    let mut counts = BTreeMap::new();
     for w in bounds.windows(n + 1) {
         *counts.entry(&text[w[0]..w[n]]).or_insert(0.0) += 1.0;
     }
@@ -118,9 +119,9 @@ fn ngrams(text: &str, n: usize) -> HashMap<&str, f64> {
 }
 
 /// `a·b / (|a| |b|)`, 0 when either is empty.
-fn cosine(a: &HashMap<&str, f64>, b: &HashMap<&str, f64>) -> f64 {
+fn cosine(a: &BTreeMap<&str, f64>, b: &BTreeMap<&str, f64>) -> f64 {
     let dot: f64 = a.iter().map(|(k, v)| v * b.get(k).unwrap_or(&0.0)).sum();
-    let norm = |m: &HashMap<&str, f64>| m.values().map(|v| v * v).sum::<f64>().sqrt();
+    let norm = |m: &BTreeMap<&str, f64>| m.values().map(|v| v * v).sum::<f64>().sqrt();
     let denominator = norm(a) * norm(b);
     if denominator > 0.0 {
         dot / denominator
@@ -132,7 +133,7 @@ fn cosine(a: &HashMap<&str, f64>, b: &HashMap<&str, f64>) -> f64 {
 /// The candidate (0: first, 1: second) nearer the anchor by `n`-gram cosine.
 fn nearer(item: &Item, length: usize, n: usize) -> u32 {
     let texts = seen_texts(item, length);
-    let grams: Vec<HashMap<&str, f64>> = texts.iter().map(|t| ngrams(t, n)).collect();
+    let grams: Vec<BTreeMap<&str, f64>> = texts.iter().map(|t| ngrams(t, n)).collect();
     match grams.as_slice() {
         [anchor, first, second] => u32::from(cosine(anchor, second) > cosine(anchor, first)),
         _ => 0,
@@ -187,7 +188,7 @@ mod tests {
         let (a, b, c) = (ngrams("ab", 1), ngrams("aabb", 1), ngrams("cd", 1));
         assert!((cosine(&a, &b) - 1.0).abs() < 1e-12);
         assert_eq!(cosine(&a, &c), 0.0);
-        assert_eq!(cosine(&a, &HashMap::new()), 0.0);
+        assert_eq!(cosine(&a, &BTreeMap::new()), 0.0);
     }
 
     #[test]
