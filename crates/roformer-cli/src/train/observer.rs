@@ -3,6 +3,7 @@
 //! continues the same run, `run.json`, the progress bar and `metrics.jsonl`, and after the
 //! run the loss plot, the summary and the error of a failed or signalled run.
 
+use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -167,6 +168,7 @@ impl<'a> CliObserver<'a> {
         if let Some(failure) = self.failure.take() {
             return Err(failure);
         }
+        let stdout_gone = reporter.stdout_gone;
         let history = reporter.history;
         let view = &self.view;
         let plot_path = view.out.join(view.plot);
@@ -182,6 +184,20 @@ impl<'a> CliObserver<'a> {
             let last = last_good_checkpoint(history.last_checkpoint.as_deref(), view.out);
             anyhow::Error::new(e).context(format!("training stopped; {last}"))
         })?;
+        let saved = || {
+            history
+                .last_checkpoint
+                .as_ref()
+                .map(|p| format!("the checkpoint {} is saved", p.display()))
+                .unwrap_or_else(|| "a checkpoint is saved".into())
+        };
+        if let (Outcome::Stopped(step), true) = (&finished.outcome, stdout_gone) {
+            bail!(
+                "stopped after step {step}: standard output was closed by its reader; {}: {}",
+                saved(),
+                view.continuation
+            );
+        }
         let summary = Summary {
             finished: &finished,
             history: &history,
@@ -193,18 +209,18 @@ impl<'a> CliObserver<'a> {
         if let (Outcome::Stopped(step), Some(signal)) =
             (&finished.outcome, super::termination_signal())
         {
-            let saved = history
-                .last_checkpoint
-                .as_ref()
-                .map(|p| format!("the checkpoint {} is saved", p.display()))
-                .unwrap_or_else(|| "a checkpoint is saved".into());
             bail!(
-                "stopped by {signal} after step {step}; {saved}: {}",
+                "stopped by {signal} after step {step}; {}: {}",
+                saved(),
                 view.continuation
             );
         }
         if let (false, Some(best)) = (view.json, &finished.best) {
-            println!("best dev model: {}", best.display());
+            writeln!(
+                std::io::stdout().lock(),
+                "best dev model: {}",
+                best.display()
+            )?;
         }
         Ok(finished)
     }
@@ -230,6 +246,10 @@ impl Observer for CliObserver<'_> {
         if let (None, Some(reporter)) = (&self.failure, &mut self.reporter) {
             if let Err(e) = reporter.event(event) {
                 self.failure = Some(e);
+            }
+            // Nobody reads the run's output any more: stop as SIGTERM would, saving first.
+            if reporter.stdout_gone {
+                self.view.stop.store(true, Ordering::SeqCst);
             }
         }
     }
@@ -323,7 +343,7 @@ impl Summary<'_> {
     /// A non-finite loss or metric in JSON (JSON has no NaN).
     fn print(&self, json: bool) -> anyhow::Result<()> {
         if json {
-            println!("{}", self.to_json()?);
+            writeln!(std::io::stdout().lock(), "{}", self.to_json()?)?;
             return Ok(());
         }
         if let (Outcome::Stopped(step), None) =
@@ -331,7 +351,7 @@ impl Summary<'_> {
         {
             eprintln!("stopped after step {step}; {}", self.continuation);
         }
-        self.print_text();
+        self.print_text()?;
         Ok(())
     }
 
@@ -354,19 +374,28 @@ impl Summary<'_> {
     }
 
     /// The summary as text.
-    fn print_text(&self) {
+    ///
+    /// # Errors
+    /// A failed write to standard output.
+    fn print_text(&self) -> std::io::Result<()> {
         let history = self.history;
+        let mut out = std::io::stdout().lock();
         if let Some(s) = history.steps.last() {
-            println!(
+            writeln!(
+                out,
                 "steps: {}   final training loss: {:.4}",
                 self.finished.steps, s.loss
-            );
+            )?;
         }
         if let Some(h) = self.unigram_entropy {
-            println!("unigram entropy of the training tokens (the context-free loss): {h:.4}");
+            writeln!(
+                out,
+                "unigram entropy of the training tokens (the context-free loss): {h:.4}"
+            )?;
         }
         if let Some(e) = history.evals.last() {
-            println!(
+            writeln!(
+                out,
                 "validation (step {}): loss {:.4}, accuracy {:.4}, perplexity {:.2}{}",
                 e.step,
                 e.loss,
@@ -375,11 +404,11 @@ impl Summary<'_> {
                 e.macro_f1
                     .map(|f| format!(", macro-F1 {f:.4}"))
                     .unwrap_or_default()
-            );
+            )?;
         }
         if let Some(c) = &history.last_checkpoint {
-            println!("checkpoint: {}", c.display());
+            writeln!(out, "checkpoint: {}", c.display())?;
         }
-        println!("loss plot: {}", self.plot.display());
+        writeln!(out, "loss plot: {}", self.plot.display())
     }
 }

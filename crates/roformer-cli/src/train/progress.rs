@@ -30,6 +30,9 @@ pub struct Reporter {
     json: bool,
     /// What happened so far.
     pub history: History,
+    /// Whether standard output's reader has gone (a closed pipe, as `| head` leaves): the
+    /// `--json` lines stop there, `metrics.jsonl` goes on.
+    pub stdout_gone: bool,
 }
 
 impl Reporter {
@@ -83,13 +86,17 @@ impl Reporter {
             metrics,
             json,
             history,
+            stdout_gone: false,
         })
     }
 
     fn record(&mut self, value: serde_json::Value) -> anyhow::Result<()> {
         writeln!(self.metrics, "{value}").context("writing metrics.jsonl")?;
-        if self.json {
-            println!("{value}");
+        if self.json && !self.stdout_gone {
+            match writeln!(std::io::stdout().lock(), "{value}") {
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => self.stdout_gone = true,
+                written => written.context("writing to standard output")?,
+            }
         }
         Ok(())
     }

@@ -187,3 +187,22 @@ fn transformers_loads_the_built_in_model() {
         "the report was made for other weights"
     );
 }
+
+/// `roformer fill-mask ... | head`: when the reader has gone before the output is written, the
+/// command ends quietly and successfully (it used to print "error: Broken pipe" and fail).
+#[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_roformer"))
+        .args(["fill-mask", "--top-k", "50", "床前明月[MASK]，疑是地上霜。"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close the read end before the model has loaded: every write gets EPIPE.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {err}", out.status);
+    assert!(!err.contains("error"), "{err}");
+}

@@ -353,6 +353,44 @@ fn ctrl_c_writes_a_checkpoint_and_exits_cleanly() {
     assert_eq!(state["step"], s["steps"]);
 }
 
+/// `train mlm --json | head`: when standard output's reader goes, the run stops after the
+/// step as SIGTERM would, with its checkpoint saved and `metrics.jsonl` whole, and says so on
+/// stderr (it used to panic in `println!` and lose the steps since the last save).
+#[test]
+fn a_closed_standard_output_stops_the_run_with_its_checkpoint() {
+    let t = tiny_run("closed-stdout");
+    let out = t.dir.join("run");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_roformer"))
+        .args(t.mlm(&out, "100000").strs())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close the read end before the first step: its JSON line gets EPIPE.
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{err}");
+    assert!(
+        err.contains("standard output was closed by its reader")
+            && err.contains("is saved")
+            && err.contains("--resume")
+            && !err.contains("panicked"),
+        "{err}"
+    );
+    let state = std::fs::read_to_string(out.join("checkpoint/trainer_state.json")).unwrap();
+    let step = serde_json::from_str::<Value>(&state).unwrap()["step"]
+        .as_u64()
+        .unwrap();
+    assert!((1..100).contains(&step), "stopped at step {step}");
+    let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    let steps = metrics
+        .lines()
+        .filter(|l| l.contains(r#""event":"step""#))
+        .count();
+    assert_eq!(steps as u64, step, "every step recorded");
+}
+
 #[test]
 fn a_diverging_run_stops_at_the_bad_step_and_keeps_the_last_good_checkpoint() {
     let t = tiny_run("nan");
