@@ -2,8 +2,7 @@
 
 use rayon::prelude::*;
 
-use crate::cpu::mat::Mat;
-use crate::cpu::mat::SharedOut;
+use crate::cpu::mat::{Mat, SharedOut};
 use crate::cpu::math::multiversion;
 use crate::cpu::policy::{column_pack_tasks, pack_group};
 
