@@ -340,7 +340,8 @@ impl Summary<'_> {
     /// Ctrl-C on stderr).
     ///
     /// # Errors
-    /// A non-finite loss or metric in JSON (JSON has no NaN).
+    /// A non-finite loss or metric in JSON (JSON has no NaN), a failed write to standard
+    /// output.
     fn print(&self, json: bool) -> anyhow::Result<()> {
         if json {
             writeln!(std::io::stdout().lock(), "{}", self.to_json()?)?;
