@@ -313,8 +313,8 @@ fn long_docs_authorship_asks_which_candidate_is_the_anchor_poets_and_resumes() {
     run(&["experiment", "convergence"], &options);
     let classes = collections(&dir);
     let out = dir.join("authorship");
-    let long_docs = |steps: &str| {
-        roformer(&[
+    let long_docs_with = |steps: &str, extra: &[&str]| {
+        let mut args = vec![
             "experiment",
             "long-docs",
             "--task",
@@ -341,8 +341,26 @@ fn long_docs_authorship_asks_which_candidate_is_the_anchor_poets_and_resumes() {
             steps,
             "--batch",
             "4",
-        ])
+        ];
+        args.extend(extra);
+        roformer(&args)
     };
+    let long_docs = |steps: &str| long_docs_with(steps, &[]);
+    // A report before any run: every run pending, none trained, no data written for runs.
+    let report = long_docs_with("3", &["--report-only"]);
+    assert!(report.status.success(), "{report:?}");
+    assert!(!String::from_utf8_lossy(&report.stderr).contains("fine-tuning"));
+    let results = read_json(&out.join("results.json"));
+    assert_eq!(
+        (
+            results["pending"].as_u64(),
+            results["runs"].as_array().map(Vec::len)
+        ),
+        (Some(8), Some(0)),
+        "2 arms x 2 lengths x 2 seeds pending"
+    );
+    assert!(!out.join("runs").exists() && !out.join("data").exists());
+    assert_baselines(&results, "-gram cosine", &[16, 32]);
     let first = long_docs("3");
     assert!(
         first.status.success(),
@@ -429,6 +447,13 @@ fn long_docs_authorship_asks_which_candidate_is_the_anchor_poets_and_resumes() {
     }
 
     // Given again, it trains nothing; with other settings, it refuses the finished runs.
+    // The report of the finished runs is the one training wrote.
+    let before = std::fs::read_to_string(out.join("section.md")).unwrap();
+    assert!(long_docs_with("3", &["--report-only"]).status.success());
+    assert_eq!(
+        std::fs::read_to_string(out.join("section.md")).unwrap(),
+        before
+    );
     let again = long_docs("3");
     assert!(again.status.success());
     assert!(!String::from_utf8_lossy(&again.stderr).contains("fine-tuning"));

@@ -50,7 +50,7 @@ use data::{
     Sizes,
 };
 use report::Results;
-use runs::{arms_of, fine_tune_all, plan, Settings};
+use runs::{arms_of, fine_tune_all, finished_records, plan, Settings};
 
 /// `--task`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
@@ -204,6 +204,10 @@ pub struct Args {
     /// the loss stay f32).
     #[arg(long, value_enum, default_value = "f32")]
     pub precision: PrecisionArg,
+    /// Write `results.json`, the figures and `section.md` from the runs finished so far, and
+    /// train nothing (a look while another process trains them).
+    #[arg(long)]
+    pub report_only: bool,
 }
 
 impl Args {
@@ -260,8 +264,10 @@ pub fn run(args: &Args, stop: &AtomicBool) -> anyhow::Result<()> {
     let collections = read_collections(&args.corpus)?;
     let dataset = args.task.build(&collections, &settings.sizes)?;
     drop(collections);
+    // The files the runs read (none for a report).
     let mut files = Vec::new();
-    for &length in &args.lengths {
+    let to_write: &[usize] = if args.report_only { &[] } else { &args.lengths };
+    for &length in to_write {
         let written = write_dataset(&dataset, length, &tokenizer.sep_token, &out.join("data"))?;
         files.push((length, written));
     }
@@ -272,10 +278,12 @@ pub fn run(args: &Args, stop: &AtomicBool) -> anyhow::Result<()> {
     };
     let stats = DatasetStats::of(&dataset);
     let baselines = baseline::baselines(args.task, &dataset, &args.lengths);
+    // The command that trains these runs: a report names it, not itself.
+    let command = command_line().replace(" --report-only", "");
     let results = |records: &[runs::FineTuneRecord]| {
         let cells = report::cells(&arms, &args.lengths, records);
         Results {
-            command: command_line(),
+            command: command.clone(),
             verdicts: report::verdicts(&cells, records, &args.lengths),
             cells,
             baselines: baselines.clone(),
@@ -292,7 +300,11 @@ pub fn run(args: &Args, stop: &AtomicBool) -> anyhow::Result<()> {
         write_report(args, &arms, &results(records), &out).map(|_| ())
     };
     let labels = &dataset.labels;
-    let records = fine_tune_all(&plan, &data, &settings, (&out, labels), stop, &partial)?;
+    let records = if args.report_only {
+        finished_records(&plan, &settings, &out)?
+    } else {
+        fine_tune_all(&plan, &data, &settings, (&out, labels), stop, &partial)?
+    };
     let results = results(&records);
     let section = write_report(args, &arms, &results, &out)?;
     println!("{}", report::table(&results));
@@ -310,6 +322,7 @@ fn write_report(
     results: &Results,
     out: &Path,
 ) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     write_json(out, "results.json", results)?;
     let size = (900, 560);
     let by_length = out.join("long-docs.png");

@@ -261,6 +261,24 @@ fn reuse(dir: &Path, planned: &Planned<'_>, settings: &Settings) -> anyhow::Resu
     Ok(record)
 }
 
+/// The records of the plan's finished runs, in plan order; the others are left to a command
+/// that trains.
+///
+/// # Errors
+/// A finished run of other settings, an unreadable record.
+pub fn finished_records(
+    plan: &[Planned<'_>],
+    settings: &Settings,
+    out: &Path,
+) -> anyhow::Result<Vec<FineTuneRecord>> {
+    (plan.iter())
+        .filter_map(|planned| {
+            let dir = out.join("runs").join(planned.name());
+            is_done(&dir).then(|| reuse(&dir, planned, settings))
+        })
+        .collect()
+}
+
 /// Runs the plan, skipping finished runs; `data` gives each length's (training, dev) files,
 /// and `report` is called with the records so far after every run it trains. Returns the
 /// records in plan order.
