@@ -361,11 +361,26 @@ fn long_docs_authorship_asks_which_candidate_is_the_anchor_poets_and_resumes() {
     );
     assert!(!out.join("runs").exists() && !out.join("data").exists());
     assert_baselines(&results, "-gram cosine", &[16, 32]);
+    // A run that another process holds (its lock taken here) is left to it: skipped, pending.
+    let held = out.join("runs/absolute-L32-s1");
+    std::fs::create_dir_all(&held).unwrap();
+    let lock = std::fs::File::create(held.join(".lock")).unwrap();
+    lock.lock().unwrap();
+    let shared = long_docs("3");
+    let err = String::from_utf8_lossy(&shared.stderr).to_string();
+    assert!(shared.status.success(), "{err}");
+    assert!(err.contains("skipped") && err.contains("in use"), "{err}");
+    assert_eq!(read_json(&out.join("results.json"))["pending"], 1);
+    assert!(!held.join("done.json").exists());
+    // Released, the same command trains that run alone.
+    drop(lock);
     let first = long_docs("3");
+    let err = String::from_utf8_lossy(&first.stderr).to_string();
+    assert!(first.status.success(), "{err}");
+    assert_eq!(err.matches("fine-tuning").count(), 1, "{err}");
     assert!(
-        first.status.success(),
-        "{}",
-        String::from_utf8_lossy(&first.stderr)
+        err.contains("fine-tuning absolute at 32 tokens, seed 1"),
+        "{err}"
     );
     let results = read_json(&out.join("results.json"));
     assert_eq!(results["settings"]["task"], "authorship");

@@ -20,6 +20,7 @@ use crate::json;
 use crate::precision::PrecisionArg;
 use crate::train::checks::check_vocab_fits;
 use crate::train::classify::explain;
+use crate::train::common::check_not_in_use;
 
 /// The arms fine-tuned when `--arms` is not given: those of them that the pre-training
 /// experiment trained.
@@ -279,9 +280,10 @@ pub fn finished_records(
         .collect()
 }
 
-/// Runs the plan, skipping finished runs; `data` gives each length's (training, dev) files,
-/// and `report` is called with the records so far after every run it trains. Returns the
-/// records in plan order.
+/// Runs the plan, skipping finished runs and runs another process is training (so that
+/// processes given the same command share its runs); `data` gives each length's (training,
+/// dev) files, and `report` is called after every run it trains with the records of every
+/// run finished so far, by any process. Returns those records, in plan order.
 ///
 /// # Errors
 /// A finished run of other settings, the runs' errors, a stop by Ctrl-C, `report`'s.
@@ -293,11 +295,15 @@ pub fn fine_tune_all(
     stop: &AtomicBool,
     report: &dyn Fn(&[FineTuneRecord]) -> anyhow::Result<()>,
 ) -> anyhow::Result<Vec<FineTuneRecord>> {
-    let mut records = Vec::new();
     for (i, planned) in plan.iter().enumerate() {
         let dir = out.join("runs").join(planned.name());
         if is_done(&dir) {
-            records.push(reuse(&dir, planned, settings)?);
+            reuse(&dir, planned, settings)?;
+            continue;
+        }
+        // Another process of the same experiment is training it: leave it to that one.
+        if let Err(e) = check_not_in_use(&dir) {
+            eprintln!("[{}/{}] skipped: {e:#}", i + 1, plan.len());
             continue;
         }
         let files = data(planned.length)
@@ -311,7 +317,15 @@ pub fn fine_tune_all(
             planned.seed,
             planned.base.dir.display()
         );
-        let seconds = fine_tune(planned, (&files.0, &files.1), settings, labels, &dir, stop)?;
+        let seconds = match fine_tune(planned, (&files.0, &files.1), settings, labels, &dir, stop) {
+            Ok(seconds) => seconds,
+            // Taken by another process between the check above and this one's lock.
+            Err(e) if check_not_in_use(&dir).is_err() => {
+                eprintln!("[{}/{}] skipped: {e:#}", i + 1, plan.len());
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         check_stopped(stop)?;
         let curve = read_curve(&dir)?;
         anyhow::ensure!(!curve.is_empty(), "{}: no dev evaluation", dir.display());
@@ -326,10 +340,9 @@ pub fn fine_tune_all(
             seconds,
         };
         mark_done(&dir, &record)?;
-        records.push(record);
-        report(&records)?;
+        report(&finished_records(plan, settings, out)?)?;
     }
-    Ok(records)
+    finished_records(plan, settings, out)
 }
 
 /// What an experiment's fine-tuning run records in its `run.json`.
