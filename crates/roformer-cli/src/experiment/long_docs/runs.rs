@@ -411,7 +411,9 @@ fn fine_tune(
         max_grad_norm: Some(1.0),
         seed: planned.seed,
         eval_every: settings.eval_every,
-        save_every: 0,
+        // A checkpoint at every evaluation: a run killed outright (not stopped) loses at most
+        // that many steps when the command continues it.
+        save_every: settings.eval_every,
         precision: settings.precision.resolve(),
         resume: interrupted.is_some(),
         save_hook: None,
