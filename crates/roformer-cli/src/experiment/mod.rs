@@ -139,7 +139,7 @@ fn check_stopped(stop: &AtomicBool) -> anyhow::Result<()> {
 /// its checkpoint) it continues that run; otherwise it replaces what an unfinished run left
 /// there (none of `inputs` may lie inside it). `what` titles the loss plot; `explain` names
 /// the flags behind a failure before the first step. Returns the wall seconds of the run,
-/// its earlier parts included; a stopped run records them for its next part.
+/// its earlier parts included, and records them for a next part.
 ///
 /// # Errors
 /// The run's errors, and file errors.
@@ -180,11 +180,11 @@ fn train_run(
     let started = Instant::now();
     let result = train(options, view, explain);
     let seconds = interrupted.map_or(0.0, |i| i.seconds) + started.elapsed().as_secs_f64();
-    if result.is_err() {
-        // The run's own error is the one to report; a lost time record only undercounts.
-        if let Err(e) = interrupted::record_seconds(dir, seconds) {
-            eprintln!("warning: the time of this part of the run is not recorded: {e:#}");
-        }
+    // Kept whatever the outcome: a stop can also come after the last step, before the
+    // experiment marks the run done. The run's own error is the one to report; a lost time
+    // record only undercounts.
+    if let Err(e) = interrupted::record_seconds(dir, seconds) {
+        eprintln!("warning: the time of this part of the run is not recorded: {e:#}");
     }
     // The lock on the run's directory is held until its last write.
     drop(paths.lock);
