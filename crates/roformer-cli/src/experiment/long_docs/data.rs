@@ -362,12 +362,8 @@ fn written_texts(item: &Item, length: usize) -> Vec<String> {
 /// single document cut to the `length - 2` characters that `[CLS]` and `[SEP]` leave (a
 /// character is at most one token).
 pub fn seen_texts(item: &Item, length: usize) -> Vec<String> {
-    match share(item.segments.len(), length) {
-        Some(_) => written_texts(item, length),
-        None => (item.segments.iter())
-            .map(|s| cut(s, length.saturating_sub(2)))
-            .collect(),
-    }
+    let n = share(item.segments.len(), length).unwrap_or(length.saturating_sub(2));
+    item.segments.iter().map(|s| cut(s, n)).collect()
 }
 
 /// An example at max length `length`: one text, or the anchor as the text and the two
