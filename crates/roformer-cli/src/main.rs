@@ -199,13 +199,16 @@ fn short_candle_spin() {
 mod tests {
     use super::*;
 
+    /// The command `roformer ARGS` parses to, or clap's message.
+    fn command(args: &[&str]) -> Result<Command, String> {
+        Cli::try_parse_from(std::iter::once("roformer").chain(args.iter().copied()))
+            .map(|cli| cli.command)
+            .map_err(|e| e.to_string())
+    }
+
     #[test]
     fn only_training_commands_shorten_candles_spin() {
-        let trains = |args: &[&str]| {
-            Cli::try_parse_from(std::iter::once("roformer").chain(args.iter().copied()))
-                .map(|cli| cli.command.trains())
-                .map_err(|e| e.to_string())
-        };
+        let trains = |args: &[&str]| command(args).map(|c| c.trains());
         assert_eq!(trains(&["bench", "train"]), Ok(true));
         assert_eq!(trains(&["bench", "model"]), Ok(false));
         assert_eq!(trains(&["bench", "llama"]), Ok(false));
@@ -214,11 +217,7 @@ mod tests {
 
     #[test]
     fn training_and_the_allocating_benchmarks_run_warm() {
-        let warm = |args: &[&str]| {
-            Cli::try_parse_from(std::iter::once("roformer").chain(args.iter().copied()))
-                .map(|cli| cli.command.runs_warm())
-                .map_err(|e| e.to_string())
-        };
+        let warm = |args: &[&str]| command(args).map(|c| c.runs_warm());
         for args in [
             &["train", "mlm", "--resume", "--out", "run"][..],
             &["bench", "train"],
