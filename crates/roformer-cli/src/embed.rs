@@ -22,6 +22,7 @@ use roformer::{pipeline, Encoding, RoFormerModel, RoFormerTokenizer};
 use serde::Serialize;
 
 use crate::inputs::{checkpoint_files, refuse_output_among_inputs, InputPath};
+use crate::output::outln;
 use crate::output::OutputArgs;
 use crate::precision::PrecisionArg;
 use crate::truncation::{self, Cut, Limit};
@@ -254,7 +255,7 @@ fn print_summary(
     if output::is_stdout(&args.output) {
         eprintln!("{summary}");
     } else {
-        println!("{summary}");
+        outln!("{summary}")?;
     }
     Ok(())
 }

@@ -9,6 +9,7 @@ use candle_core::{DType, Device, Tensor};
 use roformer::{HeadModel, ModelDir, RoFormerForMaskedLM, RoFormerModel};
 
 use crate::inputs::{checkpoint_files, refuse_output_among_inputs, InputPath};
+use crate::output::outln;
 use crate::precision::PrecisionArg;
 use crate::{finite, output};
 
@@ -129,7 +130,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if output::is_stdout(&args.output) {
         eprintln!("{line}");
     } else {
-        println!("{line}");
+        outln!("{line}")?;
     }
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! Writing output files: every command that writes a file goes through [`write()`].
+//! Writing output: every command that writes a file goes through [`write()`], and every line it
+//! prints on standard output through `outln!` (which fails where `println!` would panic).
 //!
 //! What happens depends on what the path names:
 //! - `-`: standard output;
@@ -127,6 +128,17 @@ fn temp_file(path: &Path) -> anyhow::Result<(PathBuf, File)> {
     }
     bail!("no free temporary file name beside it")
 }
+
+/// `println!` that returns the write's `std::io::Result<()>` instead of panicking when it
+/// fails: a reader that has gone (`roformer ... | head -1`) is an error `main` ends quietly
+/// on, not a panic.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+pub(crate) use outln;
 
 #[cfg(test)]
 mod tests {

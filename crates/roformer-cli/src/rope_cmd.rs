@@ -7,6 +7,7 @@ use anyhow::Context;
 use rotary::RopeSpec;
 use serde::Serialize;
 
+use crate::output::outln;
 use crate::output::OutputArgs;
 
 /// Which inspection to run.
@@ -60,23 +61,23 @@ fn freqs(args: &FreqsArgs) -> anyhow::Result<()> {
             inv_freq: &f.inv_freq,
             attention_factor: f.attention_factor,
         };
-        println!("{}", crate::json::to_string(&out)?);
+        outln!("{}", crate::json::to_string(&out)?)?;
         return Ok(());
     }
     let seq = args
         .seq_len
         .map_or_else(|| "initial".to_string(), |n| n.to_string());
-    println!(
+    outln!(
         "rope_type {}, head_dim {}, rotated dims {}, base {}, seq_len {seq}",
         spec.scaling.name(),
         spec.head_dim,
         2 * spec.pairs(),
         spec.base,
-    );
-    println!("attention_factor {}", f.attention_factor);
-    println!("{:>5}  {:>24}  {:>14}", "i", "inv_freq", "wavelength");
+    )?;
+    outln!("attention_factor {}", f.attention_factor)?;
+    outln!("{:>5}  {:>24}  {:>14}", "i", "inv_freq", "wavelength")?;
     for (i, w) in f.inv_freq.iter().enumerate() {
-        println!("{i:>5}  {w:>24.17e}  {:>14.2}", 2.0 * PI / w);
+        outln!("{i:>5}  {w:>24.17e}  {:>14.2}", 2.0 * PI / w)?;
     }
     Ok(())
 }

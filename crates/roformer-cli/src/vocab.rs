@@ -13,6 +13,7 @@ use serde_json::json;
 
 use crate::inputs::{refuse_output_among_inputs, InputPath};
 use crate::output;
+use crate::output::outln;
 use crate::output::OutputArgs;
 
 /// The vocabulary commands.
@@ -94,11 +95,12 @@ pub fn run(command: Command) -> anyhow::Result<()> {
     // A count over a count of at least 1: always finite, so `json!` cannot write it as null.
     let unk_share = s.unk_tokens as f64 / (s.tokens.max(1)) as f64;
     // With the vocabulary on standard output, the report goes to standard error.
-    let report = |line: String| {
+    let report = |line: String| -> std::io::Result<()> {
         if output::is_stdout(&args.out) {
             eprintln!("{line}");
+            Ok(())
         } else {
-            println!("{line}");
+            outln!("{line}")
         }
     };
     if args.stdout.json {
@@ -116,7 +118,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
                 "unk_share": unk_share,
             })
             .to_string(),
-        );
+        )?;
     } else {
         report(format!(
             "{} tokens from {} documents: {} of {} distinct characters, {} words; [UNK] is {:.3}% \
@@ -128,13 +130,13 @@ pub fn run(command: Command) -> anyhow::Result<()> {
             s.words,
             100.0 * unk_share,
             s.tokens
-        ));
+        ))?;
         let config = args
             .tokenizer_config
             .as_ref()
             .map(|p| format!(" and {}", p.display()))
             .unwrap_or_default();
-        report(format!("wrote {}{config}", args.out.display()));
+        report(format!("wrote {}{config}", args.out.display()))?;
     }
     Ok(())
 }

@@ -22,6 +22,7 @@ use rotary::{inv_freqs, CosSin, Layout};
 use serde::Serialize;
 
 use super::limits::{at_most, MAX_SAMPLES, MAX_TABLE_ELEMENTS, MAX_WORK};
+use crate::output::outln;
 use crate::output::OutputArgs;
 use crate::plot::{self, err, Figure, FAMILY};
 
@@ -319,11 +320,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         plot::save(&HeatFigure { maps: &maps }, path, (1280, 600))?;
     }
     if args.stdout.json {
-        println!("{}", crate::json::to_string(&maps)?);
+        outln!("{}", crate::json::to_string(&maps)?)?;
     } else {
         print_maps(&maps)?;
         if let Some(path) = &args.out {
-            println!("plot written to {}", path.display());
+            outln!("plot written to {}", path.display())?;
         }
     }
     Ok(())

@@ -16,6 +16,7 @@ use rotary::{inv_freqs, Layout, Rope};
 use serde::Serialize;
 
 use super::limits::{at_most, MAX_DISTANCE, MAX_SAMPLES, MAX_TABLE_ELEMENTS, MAX_WORK};
+use crate::output::outln;
 use crate::output::OutputArgs;
 use crate::plot::{self, err, Figure, FAMILY};
 
@@ -276,11 +277,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         plot::save(&figure, path, (900, 560))?;
     }
     if args.stdout.json {
-        println!("{}", crate::json::to_string(&rows)?);
+        outln!("{}", crate::json::to_string(&rows)?)?;
     } else {
         print_table(&rows)?;
         if let Some(path) = &args.out {
-            println!("plot written to {}", path.display());
+            outln!("plot written to {}", path.display())?;
         }
     }
     Ok(())

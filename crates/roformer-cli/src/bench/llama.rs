@@ -26,6 +26,7 @@ use crate::llama::ModelArgs;
 use crate::output::OutputArgs;
 
 use super::timing::median;
+use crate::output::outln;
 
 /// Arguments of `roformer bench llama`.
 #[derive(Debug, clap::Args)]
@@ -82,12 +83,12 @@ pub fn run(args: Args) -> Result<()> {
     let runs = time_runs(&model, &args)?;
     let medians = medians(&model, &runs, &args)?;
     if args.stdout.json {
-        println!(
+        outln!(
             "{}",
             json::to_string_pretty(&report_json(&args, &medians)?)?
-        );
+        )?;
     } else {
-        print_report(&args, &medians);
+        print_report(&args, &medians)?;
     }
     Ok(())
 }
@@ -167,26 +168,26 @@ fn report_json(args: &Args, m: &Medians) -> Result<serde_json::Value> {
 }
 
 /// The report as a table.
-fn print_report(args: &Args, m: &Medians) {
-    println!(
+fn print_report(args: &Args, m: &Medians) -> std::io::Result<()> {
+    outln!(
         "{} ({}, {} threads)",
         args.model.gguf.display(),
         weights_kind(args),
         rayon::current_num_threads()
-    );
-    println!("phase    tokens  tokens/s  RoPE share");
-    println!(
+    )?;
+    outln!("phase    tokens  tokens/s  RoPE share")?;
+    outln!(
         "prefill  {:>6}  {:>8.1}  {:>9.2}%",
         args.prompt_tokens,
         args.prompt_tokens as f64 / m.prefill,
         100.0 * m.prefill_rope / m.prefill
-    );
-    println!(
+    )?;
+    outln!(
         "decode   {:>6}  {:>8.1}  {:>9.2}%",
         args.new_tokens,
         args.new_tokens as f64 / m.decode,
         100.0 * m.decode_rope / m.decode
-    );
+    )
 }
 
 /// Refuses a `--repeats` whose timings alone would take more than [`MAX_TIMING_BYTES`], before

@@ -38,6 +38,7 @@ use super::memory::{cpu_seconds, proc_status};
 use super::model::{parse_shape, ConfigName};
 use super::timing::{median, Stats};
 use crate::alloc::{self, WARM_ENV};
+use crate::output::outln;
 use crate::output::OutputArgs;
 use crate::precision::PrecisionArg;
 
@@ -295,7 +296,7 @@ fn run_child(spec: &str, args: &Args) -> Result<()> {
         last_loss,
     };
     // --min-steps is at least 1, so both losses are set; a NaN loss is an error here.
-    println!("{}", crate::json::to_string(&m)?);
+    outln!("{}", crate::json::to_string(&m)?)?;
     Ok(())
 }
 
@@ -346,9 +347,10 @@ pub fn run(args: Args) -> Result<()> {
     if !args.stdout.json {
         writeln!(
             out,
-            "RoFormerForMaskedLM training steps ({} config), f32, {} thread(s), warm allocator, \
-             child process per shape",
+            "RoFormerForMaskedLM training steps ({} config), products in {}, {} thread(s), warm \
+             allocator, child process per shape",
             args.config.name(),
+            args.precision.resolve().name(),
             args.threads
                 .map_or_else(rayon::current_num_threads, |n| n as usize)
         )?;

@@ -13,6 +13,7 @@ use super::pretrain;
 use super::summary::{curves_figure, summarise, table, verdict};
 use super::sweep::{self, Naming};
 use super::{write_json, write_section};
+use crate::output::outln;
 use crate::plot;
 use crate::train::mlm::Position;
 
@@ -79,12 +80,12 @@ pub fn run(args: &pretrain::Args, stop: &AtomicBool) -> anyhow::Result<()> {
         verdict(&results, "rotary", "absolute"),
     );
     let section_path = write_section(&out, &section)?;
-    println!("{}", table(&results));
-    println!(
+    outln!("{}", table(&results))?;
+    outln!(
         "results: {}\nfigure: {}\nsection: {}",
         out.join("results.json").display(),
         figure_path.display(),
         section_path.display()
-    );
+    )?;
     Ok(())
 }

@@ -8,6 +8,7 @@ use super::convergence::out_dir;
 use super::summary::{curves_figure, summarise, table, verdict};
 use super::sweep::{self, Naming};
 use super::{pretrain, write_json, write_section};
+use crate::output::outln;
 use crate::plot;
 use crate::train::mlm::Position;
 
@@ -51,7 +52,7 @@ pub fn run(args: &pretrain::Args, stop: &AtomicBool) -> anyhow::Result<()> {
         verdict(&results, "rotary", "none"),
     );
     let section_path = write_section(&out, &section)?;
-    println!("{}", table(&results));
-    println!("section: {}", section_path.display());
+    outln!("{}", table(&results))?;
+    outln!("section: {}", section_path.display())?;
     Ok(())
 }

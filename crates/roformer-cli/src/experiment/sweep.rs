@@ -16,6 +16,7 @@ use super::figure::{BandFigure, Point, Series, XScale};
 use super::pretrain::{self, arm_name, run_one, Prepared, RunRecord, RunSpec};
 use super::summary::{curves_figure, summarise, table, verdict, Results};
 use super::{command_line, write_json, write_section};
+use crate::output::outln;
 use crate::plot;
 use crate::train::mlm::Position;
 
@@ -464,11 +465,11 @@ pub fn experiment(
     let prepared = pretrain::prepare(args, out, attention)?;
     let report = |r: &SweepResults| write_report(args, out, naming, arms, r);
     let results = run(args, &prepared, (arms, Position::Absolute), stop, &report)?;
-    println!("{}", sweep_table(&results, arms));
+    outln!("{}", sweep_table(&results, arms))?;
     if let Some(best) = &results.best_against_best {
-        println!("{}", table(best));
+        outln!("{}", table(best))?;
     }
-    println!("section: {}", out.join("section.md").display());
+    outln!("section: {}", out.join("section.md").display())?;
     Ok(())
 }
 

@@ -8,6 +8,7 @@ use llama::Tokenizer;
 
 use super::ModelArgs;
 use crate::json;
+use crate::output::outln;
 use crate::output::OutputArgs;
 
 /// Arguments of `roformer llama generate`.
@@ -80,7 +81,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "prefill_seconds": generation.prefill.as_secs_f64(),
             "decode_seconds": generation.decode.as_secs_f64(),
         });
-        println!("{}", json::to_string_pretty(&out)?);
+        outln!("{}", json::to_string_pretty(&out)?)?;
     } else {
         eprintln!(
             "prefill: {} tokens, {:.1} tokens/s; decode: {} tokens, {:.1} tokens/s{}",

@@ -9,6 +9,7 @@ use llama::Logits;
 
 use super::ModelArgs;
 use crate::inputs::{refuse_output_among_inputs, InputPath};
+use crate::output::outln;
 use crate::{finite, output};
 
 /// Arguments of `roformer llama logits`.
@@ -86,7 +87,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if output::is_stdout(&args.output) {
         eprintln!("{line}");
     } else {
-        println!("{line}");
+        outln!("{line}")?;
     }
     Ok(())
 }

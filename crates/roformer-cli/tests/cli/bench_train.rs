@@ -111,6 +111,8 @@ fn table_output_has_a_row_per_shape() {
     ]);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("1 thread(s)"), "{text}");
+    // The header names the products' precision (it said f32 whatever ran).
+    assert!(text.contains("products in f32"), "{text}");
     let rows: Vec<Vec<&str>> = text
         .lines()
         .skip(2)

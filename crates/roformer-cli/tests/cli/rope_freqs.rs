@@ -105,6 +105,25 @@ fn table_lists_every_frequency() {
     assert_eq!(rows, 16, "{text}");
 }
 
+/// `roformer rope freqs ... | head -0`: a table printed line by line into a pipe whose reader
+/// has gone ends quietly and successfully (`println!` panicked there, exit status 101).
+#[test]
+fn table_into_a_closed_pipe_ends_quietly() {
+    let config = json!({"hidden_size": 64, "num_attention_heads": 2});
+    let path = config_file("closed_pipe", &config);
+    // The read end is closed before the command starts: its first write gets EPIPE.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_roformer"))
+        .args(["rope", "freqs", "--config", path.to_str().unwrap()])
+        .stdout(writer)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {err}", out.status);
+    assert!(err.is_empty(), "{err}");
+}
+
 #[test]
 fn uninterpretable_config_names_the_field() {
     let cases = [

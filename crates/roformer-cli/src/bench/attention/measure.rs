@@ -19,6 +19,7 @@ use super::cases::{Case, Kind};
 use crate::alloc::WARM_ENV;
 use crate::bench::memory::{proc_status, reset_peak};
 use crate::bench::timing::{round_robin, Budget};
+use crate::output::outln;
 
 /// What a child process measures for one case.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -134,7 +135,7 @@ pub(super) fn run_child(spec: &str, args: &Args) -> anyhow::Result<()> {
         samples: stats[0].samples,
         peak_bytes: peak,
     };
-    println!("{}", crate::json::to_string(&m)?);
+    outln!("{}", crate::json::to_string(&m)?)?;
     Ok(())
 }
 

@@ -5,6 +5,7 @@ use serde::Serialize;
 use super::load::Summary;
 use super::requests::Route;
 use crate::json;
+use crate::output::outln;
 
 /// How each run was bounded.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -56,18 +57,21 @@ impl Report {
     /// A figure that is not finite (JSON has no NaN).
     pub fn print(&self, as_json: bool) -> anyhow::Result<()> {
         if as_json {
-            println!("{}", json::to_string_pretty(self)?);
+            outln!("{}", json::to_string_pretty(self)?)?;
             return Ok(());
         }
         let bound = match self.bound {
             Bound::Requests(n) => format!("{n} requests per level"),
             Bound::Seconds(s) => format!("{s} s per level"),
         };
-        println!(
+        outln!(
             "{} at {} ({}, {} cores; {bound})",
-            self.target, self.url, self.cpu, self.cores
-        );
-        println!(
+            self.target,
+            self.url,
+            self.cpu,
+            self.cores
+        )?;
+        outln!(
             "{:<12} {:>7} {:>8} {:>6} {:>9} {:>8} {:>8} {:>8} {:>8}",
             "route",
             "clients",
@@ -78,11 +82,11 @@ impl Report {
             "p95 ms",
             "p99 ms",
             "tok/s"
-        );
+        )?;
         for r in &self.records {
             let s = &r.summary;
             let tokens = s.tokens_s.map_or("-".to_owned(), |t| format!("{t:.1}"));
-            println!(
+            outln!(
                 "{:<12} {:>7} {:>8} {:>6} {:>9.1} {:>8.2} {:>8.2} {:>8.2} {:>8}",
                 r.route.path(),
                 s.concurrency,
@@ -93,24 +97,24 @@ impl Report {
                 s.p95_ms,
                 s.p99_ms,
                 tokens
-            );
+            )?;
         }
         for r in &self.records {
             if let Some(short @ 1..) = r.summary.short_answers {
-                println!(
+                outln!(
                     "{} x{}: {short} answers generated fewer tokens than --max-tokens",
                     r.route.path(),
                     r.summary.concurrency
-                );
+                )?;
             }
         }
         for r in self.records.iter().filter(|r| !r.summary.errors.is_empty()) {
-            println!(
+            outln!(
                 "{} x{}: failures by status (0 = no answer): {}",
                 r.route.path(),
                 r.summary.concurrency,
                 statuses(&r.summary)
-            );
+            )?;
         }
         Ok(())
     }

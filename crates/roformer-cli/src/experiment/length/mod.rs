@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use super::pretrain::{finished_runs, RunRecord};
 use super::stats::Spread;
 use super::{command_line, refuse_duplicates, write_json, write_section};
+use crate::output::outln;
 use crate::plot;
 use anyhow::Context;
 use candle_core::Device;
@@ -113,8 +114,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     plot::save(&report::figure(&results), &figure_path, (1000, 620))?;
     let section = report::section(&results, args.tokens, &figure_path);
     let section_path = write_section(&args.out, &section)?;
-    println!("{}", report::table(&results));
-    println!("section: {}", section_path.display());
+    outln!("{}", report::table(&results))?;
+    outln!("section: {}", section_path.display())?;
     Ok(())
 }
 

@@ -41,6 +41,7 @@ use serde::{Deserialize, Serialize};
 
 use super::pretrain::{arm_name, finished_runs};
 use super::{command_line, refuse_duplicates, write_json, write_section};
+use crate::output::outln;
 use crate::plot;
 use crate::precision::PrecisionArg;
 use crate::train::checks::check_numbers;
@@ -307,11 +308,11 @@ pub fn run(args: &Args, stop: &AtomicBool) -> anyhow::Result<()> {
     };
     let results = results(&records);
     let section = write_report(args, &arms, &results, &out)?;
-    println!("{}", report::table(&results));
+    outln!("{}", report::table(&results))?;
     for v in &results.verdicts {
-        println!("{}", v.text);
+        outln!("{}", v.text)?;
     }
-    println!("section: {}", section.display());
+    outln!("section: {}", section.display())?;
     Ok(())
 }
 
