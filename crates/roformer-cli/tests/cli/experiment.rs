@@ -408,6 +408,13 @@ fn long_docs_authorship_asks_which_candidate_is_the_anchor_poets_and_resumes() {
         assert_eq!(end["collapsed"], collapsed, "{end}");
     }
     assert_baselines(&results, "-gram cosine", &[16, 32]);
+    // Chance: half of the 3 + 3 balanced dev examples, give or take 2 sqrt(0.25 / 6).
+    assert_eq!(results["chance"]["accuracy"], 0.5);
+    let noise = results["chance"]["noise"].as_f64().unwrap();
+    assert!(
+        (noise - 2.0 * (0.25f64 / 6.0).sqrt()).abs() < 1e-12,
+        "{noise}"
+    );
     let verdicts = results["verdicts"].as_array().unwrap();
     assert_eq!(verdicts.len(), 2);
     for v in verdicts {

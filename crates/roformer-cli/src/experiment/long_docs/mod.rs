@@ -278,6 +278,7 @@ pub fn run(args: &Args, stop: &AtomicBool) -> anyhow::Result<()> {
             .map(|(_, f)| f.clone())
     };
     let stats = DatasetStats::of(&dataset);
+    let chance = report::Chance::of(&stats.labels.iter().map(|l| l.2).collect::<Vec<_>>());
     let baselines = baseline::baselines(args.task, &dataset, &args.lengths);
     // The command that trains these runs: a report names it, not itself.
     let command = command_line().replace(" --report-only", "");
@@ -285,7 +286,8 @@ pub fn run(args: &Args, stop: &AtomicBool) -> anyhow::Result<()> {
         let cells = report::cells(&arms, &args.lengths, records);
         Results {
             command: command.clone(),
-            verdicts: report::verdicts(&cells, records, &args.lengths),
+            verdicts: report::verdicts(&cells, records, &args.lengths, chance),
+            chance,
             cells,
             baselines: baselines.clone(),
             settings: settings.clone(),

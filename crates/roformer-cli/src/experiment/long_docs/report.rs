@@ -43,10 +43,48 @@ pub struct Cell {
     pub curve: Vec<CurvePoint>,
 }
 
+/// What guessing scores on the dev set, and how far from it a run's accuracy moves by the
+/// dev set's sampling noise alone.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Chance {
+    /// The accuracy of always answering the dev set's most frequent label, `p`.
+    pub accuracy: f64,
+    /// Two standard errors of an accuracy near `p` over the `n` dev examples:
+    /// `2 sqrt(p (1 - p) / n)`.
+    pub noise: f64,
+}
+
+impl Chance {
+    /// The chance level of a dev set with `per_label[i]` examples of label `i`.
+    pub fn of(per_label: &[usize]) -> Chance {
+        let n: usize = per_label.iter().sum();
+        let most = per_label.iter().copied().max().unwrap_or(0);
+        if n == 0 {
+            return Chance {
+                accuracy: 0.0,
+                noise: 0.0,
+            };
+        }
+        let p = most as f64 / n as f64;
+        Chance {
+            accuracy: p,
+            noise: 2.0 * (p * (1.0 - p) / n as f64).sqrt(),
+        }
+    }
+
+    /// The highest mean accuracy still read as chance: `p + noise`.
+    fn ceiling(self) -> f64 {
+        self.accuracy + self.noise
+    }
+}
+
 /// The outcome of a comparison.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
+    /// Neither length learnt the task: both mean accuracies within [`Chance::noise`] of
+    /// chance, so the comparison says nothing about length.
+    NotLearned,
     /// Every seed at the longer length above every seed at the shorter.
     Held,
     /// The longer length ahead on the mean only.
@@ -93,6 +131,8 @@ pub struct Results {
     pub cells: Vec<Cell>,
     /// The cheap baseline at each length.
     pub baselines: Vec<Baseline>,
+    /// Chance on the dev set.
+    pub chance: Chance,
     /// Per arm, the longest length against the shortest.
     pub verdicts: Vec<Verdict>,
     /// Runs not finished yet (the same command continues).
@@ -166,8 +206,14 @@ fn curve(runs: &[&FineTuneRecord]) -> Vec<CurvePoint> {
         .collect()
 }
 
-/// Per arm with both, the longest of `lengths` against the shortest (none with one length).
-pub fn verdicts(cells: &[Cell], records: &[FineTuneRecord], lengths: &[usize]) -> Vec<Verdict> {
+/// Per arm with both, the longest of `lengths` against the shortest (none with one length);
+/// an arm at `chance` at both lengths did not learn the task.
+pub fn verdicts(
+    cells: &[Cell],
+    records: &[FineTuneRecord],
+    lengths: &[usize],
+    chance: Chance,
+) -> Vec<Verdict> {
     let (Some(&short), Some(&long)) = (lengths.iter().min(), lengths.iter().max()) else {
         return Vec::new();
     };
@@ -186,13 +232,13 @@ pub fn verdicts(cells: &[Cell], records: &[FineTuneRecord], lengths: &[usize]) -
         let (Some(s), Some(l)) = (find(short), find(long)) else {
             continue;
         };
-        verdicts.push(verdict((s, l), records));
+        verdicts.push(verdict((s, l), records, chance));
     }
     verdicts
 }
 
 /// The verdict of cell `l` (the longer length) against cell `s` of the same arm.
-fn verdict((s, l): (&Cell, &Cell), records: &[FineTuneRecord]) -> Verdict {
+fn verdict((s, l): (&Cell, &Cell), records: &[FineTuneRecord], chance: Chance) -> Verdict {
     let gain = l.accuracy.mean - s.accuracy.mean;
     let end = |length, seed| {
         runs_of(records, &s.arm, length)
@@ -204,7 +250,10 @@ fn verdict((s, l): (&Cell, &Cell), records: &[FineTuneRecord]) -> Verdict {
         .filter_map(|r| Some((end(s.length, r.seed)?, end(l.length, r.seed)?)))
         .collect();
     let ahead = pairs.iter().filter(|(a, b)| b > a).count();
-    let outcome = if l.accuracy.min > s.accuracy.max {
+    let at_chance = |c: &Cell| c.accuracy.mean <= chance.ceiling();
+    let outcome = if at_chance(s) && at_chance(l) {
+        Outcome::NotLearned
+    } else if l.accuracy.min > s.accuracy.max {
         Outcome::Held
     } else if gain > 0.0 {
         Outcome::HeldInPart
@@ -212,6 +261,11 @@ fn verdict((s, l): (&Cell, &Cell), records: &[FineTuneRecord]) -> Verdict {
         Outcome::NotHeld
     };
     let how = match outcome {
+        Outcome::NotLearned => format!(
+            "both within two standard errors of chance ({:.3} + {:.3}): the task was not learnt \
+             at either length, so the comparison shows nothing about length: **not held**",
+            chance.accuracy, chance.noise
+        ),
         Outcome::Held => format!(
             "every {} seed above every {} seed: **held**",
             l.length, s.length
@@ -476,7 +530,8 @@ pub fn section(results: &Results, task: Task, lengths: &[usize], figures: &[Path
          predictions at the end use fewer labels than the task has or never recall one \
          label: {collapsed} of {runs} runs.\n\n{}\n{}**Verdict** (the longest length against the \
          shortest, per arm; held when every seed at the longer length is above every seed at \
-         the shorter):\n\n{}\n**Against the cheap baseline** (counting characters on the same cut \
+         the shorter; not learnt when the means at both lengths are within two standard \
+         errors of chance, {:.3} + {:.3} here):\n\n{}\n**Against the cheap baseline** (counting characters on the same cut \
          texts, `baseline.rs`; the strongest cheap method, not chance):\n\n{}",
         task.heading(),
         results.command,
@@ -490,6 +545,8 @@ pub fn section(results: &Results, task: Task, lengths: &[usize], figures: &[Path
         s.eval_every,
         table(results),
         images.concat(),
+        results.chance.accuracy,
+        results.chance.noise,
         verdicts.concat(),
         against_baseline(results)
     )
@@ -500,4 +557,65 @@ fn file_stem(path: &Path) -> String {
     path.file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cell of `arm` at `length` whose runs ended at `accuracies`.
+    fn cell(arm: &str, length: usize, accuracies: &[f64]) -> Cell {
+        let spread = Spread::of(accuracies.to_vec()).unwrap();
+        Cell {
+            arm: arm.into(),
+            length,
+            accuracy: spread.clone(),
+            macro_f1: spread,
+            collapsed: 0,
+            runs: accuracies.len(),
+            minutes: 1.0,
+            curve: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn chance_is_the_majority_share_with_two_binomial_standard_errors() {
+        let c = Chance::of(&[500, 500]);
+        assert_eq!(c.accuracy, 0.5);
+        // 2 sqrt(0.25 / 1000) = 0.0316...
+        assert!((c.noise - 0.031_622_776_601_683_79).abs() < 1e-15, "{c:?}");
+        let c = Chance::of(&[350, 350, 350]);
+        assert!((c.accuracy - 1.0 / 3.0).abs() < 1e-15);
+        // Unbalanced: guessing the larger label.
+        assert_eq!(Chance::of(&[300, 100]).accuracy, 0.75);
+        assert_eq!(Chance::of(&[]).noise, 0.0);
+    }
+
+    #[test]
+    fn both_lengths_at_chance_is_not_learnt_whatever_the_gap() {
+        let chance = Chance::of(&[500, 500]);
+        // 0.53 against 0.50: every long seed above every short one, but both within 0.532.
+        let cells = [
+            cell("rotary", 128, &[0.50, 0.50, 0.501]),
+            cell("rotary", 512, &[0.525, 0.53, 0.531]),
+        ];
+        let v = verdicts(&cells, &[], &[128, 512], chance);
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0].outcome, Outcome::NotLearned, "{}", v[0].text);
+        assert!(v[0].text.contains("not learnt"), "{}", v[0].text);
+        // Above the band at one length: the ordinary verdict.
+        let cells = [
+            cell("rotary", 128, &[0.50, 0.50, 0.501]),
+            cell("rotary", 512, &[0.55, 0.56, 0.57]),
+        ];
+        let v = verdicts(&cells, &[], &[128, 512], chance);
+        assert_eq!(v[0].outcome, Outcome::Held, "{}", v[0].text);
+        // A chance of a third (three labels) leaves 0.5 far above the band.
+        let cells = [
+            cell("t5", 128, &[0.50, 0.52]),
+            cell("t5", 512, &[0.49, 0.51]),
+        ];
+        let v = verdicts(&cells, &[], &[128, 512], Chance::of(&[350, 350, 350]));
+        assert_eq!(v[0].outcome, Outcome::NotHeld, "{}", v[0].text);
+    }
 }
