@@ -16,8 +16,9 @@ Usage:
     python3 scripts/grow_depth.py SRC OUT --layers 8 [--order stack|interleave]
 
 SRC holds config.json, model.safetensors and the tokenizer files; OUT gets the same files
-with ``num_hidden_layers`` and the layer tensors changed, everything else copied. Needs
-``safetensors`` and ``numpy``.
+with ``num_hidden_layers`` and the layer tensors changed, everything else copied. Floating
+tensors are written in f32 whatever SRC stores (the built-in model ships f16), so that training
+continues from f32 master weights. Needs ``safetensors`` and ``numpy``.
 """
 
 import argparse
@@ -26,6 +27,7 @@ import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 from safetensors.numpy import load_file, save_file
 
 LAYER = re.compile(r"^(?P<scope>.*\.encoder\.layer\.)(?P<index>\d+)(?P<rest>\..*)$")
@@ -74,7 +76,10 @@ def main() -> None:
     config = json.loads((args.src / "config.json").read_text())
     old_count = config["num_hidden_layers"]
     copies = plan(old_count, args.layers, args.order)
-    tensors = load_file(str(args.src / "model.safetensors"))
+    tensors = {
+        name: value.astype(np.float32) if np.issubdtype(value.dtype, np.floating) else value
+        for name, value in load_file(str(args.src / "model.safetensors")).items()
+    }
     grown = grow(tensors, old_count, copies)
 
     args.out.mkdir(parents=True, exist_ok=True)
