@@ -531,8 +531,9 @@ pub fn section(results: &Results, task: Task, lengths: &[usize], figures: &[Path
          label: {collapsed} of {runs} runs.\n\n{}\n{}**Verdict** (the longest length against the \
          shortest, per arm; held when every seed at the longer length is above every seed at \
          the shorter; not learnt when the means at both lengths are within two standard \
-         errors of chance, {:.3} + {:.3} here):\n\n{}\n**Against the cheap baseline** (counting characters on the same cut \
-         texts, `baseline.rs`; the strongest cheap method, not chance):\n\n{}",
+         errors of chance, {:.3} + {:.3} here):\n\n{}\n**Against the cheap baseline** \
+         (counting characters on the same cut texts, `baseline.rs`; the strongest cheap \
+         method, not chance):\n\n{}",
         task.heading(),
         results.command,
         dataset_text(results, task, lengths),
