@@ -343,6 +343,9 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(spec) = &args.case {
         return run_child(spec, &args);
     }
+    // Resolved here, once, in either output mode: the children's stderr is not shown, so a
+    // fallback to f32 is said by this process.
+    let precision = args.precision.resolve();
     let mut out = std::io::stdout().lock();
     if !args.stdout.json {
         writeln!(
@@ -350,7 +353,7 @@ pub fn run(args: Args) -> Result<()> {
             "RoFormerForMaskedLM training steps ({} config), products in {}, {} thread(s), warm \
              allocator, child process per shape",
             args.config.name(),
-            args.precision.resolve().name(),
+            precision.name(),
             args.threads
                 .map_or_else(rayon::current_num_threads, |n| n as usize)
         )?;
