@@ -21,6 +21,7 @@ pub mod optim;
 pub mod pipeline;
 pub mod plan;
 pub mod position_bias;
+pub mod roofline;
 pub mod rope_scaling;
 pub mod score_mask;
 pub mod shapes;

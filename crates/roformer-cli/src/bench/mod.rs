@@ -4,6 +4,7 @@ mod attention;
 mod llama;
 mod memory;
 mod model;
+mod products;
 mod rope;
 mod serve;
 mod timing;
@@ -18,6 +19,9 @@ pub enum Command {
     Model(model::Args),
     /// Softmax against linear attention by sequence length.
     Attention(attention::Args),
+    /// The matrix products of a training step, f32 against bf16, beside the instruction
+    /// ceilings of one core.
+    Products(products::Args),
     /// Masked-LM training steps (forward, backward, optimiser): tokens/s and peak memory.
     Train(train::Args),
     /// LLaMA prefill and decode tokens/s on a GGUF file, and RoPE's share of a step.
@@ -32,6 +36,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Rope(a) => rope::run(a),
         Command::Model(a) => model::run(a),
         Command::Attention(a) => attention::run(a),
+        Command::Products(a) => products::run(a),
         Command::Train(a) => train::run(a),
         Command::Llama(a) => llama::run(a),
         Command::Serve(a) => serve::run(a),

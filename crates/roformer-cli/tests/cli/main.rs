@@ -4,6 +4,7 @@ mod analyze_attention_2d;
 mod analyze_decay;
 mod bench_attention;
 mod bench_model;
+mod bench_products;
 mod bench_rope;
 mod bench_rope_variants;
 mod bench_serve;

@@ -9,7 +9,8 @@
 //! - [`math`]: vectorised row maths (`exp`, erf GELU, softmax row steps, layer and RMS norm);
 //!   [`add_norm`]: a sub-layer's tail `LayerNorm(Dropout(y) + r)` and its backward;
 //! - [`rows`]: outputs built block by block on the threads; [`mask`]: additive masks as rows;
-//! - [`policy`]: how work is cut into tasks and tiles.
+//! - [`policy`]: how work is cut into tasks and tiles; [`ceiling`]: each multiply-add
+//!   instruction's rate on one core, the ceiling the products are measured against.
 //!
 //! ```text
 //! product:  C = (accumulate ? C : 0) + alpha * A B
@@ -25,6 +26,7 @@
 
 pub(crate) mod add_norm;
 pub(crate) mod bf16;
+pub(crate) mod ceiling;
 pub(crate) mod dense;
 pub(crate) mod mask;
 pub(crate) mod mat;

@@ -1,0 +1,372 @@
+//! `roformer bench products`: the matrix products of a training step, f32 (gemm) against bf16
+//! (our kernel), each beside the ceiling of the instruction it runs on.
+//!
+//! First the ceilings of one core ([`roformer::roofline::ceilings`]), then, per product, the
+//! median seconds of f32 and bf16 timed round-robin, as GFLOP/s (`2 m n k / seconds`) and as a
+//! share of `ceiling x threads` (f32 against the best f32 FMA, bf16 against `vdpbf16ps`). The
+//! last line sums a step: each layer's products times the layers, plus the output layer's. Its
+//! bf16 / f32 ratio bounds what bf16 can gain on a whole step (Amdahl):
+//!
+//! ```text
+//! step ratio = (P + R) / (P / r + R)   <   r        P: products' share of an f32 step,
+//!                                                   R = 1 - P, r: the products' ratio
+//! ```
+//!
+//! By default the products are those of one step of `--config` on `--tokens` tokens (a batch
+//! of 32 x 128 is 4096): for each dense layer `y = x W^T` (W stored `[out, in]`) the forward
+//! `(tokens, out, in)`, the input gradient `dx = dy W` `(tokens, in, out)` and the weight
+//! gradient `dW = dy^T x` `(out, in, tokens)`, for the stacked q/k/v projection, the attention
+//! output, the intermediate and the output layer of a sub-layer, and for the tied output layer
+//! of the masked-LM head on the labelled 15 % of the tokens. Attention's own products (scores
+//! and context per head) are left out: a few percent of a step at 128 tokens.
+
+use std::io::Write;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use roformer::roofline::{ceilings, Ceiling, ProductCase, Storage};
+use roformer::Precision;
+use serde_json::json;
+
+use super::model::ConfigName;
+use super::timing::{round_robin, Budget, Stats};
+use crate::output::OutputArgs;
+
+/// Arguments of `roformer bench products`.
+#[derive(Debug, clap::Args)]
+#[command(mut_arg("json", |a| a.help(
+    "One JSON object per line: {\"ceiling\": instruction, flop_per_instruction, gflops}, then \
+     per product {\"product\": name, m, n, k, a, b, count, threads, f32 and bf16: {seconds, \
+     gflops, share}, bf16_over_f32}, then {\"step\": f32_seconds, bf16_seconds, bf16_over_f32}"
+)))]
+pub struct Args {
+    // `--json` (the help says what it prints).
+    #[command(flatten)]
+    stdout: OutputArgs,
+    /// The model sizes whose step's products are timed (ignored with --shapes).
+    #[arg(long, value_enum, default_value = "poetry")]
+    config: ConfigName,
+    /// Tokens of the step (batch x sequence length).
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    tokens: u64,
+    /// Products to time instead, as MxNxK with the storage of A and B after a colon (`n`: as
+    /// its own rows, `t`: transposed), e.g. 4096x1024x256:nt; comma-separated.
+    #[arg(long, value_delimiter = ',', value_parser = parse_product)]
+    shapes: Vec<Shape>,
+    /// Keep timing a product until this many seconds have passed (after 3 rounds).
+    #[arg(long, default_value_t = 1.0)]
+    seconds: f64,
+    /// Instructions per ceiling loop.
+    #[arg(long, default_value_t = 1_000_000_000, value_parser = clap::value_parser!(u64).range(12..))]
+    instructions: u64,
+    /// Worker threads [default: one per core, or RAYON_NUM_THREADS]; 1 runs each product on
+    /// the calling thread.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    threads: Option<u32>,
+}
+
+/// One product of the list: its size, its operands' storage, and how often a step runs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shape {
+    name: String,
+    mnk: (usize, usize, usize),
+    storage: (Storage, Storage),
+    count: usize,
+}
+
+/// Parses `MxNxK[:ab]` (`a`, `b` each `n` or `t`; `nn` when left out).
+fn parse_product(s: &str) -> Result<Shape, String> {
+    let (dims, storage) = s.split_once(':').unwrap_or((s, "nn"));
+    let parsed: Result<Vec<usize>, _> = dims.split('x').map(|d| d.trim().parse()).collect();
+    let Ok(&[m, n, k]) = parsed.as_deref() else {
+        return Err(format!("{s:?}: expected MxNxK with three whole numbers"));
+    };
+    if m == 0 || n == 0 || k == 0 {
+        return Err(format!("{s:?}: sizes must be at least 1"));
+    }
+    let side = |c: char| match c {
+        'n' => Ok(Storage::Rows),
+        't' => Ok(Storage::Transposed),
+        _ => Err(format!(
+            "{s:?}: storage is two letters of n (rows) or t (transposed)"
+        )),
+    };
+    let chars: Vec<char> = storage.chars().collect();
+    let [a, b] = chars[..] else {
+        return Err(format!("{s:?}: storage is two letters, as in :nt"));
+    };
+    Ok(Shape {
+        name: s.to_string(),
+        mnk: (m, n, k),
+        storage: (side(a)?, side(b)?),
+        count: 1,
+    })
+}
+
+/// The products of one masked-LM training step of `config` on `tokens` tokens.
+fn step_products(config: ConfigName, tokens: usize) -> Result<Vec<Shape>> {
+    let c = config.config()?;
+    let (h, i, layers) = (c.hidden_size, c.intermediate_size, c.num_hidden_layers);
+    let labelled = (tokens * 15).div_ceil(100);
+    let dense = [
+        ("q/k/v", 3 * h, h, tokens, layers),
+        ("attention output", h, h, tokens, layers),
+        ("intermediate", i, h, tokens, layers),
+        ("output", h, i, tokens, layers),
+        ("MLM decoder", c.vocab_size, c.embedding_size, labelled, 1),
+    ];
+    use Storage::{Rows, Transposed};
+    let mut shapes = Vec::new();
+    for (layer, out, inp, rows, count) in dense {
+        for (pass, mnk, storage) in [
+            ("forward", (rows, out, inp), (Rows, Transposed)),
+            ("input grad", (rows, inp, out), (Rows, Rows)),
+            ("weight grad", (out, inp, rows), (Transposed, Rows)),
+        ] {
+            shapes.push(Shape {
+                name: format!("{layer} {pass}"),
+                mnk,
+                storage,
+                count,
+            });
+        }
+    }
+    Ok(shapes)
+}
+
+/// One precision's figures for a product.
+#[derive(Debug, Clone, Copy)]
+struct Rate {
+    seconds: f64,
+    gflops: f64,
+    share: Option<f64>,
+}
+
+impl Rate {
+    fn of(stats: Stats, flop: f64, ceiling: Option<f64>) -> Rate {
+        let gflops = flop / stats.median.max(f64::MIN_POSITIVE) / 1e9;
+        Rate {
+            seconds: stats.median,
+            gflops,
+            share: ceiling.map(|c| gflops / c),
+        }
+    }
+
+    fn json(self) -> serde_json::Value {
+        json!({"seconds": self.seconds, "gflops": self.gflops, "share": self.share})
+    }
+}
+
+/// Runs the benchmark.
+pub fn run(args: Args) -> Result<()> {
+    if !(args.seconds.is_finite() && args.seconds >= 0.0) {
+        bail!("--seconds must be a finite number >= 0");
+    }
+    if let Some(n) = args.threads {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n as usize)
+            .build_global()?;
+    }
+    let threads = rayon::current_num_threads();
+    let parallel = threads > 1;
+    let bf16 = Precision::Bf16.effective() == Precision::Bf16;
+    if !bf16 {
+        eprintln!("this CPU has no native bf16 dot product (AVX512-BF16): f32 alone is timed");
+    }
+    let shapes = if args.shapes.is_empty() {
+        step_products(args.config, args.tokens as usize)?
+    } else {
+        args.shapes.clone()
+    };
+    let found = ceilings(args.instructions);
+    let best = |pick: fn(&Ceiling) -> bool| {
+        found
+            .iter()
+            .filter(|c| pick(c))
+            .map(|c| c.gflops * threads as f64)
+            .reduce(f64::max)
+    };
+    let f32_ceiling = best(|c| c.instruction.contains("(f32)"));
+    let bf16_ceiling = best(|c| c.instruction.contains("bf16"));
+    let mut out = std::io::stdout().lock();
+    write_ceilings(&mut out, &found, args.stdout.json)?;
+    if !args.stdout.json {
+        writeln!(
+            out,
+            "\nProducts on {threads} thread(s), median of round-robin runs: GFLOP/s (share of the \
+             ceiling x threads)"
+        )?;
+        writeln!(
+            out,
+            "{:<30} {:>16} {:>3} {:>5} {:>14} {:>14} {:>9}",
+            "product", "m x n x k", "a b", "count", "f32", "bf16", "bf16/f32"
+        )?;
+    }
+    let budget = Budget {
+        warmup: 1,
+        min_rounds: 3,
+        max_rounds: 100_000,
+        seconds: args.seconds,
+        sample: Duration::ZERO,
+    };
+    let (mut step_f32, mut step_bf16) = (0.0, 0.0);
+    for shape in &shapes {
+        let mut case = ProductCase::new(shape.mnk, shape.storage)?;
+        let precisions: &[Precision] = if bf16 {
+            &[Precision::F32, Precision::Bf16]
+        } else {
+            &[Precision::F32]
+        };
+        let stats = round_robin(precisions.len(), &budget, |p| {
+            case.run(precisions[p], parallel)
+        })?;
+        let flop = case.flop();
+        let f32_rate = Rate::of(stats[0], flop, f32_ceiling);
+        let bf16_rate = stats.get(1).map(|&s| Rate::of(s, flop, bf16_ceiling));
+        step_f32 += f32_rate.seconds * shape.count as f64;
+        step_bf16 += bf16_rate.map_or(0.0, |r| r.seconds) * shape.count as f64;
+        let ratio = bf16_rate.map(|r| f32_rate.seconds / r.seconds);
+        if args.stdout.json {
+            let (m, n, k) = shape.mnk;
+            writeln!(
+                out,
+                "{}",
+                json!({
+                    "product": shape.name, "m": m, "n": n, "k": k,
+                    "a": storage_letter(shape.storage.0), "b": storage_letter(shape.storage.1),
+                    "count": shape.count, "threads": threads,
+                    "f32": f32_rate.json(), "bf16": bf16_rate.map(Rate::json),
+                    "bf16_over_f32": ratio,
+                })
+            )?;
+        } else {
+            write_row(&mut out, shape, f32_rate, bf16_rate, ratio)?;
+        }
+        out.flush()?;
+    }
+    let step_ratio = bf16.then(|| step_f32 / step_bf16);
+    if args.stdout.json {
+        writeln!(
+            out,
+            "{}",
+            json!({"step": shapes.len(), "f32_seconds": step_f32,
+                   "bf16_seconds": bf16.then_some(step_bf16), "bf16_over_f32": step_ratio})
+        )?;
+    } else {
+        let bf16_ms = if bf16 {
+            format!("{:.1} ms", step_bf16 * 1e3)
+        } else {
+            "-".to_string()
+        };
+        writeln!(
+            out,
+            "all, times their counts: f32 {:.1} ms, bf16 {bf16_ms}, bf16/f32 {}",
+            step_f32 * 1e3,
+            step_ratio.map_or("-".to_string(), |r| format!("{r:.2}"))
+        )?;
+    }
+    Ok(())
+}
+
+fn storage_letter(s: Storage) -> &'static str {
+    match s {
+        Storage::Rows => "n",
+        Storage::Transposed => "t",
+    }
+}
+
+/// The ceilings, as a table or as JSON lines.
+fn write_ceilings(out: &mut impl Write, found: &[Ceiling], json: bool) -> Result<()> {
+    if json {
+        for c in found {
+            writeln!(
+                out,
+                "{}",
+                json!({"ceiling": c.instruction, "flop_per_instruction": c.flop_per_instruction,
+                       "gflops": c.gflops})
+            )?;
+        }
+        return Ok(());
+    }
+    writeln!(out, "Instruction ceilings, one core:")?;
+    if found.is_empty() {
+        writeln!(out, "  (none measured on this architecture)")?;
+    }
+    for c in found {
+        writeln!(
+            out,
+            "  {:<28} {:>3} FLOP each  {:>7.1} GFLOP/s",
+            c.instruction, c.flop_per_instruction, c.gflops
+        )?;
+    }
+    Ok(())
+}
+
+/// One product's row of the table.
+fn write_row(
+    out: &mut impl Write,
+    shape: &Shape,
+    f32_rate: Rate,
+    bf16_rate: Option<Rate>,
+    ratio: Option<f64>,
+) -> Result<()> {
+    let cell = |r: Option<Rate>| match r {
+        None => "-".to_string(),
+        Some(r) => match r.share {
+            Some(s) => format!("{:.0} ({:.0}%)", r.gflops, 100.0 * s),
+            None => format!("{:.0}", r.gflops),
+        },
+    };
+    let (m, n, k) = shape.mnk;
+    writeln!(
+        out,
+        "{:<30} {:>16} {:>1} {:>1} {:>5} {:>14} {:>14} {:>9}",
+        shape.name,
+        format!("{m}x{n}x{k}"),
+        storage_letter(shape.storage.0),
+        storage_letter(shape.storage.1),
+        shape.count,
+        cell(Some(f32_rate)),
+        cell(bf16_rate),
+        ratio.map_or("-".to_string(), |r| format!("{r:.2}"))
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn product_shapes_parse_with_and_without_storage() {
+        let s = parse_product("4096x1024x256:nt").unwrap();
+        assert_eq!(s.mnk, (4096, 1024, 256));
+        assert_eq!(s.storage, (Storage::Rows, Storage::Transposed));
+        let s = parse_product("2x3x4").unwrap();
+        assert_eq!(s.storage, (Storage::Rows, Storage::Rows));
+        for bad in ["2x3", "2x3x0", "axbxc", "2x3x4:n", "2x3x4:nx", "2x3x4x5"] {
+            assert!(parse_product(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_step_of_the_poetry_config_has_three_products_per_dense_layer() {
+        let shapes = step_products(ConfigName::Poetry, 4096).unwrap();
+        assert_eq!(shapes.len(), 15);
+        // The stacked q/k/v forward: 4096 tokens by 768 outputs over 256 inputs, 4 layers.
+        assert_eq!(shapes[0].mnk, (4096, 768, 256));
+        assert_eq!(shapes[0].count, 4);
+        // The output layer's weight gradient: [256, 1024] over the tokens.
+        assert_eq!(shapes[11].mnk, (256, 1024, 4096));
+        // The decoder on the 15 % labelled tokens (615 of 4096), once.
+        assert_eq!(shapes[12].mnk, (615, 10000, 256));
+        assert_eq!(shapes[12].count, 1);
+        let flop: f64 = shapes
+            .iter()
+            .map(|s| 2.0 * (s.mnk.0 * s.mnk.1 * s.mnk.2 * s.count) as f64)
+            .sum();
+        // 3 passes x (4 layers x 4096 x 786432 + 615 x 10000 x 256) multiply-adds, x 2.
+        let expected = 6.0 * (4.0 * 4096.0 * 786_432.0 + 615.0 * 10_000.0 * 256.0);
+        assert_eq!(flop, expected);
+    }
+}

@@ -1,0 +1,177 @@
+//! How close the matrix products come to the hardware: each multiply-add instruction's
+//! ceiling on one core ([`ceilings`]), and one product of the CPU layer, f32 or bf16, to time
+//! against it ([`ProductCase`]). `roformer bench products` reports both.
+//!
+//! ```text
+//! share of the ceiling = product GFLOP/s / (ceiling GFLOP/s x threads)
+//! product FLOP         = 2 m n k
+//! ```
+
+pub use crate::cpu::ceiling::{ceilings, Ceiling};
+
+use crate::cpu::{product, Dst, Mat, Precision};
+use crate::error::ModelError;
+
+/// How an operand is stored: as its own rows, or as the rows of its transpose (the `k` of
+/// each row or column is then strided, as the weight gradients' operands are).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Storage {
+    /// Row-major: element `(i, j)` at `i * cols + j`.
+    Rows,
+    /// The transpose is row-major: element `(i, j)` at `j * rows + i`.
+    Transposed,
+}
+
+/// The operands and output of `C = A B` for an `m x k` `A` and a `k x n` `B`, filled with
+/// values in [-1, 1), for timing the product of both fast paths (`crate::cpu::product`).
+#[derive(Debug)]
+pub struct ProductCase {
+    m: usize,
+    n: usize,
+    k: usize,
+    storage: (Storage, Storage),
+    a: Vec<f32>,
+    b: Vec<f32>,
+    c: Vec<f32>,
+}
+
+impl ProductCase {
+    /// The case `(m, n, k)` with `A` and `B` stored as `storage` says.
+    ///
+    /// # Errors
+    /// [`ModelError::Input`] when a size is zero or an operand would not fit in the address
+    /// space.
+    pub fn new(
+        (m, n, k): (usize, usize, usize),
+        storage: (Storage, Storage),
+    ) -> Result<ProductCase, ModelError> {
+        let len = |rows: usize, cols: usize| {
+            rows.checked_mul(cols)
+                .filter(|&l| l > 0 && l <= isize::MAX as usize / 4)
+                .ok_or_else(|| {
+                    ModelError::Input(format!(
+                        "product {m}x{n}x{k}: sizes must be at least 1 and fit in memory"
+                    ))
+                })
+        };
+        let (la, lb, lc) = (len(m, k)?, len(k, n)?, len(m, n)?);
+        Ok(ProductCase {
+            m,
+            n,
+            k,
+            storage,
+            a: filled(la, 1),
+            b: filled(lb, 2),
+            c: vec![0.0; lc],
+        })
+    }
+
+    /// `2 m n k`, the FLOP of one product.
+    pub fn flop(&self) -> f64 {
+        2.0 * self.m as f64 * self.n as f64 * self.k as f64
+    }
+
+    /// Runs `C = A B` once in `precision` (f32 where the CPU has no native bf16 dot
+    /// product), on rayon's threads when `parallel`, else on the calling thread.
+    ///
+    /// # Errors
+    /// Only if the product finds an operand outside its buffer (never, by construction).
+    pub fn run(&mut self, precision: Precision, parallel: bool) -> Result<(), ModelError> {
+        let (m, n, k) = (self.m, self.n, self.k);
+        let a = view(&self.a, (m, k), self.storage.0);
+        let b = view(&self.b, (k, n), self.storage.1);
+        product(
+            (m, n, k),
+            Dst::Slice(&mut self.c),
+            (0, n),
+            false,
+            a,
+            b,
+            1.0,
+            parallel,
+            precision.effective(),
+        )?;
+        Ok(())
+    }
+
+    /// The last product's output, `m x n` row-major.
+    pub fn output(&self) -> &[f32] {
+        &self.c
+    }
+}
+
+/// The `rows x cols` matrix stored in `data` as `storage` says.
+fn view(data: &[f32], (rows, cols): (usize, usize), storage: Storage) -> Mat<'_> {
+    match storage {
+        Storage::Rows => Mat::rows(data, cols),
+        Storage::Transposed => Mat::rows(data, rows).t(),
+    }
+}
+
+/// `len` values in [-1, 1) from a linear congruential generator seeded by `seed`.
+fn filled(len: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `(i, j)` of `A B` in f64 from the case's stored operands.
+    fn reference(case: &ProductCase, i: usize, j: usize) -> (f64, f64) {
+        let at = |data: &[f32], rows: usize, cols: usize, s: Storage, r: usize, c: usize| {
+            f64::from(match s {
+                Storage::Rows => data[r * cols + c],
+                Storage::Transposed => data[c * rows + r],
+            })
+        };
+        (0..case.k).fold((0.0, 0.0), |(sum, abs), kk| {
+            let x = at(&case.a, case.m, case.k, case.storage.0, i, kk);
+            let y = at(&case.b, case.k, case.n, case.storage.1, kk, j);
+            (sum + x * y, abs + (x * y).abs())
+        })
+    }
+
+    #[test]
+    fn each_storage_and_precision_computes_the_product() {
+        use Storage::{Rows, Transposed};
+        for storage in [(Rows, Rows), (Rows, Transposed), (Transposed, Rows)] {
+            for precision in [Precision::F32, Precision::Bf16] {
+                let mut case = ProductCase::new((13, 35, 70), storage).unwrap();
+                case.run(precision, true).unwrap();
+                // bf16 rounds each operand within 2^-9 relative: within 2^-7 sum|ab| (with
+                // f32 summation's error far below); f32 within (k + 2) 2^-24 sum|ab|.
+                let tolerance = match precision.effective() {
+                    Precision::Bf16 => 2f64.powi(-7),
+                    Precision::F32 => 72.0 * 2f64.powi(-24),
+                };
+                for i in 0..13 {
+                    for j in 0..35 {
+                        let (exact, abs) = reference(&case, i, j);
+                        let got = f64::from(case.output()[i * 35 + j]);
+                        assert!(
+                            (got - exact).abs() <= tolerance * abs,
+                            "{storage:?} {precision} ({i}, {j}): {got} vs {exact}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn sizes_are_checked() {
+        let rows = (Storage::Rows, Storage::Rows);
+        assert!(ProductCase::new((0, 4, 4), rows).is_err());
+        assert!(ProductCase::new((usize::MAX, 2, 4), rows).is_err());
+        assert_eq!(ProductCase::new((2, 3, 4), rows).unwrap().flop(), 48.0);
+    }
+}
