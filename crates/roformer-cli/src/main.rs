@@ -106,7 +106,7 @@ fn main() -> ExitCode {
     fix_thread_count();
     let cli = Cli::parse();
     if cli.command.trains() {
-        short_candle_spin();
+        inline_candle_elementwise();
     }
     if cli.command.runs_warm() {
         alloc::exec_warm();
@@ -174,24 +174,22 @@ fn fix_thread_count() {
     }
 }
 
-/// The spin of candle's element-wise worker threads after each op, in `spin_loop` hints (a
-/// few microseconds), before they sleep until the next op.
-const CANDLE_SPIN_LIMIT: &str = "200";
-
-/// Makes candle's element-wise worker threads sleep soon after each op. candle runs element-wise
-/// ops (in training: every gradient accumulation of the backward, `zeros + grad`) on a pool of
-/// its own beside rayon's, whose workers spin 25 000 `spin_loop` hints (about half a
-/// millisecond) after each op before sleeping; meanwhile our kernels' rayon threads want the
-/// same cores. On two cores that spin cost about 40 % of a training step's CPU time
-/// (`bench train --config poetry --precision bf16`, 8x128: 0.43-0.48 -> 0.26-0.27 CPU seconds
-/// a step). Only for training commands: inference runs few element-wise ops through that pool,
-/// but candle's quantized products (`llama`) use it for every product, back to back, where the
-/// spin saves a wake-up each. `CANDLE_BARRIER_POOL_SPIN_LIMIT` is read once, when candle starts
-/// the pool; a value already set is kept.
-fn short_candle_spin() {
+/// Runs candle's element-wise ops on the calling thread alone in training commands. candle
+/// runs them (in training: every gradient accumulation of the backward, `zeros + grad`) on a
+/// worker pool of its own beside rayon's, and on two cores the two pools take the cores from
+/// each other: each pool's idle workers spin or yield a while before they sleep, while the
+/// other pool's threads want the core, and every op hands its work between threads. With the
+/// element-wise ops inline (`CANDLE_NUM_THREADS=1`: no pool workers; candle's products still
+/// use every thread), the built-in model's config trains about 6 % faster, with 8-14 % less
+/// CPU time a step and fewer slow steps (`bench train --config poetry --precision bf16`, 8 x
+/// 128 and 32 x 128, 2 threads, AMD EPYC Zen 4; BENCHMARKS.md).
+/// Only for training commands: inference runs few element-wise ops through that pool, but
+/// candle's quantized products (`llama`) use it for every product. candle reads the variable
+/// once, when it starts the pool; a value already set is kept.
+fn inline_candle_elementwise() {
     // Called in `main` after parsing the arguments, before any other thread exists.
-    if std::env::var_os("CANDLE_BARRIER_POOL_SPIN_LIMIT").is_none() {
-        std::env::set_var("CANDLE_BARRIER_POOL_SPIN_LIMIT", CANDLE_SPIN_LIMIT);
+    if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
+        std::env::set_var("CANDLE_NUM_THREADS", "1");
     }
 }
 
@@ -207,7 +205,7 @@ mod tests {
     }
 
     #[test]
-    fn only_training_commands_shorten_candles_spin() {
+    fn only_training_commands_run_candles_element_wise_ops_inline() {
         let trains = |args: &[&str]| command(args).map(|c| c.trains());
         assert_eq!(trains(&["bench", "train"]), Ok(true));
         assert_eq!(trains(&["bench", "model"]), Ok(false));
