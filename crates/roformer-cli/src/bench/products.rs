@@ -12,13 +12,17 @@
 //!                                                   R = 1 - P, r: the products' ratio
 //! ```
 //!
-//! By default the products are those of one step of `--config` on `--tokens` tokens (a batch
-//! of 32 x 128 is 4096): for each dense layer `y = x W^T` (W stored `[out, in]`) the forward
+//! By default the products are those of one step of `--config` on `--batch` sequences of
+//! `--seq` tokens: for each dense layer `y = x W^T` (W stored `[out, in]`) the forward
 //! `(tokens, out, in)`, the input gradient `dx = dy W` `(tokens, in, out)` and the weight
 //! gradient `dW = dy^T x` `(out, in, tokens)`, for the stacked q/k/v projection, the attention
 //! output, the intermediate and the output layer of a sub-layer, and for the tied output layer
-//! of the masked-LM head on the labelled 15 % of the tokens. Attention's own products (scores
-//! and context per head) are left out: a few percent of a step at 128 tokens.
+//! of the masked-LM head on the labelled 15 % of the tokens; then attention's own products per
+//! sequence and head (`d` = hidden / heads), as the fused attention runs them, one task per
+//! thread: `q k^T` forward, recomputed in the backward and as `dP = dO v^T` `(seq, seq, d)`;
+//! `P v` and `dQ = dS k` `(seq, d, seq)`; `dV = P^T dO` and `dK = dS^T q` `(seq, d, seq)` with
+//! the left operand transposed. A product marked one-thread is timed on the calling thread and
+//! counts `1 / threads` of its time in the step's sum (its tasks share the threads).
 
 use std::io::Write;
 use std::time::Duration;
@@ -46,9 +50,12 @@ pub struct Args {
     /// The model sizes whose step's products are timed (ignored with --shapes).
     #[arg(long, value_enum, default_value = "poetry")]
     config: ConfigName,
-    /// Tokens of the step (batch x sequence length).
-    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
-    tokens: u64,
+    /// Sequences of the step.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=1 << 16))]
+    batch: u64,
+    /// Tokens of each sequence.
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=1 << 14))]
+    seq: u64,
     /// Products to time instead, as MxNxK with the storage of A and B after a colon (`n`: as
     /// its own rows, `t`: transposed), e.g. 4096x1024x256:nt; comma-separated.
     #[arg(long, value_delimiter = ',', value_parser = parse_product)]
@@ -65,13 +72,15 @@ pub struct Args {
     threads: Option<u32>,
 }
 
-/// One product of the list: its size, its operands' storage, and how often a step runs it.
+/// One product of the list: its size, its operands' storage, how often a step runs it, and
+/// whether it runs on one thread (a task among others on the threads) or on all of them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Shape {
     name: String,
     mnk: (usize, usize, usize),
     storage: (Storage, Storage),
     count: usize,
+    one_thread: bool,
 }
 
 /// Parses `MxNxK[:ab]` (`a`, `b` each `n` or `t`; `nn` when left out).
@@ -100,13 +109,16 @@ fn parse_product(s: &str) -> Result<Shape, String> {
         mnk: (m, n, k),
         storage: (side(a)?, side(b)?),
         count: 1,
+        one_thread: false,
     })
 }
 
-/// The products of one masked-LM training step of `config` on `tokens` tokens.
-fn step_products(config: ConfigName, tokens: usize) -> Result<Vec<Shape>> {
+/// The products of one masked-LM training step of `config` on `batch` sequences of `seq`
+/// tokens.
+fn step_products(config: ConfigName, batch: usize, seq: usize) -> Result<Vec<Shape>> {
     let c = config.config()?;
     let (h, i, layers) = (c.hidden_size, c.intermediate_size, c.num_hidden_layers);
+    let (tokens, heads) = (batch * seq, c.num_attention_heads);
     let labelled = (tokens * 15).div_ceil(100);
     let dense = [
         ("q/k/v", 3 * h, h, tokens, layers),
@@ -128,8 +140,33 @@ fn step_products(config: ConfigName, tokens: usize) -> Result<Vec<Shape>> {
                 mnk,
                 storage,
                 count,
+                one_thread: false,
             });
         }
+    }
+    let (d, tasks) = (h / heads, batch * heads * layers);
+    for (name, mnk, storage, per_task) in [
+        (
+            "attention q k^T, dO v^T",
+            (seq, seq, d),
+            (Rows, Transposed),
+            3,
+        ),
+        ("attention P v, dS k", (seq, d, seq), (Rows, Rows), 2),
+        (
+            "attention P^T dO, dS^T q",
+            (seq, d, seq),
+            (Transposed, Rows),
+            2,
+        ),
+    ] {
+        shapes.push(Shape {
+            name: name.to_string(),
+            mnk,
+            storage,
+            count: per_task * tasks,
+            one_thread: true,
+        });
     }
     Ok(shapes)
 }
@@ -168,13 +205,12 @@ pub fn run(args: Args) -> Result<()> {
             .build_global()?;
     }
     let threads = rayon::current_num_threads();
-    let parallel = threads > 1;
     let bf16 = Precision::Bf16.effective() == Precision::Bf16;
     if !bf16 {
         eprintln!("this CPU has no native bf16 dot product (AVX512-BF16): f32 alone is timed");
     }
     let shapes = if args.shapes.is_empty() {
-        step_products(args.config, args.tokens as usize)?
+        step_products(args.config, args.batch as usize, args.seq as usize)?
     } else {
         args.shapes.clone()
     };
@@ -198,8 +234,8 @@ pub fn run(args: Args) -> Result<()> {
         )?;
         writeln!(
             out,
-            "{:<30} {:>16} {:>3} {:>5} {:>14} {:>14} {:>9}",
-            "product", "m x n x k", "a b", "count", "f32", "bf16", "bf16/f32"
+            "{:<30} {:>16} {:>3} {:>6} {:>3} {:>14} {:>14} {:>9}",
+            "product", "m x n x k", "a b", "count", "thr", "f32", "bf16", "bf16/f32"
         )?;
     }
     let budget = Budget {
@@ -207,7 +243,8 @@ pub fn run(args: Args) -> Result<()> {
         min_rounds: 3,
         max_rounds: 100_000,
         seconds: args.seconds,
-        sample: Duration::ZERO,
+        // Products shorter than this are timed in batches of calls.
+        sample: Duration::from_millis(2),
     };
     let (mut step_f32, mut step_bf16) = (0.0, 0.0);
     for shape in &shapes {
@@ -217,14 +254,20 @@ pub fn run(args: Args) -> Result<()> {
         } else {
             &[Precision::F32]
         };
+        let on = if shape.one_thread { 1 } else { threads };
         let stats = round_robin(precisions.len(), &budget, |p| {
-            case.run(precisions[p], parallel)
+            case.run(precisions[p], on > 1)
         })?;
         let flop = case.flop();
-        let f32_rate = Rate::of(stats[0], flop, f32_ceiling);
-        let bf16_rate = stats.get(1).map(|&s| Rate::of(s, flop, bf16_ceiling));
-        step_f32 += f32_rate.seconds * shape.count as f64;
-        step_bf16 += bf16_rate.map_or(0.0, |r| r.seconds) * shape.count as f64;
+        let ceiling = |c: Option<f64>| c.map(|c| c * on as f64 / threads as f64);
+        let f32_rate = Rate::of(stats[0], flop, ceiling(f32_ceiling));
+        let bf16_rate = stats
+            .get(1)
+            .map(|&s| Rate::of(s, flop, ceiling(bf16_ceiling)));
+        // A one-thread product's tasks share the threads.
+        let weight = shape.count as f64 * on as f64 / threads as f64;
+        step_f32 += f32_rate.seconds * weight;
+        step_bf16 += bf16_rate.map_or(0.0, |r| r.seconds) * weight;
         let ratio = bf16_rate.map(|r| f32_rate.seconds / r.seconds);
         if args.stdout.json {
             let (m, n, k) = shape.mnk;
@@ -234,13 +277,13 @@ pub fn run(args: Args) -> Result<()> {
                 json!({
                     "product": shape.name, "m": m, "n": n, "k": k,
                     "a": storage_letter(shape.storage.0), "b": storage_letter(shape.storage.1),
-                    "count": shape.count, "threads": threads,
+                    "count": shape.count, "threads": on,
                     "f32": f32_rate.json(), "bf16": bf16_rate.map(Rate::json),
                     "bf16_over_f32": ratio,
                 })
             )?;
         } else {
-            write_row(&mut out, shape, f32_rate, bf16_rate, ratio)?;
+            write_row(&mut out, (shape, on), f32_rate, bf16_rate, ratio)?;
         }
         out.flush()?;
     }
@@ -302,10 +345,10 @@ fn write_ceilings(out: &mut impl Write, found: &[Ceiling], json: bool) -> Result
     Ok(())
 }
 
-/// One product's row of the table.
+/// One product's row of the table, run on `on` threads.
 fn write_row(
     out: &mut impl Write,
-    shape: &Shape,
+    (shape, on): (&Shape, usize),
     f32_rate: Rate,
     bf16_rate: Option<Rate>,
     ratio: Option<f64>,
@@ -320,12 +363,13 @@ fn write_row(
     let (m, n, k) = shape.mnk;
     writeln!(
         out,
-        "{:<30} {:>16} {:>1} {:>1} {:>5} {:>14} {:>14} {:>9}",
+        "{:<30} {:>16} {:>1} {:>1} {:>6} {:>3} {:>14} {:>14} {:>9}",
         shape.name,
         format!("{m}x{n}x{k}"),
         storage_letter(shape.storage.0),
         storage_letter(shape.storage.1),
         shape.count,
+        on,
         cell(Some(f32_rate)),
         cell(bf16_rate),
         ratio.map_or("-".to_string(), |r| format!("{r:.2}"))
@@ -350,9 +394,9 @@ mod tests {
     }
 
     #[test]
-    fn a_step_of_the_poetry_config_has_three_products_per_dense_layer() {
-        let shapes = step_products(ConfigName::Poetry, 4096).unwrap();
-        assert_eq!(shapes.len(), 15);
+    fn a_step_of_the_poetry_config_has_three_products_per_dense_layer_and_attentions() {
+        let shapes = step_products(ConfigName::Poetry, 32, 128).unwrap();
+        assert_eq!(shapes.len(), 18);
         // The stacked q/k/v forward: 4096 tokens by 768 outputs over 256 inputs, 4 layers.
         assert_eq!(shapes[0].mnk, (4096, 768, 256));
         assert_eq!(shapes[0].count, 4);
@@ -361,12 +405,23 @@ mod tests {
         // The decoder on the 15 % labelled tokens (615 of 4096), once.
         assert_eq!(shapes[12].mnk, (615, 10000, 256));
         assert_eq!(shapes[12].count, 1);
-        let flop: f64 = shapes
-            .iter()
-            .map(|s| 2.0 * (s.mnk.0 * s.mnk.1 * s.mnk.2 * s.count) as f64)
-            .sum();
+        assert!(shapes[..15].iter().all(|s| !s.one_thread));
+        let flop = |s: &[Shape]| -> f64 {
+            s.iter()
+                .map(|s| 2.0 * (s.mnk.0 * s.mnk.1 * s.mnk.2 * s.count) as f64)
+                .sum()
+        };
         // 3 passes x (4 layers x 4096 x 786432 + 615 x 10000 x 256) multiply-adds, x 2.
-        let expected = 6.0 * (4.0 * 4096.0 * 786_432.0 + 615.0 * 10_000.0 * 256.0);
-        assert_eq!(flop, expected);
+        let dense = 6.0 * (4.0 * 4096.0 * 786_432.0 + 615.0 * 10_000.0 * 256.0);
+        assert_eq!(flop(&shapes[..15]), dense);
+        // Attention: 7 products of 128 x 128 x 64 per sequence, head and layer, one thread each.
+        assert!(shapes[15..].iter().all(|s| s.one_thread));
+        assert_eq!(shapes[15].mnk, (128, 128, 64));
+        assert_eq!(shapes[16].mnk, (128, 64, 128));
+        assert_eq!(shapes[17].storage, (Storage::Transposed, Storage::Rows));
+        assert_eq!(
+            flop(&shapes[15..]),
+            7.0 * 2.0 * 128.0 * 128.0 * 64.0 * (32 * 4 * 4) as f64
+        );
     }
 }

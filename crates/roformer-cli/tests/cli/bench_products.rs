@@ -82,14 +82,17 @@ fn the_default_list_is_a_step_of_the_config() {
     let all = records(&[
         "--config",
         "tiny",
-        "--tokens",
-        "64",
+        "--batch",
+        "2",
+        "--seq",
+        "32",
         "--instructions",
         "1200",
     ]);
     let products: Vec<_> = all.iter().filter(|r| r.get("product").is_some()).collect();
-    // Three passes of the four dense layers of a sub-layer pair and of the decoder.
-    assert_eq!(products.len(), 15);
+    // Three passes of the four dense layers of a sub-layer pair and of the decoder, then
+    // attention's three shapes.
+    assert_eq!(products.len(), 18);
     assert_eq!(products[0]["product"], "q/k/v forward");
     // tiny: hidden 32, 2 layers; the stacked projection has 96 outputs.
     assert_eq!(
@@ -101,6 +104,18 @@ fn the_default_list_is_a_step_of_the_config() {
         (Some(64), Some(96), Some(32))
     );
     assert_eq!(products[0]["count"].as_u64(), Some(2));
+    // tiny: 4 heads of 8; q k^T thrice per sequence, head and layer, on one thread.
+    let scores = products[15];
+    assert_eq!(
+        (
+            scores["m"].as_u64(),
+            scores["n"].as_u64(),
+            scores["k"].as_u64()
+        ),
+        (Some(32), Some(32), Some(8))
+    );
+    assert_eq!(scores["count"].as_u64(), Some(3 * 2 * 4 * 2));
+    assert_eq!(scores["threads"].as_u64(), Some(1));
     // The decoder on 15 % of 64 tokens, rounded up: 10 rows by the 97 words.
     assert_eq!(
         (products[12]["m"].as_u64(), products[12]["n"].as_u64()),
@@ -142,7 +157,8 @@ fn bad_options_are_errors() {
         &["--shapes", "8x8"][..],
         &["--shapes", "0x8x8"],
         &["--shapes", "8x8x8:nq"],
-        &["--tokens", "0"],
+        &["--seq", "0"],
+        &["--batch", "0"],
         &["--seconds", "-1"],
         &["--instructions", "3"],
         &["--config", "huge"],
