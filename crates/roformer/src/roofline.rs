@@ -11,6 +11,7 @@ pub use crate::cpu::ceiling::{ceilings, Ceiling};
 
 use crate::cpu::{product, Dst, Mat, Precision};
 use crate::error::ModelError;
+use crate::memory::check_fits;
 
 /// How an operand is stored: as its own rows, or as the rows of its transpose (the `k` of
 /// each row or column is then strided, as the weight gradients' operands are).
@@ -39,8 +40,9 @@ impl ProductCase {
     /// The case `(m, n, k)` with `A` and `B` stored as `storage` says.
     ///
     /// # Errors
-    /// [`ModelError::Input`] when a size is zero or an operand would not fit in the address
-    /// space.
+    /// [`ModelError::Input`] when a size is zero, or the operands, the output and their bf16
+    /// packing (`6 (mk + kn) + 4 mn` bytes) would not fit in the memory available now
+    /// ([`crate::memory::check_fits`]), so that a size asked for is refused, not an abort.
     pub fn new(
         (m, n, k): (usize, usize, usize),
         storage: (Storage, Storage),
@@ -55,6 +57,11 @@ impl ProductCase {
                 })
         };
         let (la, lb, lc) = (len(m, k)?, len(k, n)?, len(m, n)?);
+        let needs = (la as u64 + lb as u64)
+            .saturating_mul(6)
+            .saturating_add((lc as u64).saturating_mul(4));
+        check_fits(|| format!("product {m}x{n}x{k}"), needs)
+            .map_err(|e| ModelError::Input(e.to_string()))?;
         Ok(ProductCase {
             m,
             n,
@@ -172,6 +179,9 @@ mod tests {
         let rows = (Storage::Rows, Storage::Rows);
         assert!(ProductCase::new((0, 4, 4), rows).is_err());
         assert!(ProductCase::new((usize::MAX, 2, 4), rows).is_err());
+        // 2^25 x 2^25 f32 outputs are 4 PiB: refused before any allocation.
+        let err = ProductCase::new((1 << 25, 1 << 25, 1), rows).unwrap_err();
+        assert!(err.to_string().contains("more than"), "{err}");
         assert_eq!(ProductCase::new((2, 3, 4), rows).unwrap().flop(), 48.0);
     }
 }

@@ -4,8 +4,8 @@
 //! First the ceilings of one core ([`roformer::roofline::ceilings`]), then, per product, the
 //! median seconds of f32 and bf16 timed round-robin, as GFLOP/s (`2 m n k / seconds`) and as a
 //! share of `ceiling x threads` (f32 against the best f32 FMA, bf16 against `vdpbf16ps`). The
-//! last line sums a step: each layer's products times the layers, plus the output layer's. Its
-//! bf16 / f32 ratio bounds what bf16 can gain on a whole step (Amdahl):
+//! last line sums a step: each product's time times its count (see one-thread products below).
+//! Its bf16 / f32 ratio bounds what bf16 can gain on a whole step (Amdahl):
 //!
 //! ```text
 //! step ratio = (P + R) / (P / r + R)   <   r        P: products' share of an f32 step,

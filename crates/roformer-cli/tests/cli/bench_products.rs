@@ -162,6 +162,8 @@ fn bad_options_are_errors() {
         &["--seconds", "-1"],
         &["--instructions", "3"],
         &["--config", "huge"],
+        // A step of 2^30 tokens: terabytes of operands, refused before allocating.
+        &["--batch", "65536", "--seq", "16384", "--instructions", "12"],
     ] {
         let mut all = vec!["bench", "products"];
         all.extend_from_slice(args);
@@ -169,5 +171,6 @@ fn bad_options_are_errors() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{args:?} succeeded");
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(stderr.contains("error"), "{args:?}: {stderr}");
     }
 }
