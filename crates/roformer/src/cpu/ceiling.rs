@@ -32,34 +32,13 @@ pub struct Ceiling {
 /// x86_64.
 pub fn ceilings(instructions: u64) -> Vec<Ceiling> {
     let rounds = (instructions / CHAINS as u64).max(1);
-    let mut found = Vec::new();
     #[cfg(target_arch = "x86_64")]
+    return x86::measured(rounds);
+    #[cfg(not(target_arch = "x86_64"))]
     {
-        use std::arch::is_x86_feature_detected as has;
-        let timed = |instruction, flop_per_instruction: u32, seconds: f64| Ceiling {
-            instruction,
-            flop_per_instruction,
-            gflops: (rounds * CHAINS as u64) as f64 * f64::from(flop_per_instruction)
-                / seconds.max(f64::MIN_POSITIVE)
-                / 1e9,
-        };
-        if has!("avx2") && has!("fma") {
-            // SAFETY: the CPU has AVX2 and FMA (checked just above).
-            let seconds = unsafe { x86::fma256(rounds) };
-            found.push(timed("vfmadd231ps ymm (f32)", 16, seconds));
-        }
-        if has!("avx512f") {
-            // SAFETY: the CPU has AVX-512F.
-            let seconds = unsafe { x86::fma512(rounds) };
-            found.push(timed("vfmadd231ps zmm (f32)", 32, seconds));
-        }
-        if has!("avx512f") && has!("avx512bf16") {
-            // SAFETY: the CPU has AVX-512F and AVX512-BF16.
-            let seconds = unsafe { x86::dpbf16_512(rounds) };
-            found.push(timed("vdpbf16ps zmm (bf16 pairs)", 64, seconds));
-        }
+        let _ = rounds;
+        Vec::new()
     }
-    found
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -68,7 +47,36 @@ mod x86 {
     use std::hint::black_box;
     use std::time::Instant;
 
-    use super::CHAINS;
+    use super::{Ceiling, CHAINS};
+
+    /// The ceilings of the instructions this CPU has, each over `rounds` rounds.
+    pub(super) fn measured(rounds: u64) -> Vec<Ceiling> {
+        use std::arch::is_x86_feature_detected as has;
+        let timed = |instruction, flop_per_instruction: u32, seconds: f64| Ceiling {
+            instruction,
+            flop_per_instruction,
+            gflops: (rounds * CHAINS as u64) as f64 * f64::from(flop_per_instruction)
+                / seconds.max(f64::MIN_POSITIVE)
+                / 1e9,
+        };
+        let mut found = Vec::new();
+        if has!("avx2") && has!("fma") {
+            // SAFETY: the CPU has AVX2 and FMA (checked just above).
+            let seconds = unsafe { fma256(rounds) };
+            found.push(timed("vfmadd231ps ymm (f32)", 16, seconds));
+        }
+        if has!("avx512f") {
+            // SAFETY: the CPU has AVX-512F.
+            let seconds = unsafe { fma512(rounds) };
+            found.push(timed("vfmadd231ps zmm (f32)", 32, seconds));
+        }
+        if has!("avx512f") && has!("avx512bf16") {
+            // SAFETY: the CPU has AVX-512F and AVX512-BF16.
+            let seconds = unsafe { dpbf16_512(rounds) };
+            found.push(timed("vdpbf16ps zmm (bf16 pairs)", 64, seconds));
+        }
+        found
+    }
 
     /// Seconds for `rounds` rounds of [`CHAINS`] independent 256-bit f32 FMAs.
     ///
