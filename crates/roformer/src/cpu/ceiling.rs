@@ -78,26 +78,33 @@ mod x86 {
         found
     }
 
+    /// Seconds for `rounds` rounds of `op` on each of [`CHAINS`] accumulators that start at
+    /// `zero`. Inlined into each caller, so `op` compiles with the caller's target features.
+    #[inline(always)]
+    fn chains<V: Copy>(rounds: u64, zero: V, op: impl Fn(V) -> V) -> f64 {
+        let mut acc = [zero; CHAINS];
+        let start = Instant::now();
+        for _ in 0..rounds {
+            for a in acc.iter_mut() {
+                *a = op(*a);
+            }
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        black_box(acc);
+        seconds
+    }
+
     /// Seconds for `rounds` rounds of [`CHAINS`] independent 256-bit f32 FMAs.
     ///
     /// # Safety
     /// The CPU has AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn fma256(rounds: u64) -> f64 {
-        let mut acc = [_mm256_set1_ps(0.0); CHAINS];
         let (x, y) = (
             black_box(_mm256_set1_ps(0.5)),
             black_box(_mm256_set1_ps(0.25)),
         );
-        let start = Instant::now();
-        for _ in 0..rounds {
-            for a in acc.iter_mut() {
-                *a = _mm256_fmadd_ps(*a, x, y);
-            }
-        }
-        let seconds = start.elapsed().as_secs_f64();
-        black_box(acc);
-        seconds
+        chains(rounds, _mm256_set1_ps(0.0), |a| _mm256_fmadd_ps(a, x, y))
     }
 
     /// Seconds for `rounds` rounds of [`CHAINS`] independent 512-bit f32 FMAs.
@@ -106,20 +113,11 @@ mod x86 {
     /// The CPU has AVX-512F.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn fma512(rounds: u64) -> f64 {
-        let mut acc = [_mm512_set1_ps(0.0); CHAINS];
         let (x, y) = (
             black_box(_mm512_set1_ps(0.5)),
             black_box(_mm512_set1_ps(0.25)),
         );
-        let start = Instant::now();
-        for _ in 0..rounds {
-            for a in acc.iter_mut() {
-                *a = _mm512_fmadd_ps(*a, x, y);
-            }
-        }
-        let seconds = start.elapsed().as_secs_f64();
-        black_box(acc);
-        seconds
+        chains(rounds, _mm512_set1_ps(0.0), |a| _mm512_fmadd_ps(a, x, y))
     }
 
     /// Seconds for `rounds` rounds of [`CHAINS`] independent 512-bit `vdpbf16ps`.
@@ -128,18 +126,11 @@ mod x86 {
     /// The CPU has AVX-512F and AVX512-BF16.
     #[target_feature(enable = "avx512f,avx512bf16")]
     pub(super) unsafe fn dpbf16_512(rounds: u64) -> f64 {
-        let mut acc = [_mm512_set1_ps(0.0); CHAINS];
         // Pairs of bf16 0.5 (0x3f00): each instruction adds 0.5 to every lane.
         let half: __m512bh = std::mem::transmute(black_box(_mm512_set1_epi32(0x3f00_3f00)));
-        let start = Instant::now();
-        for _ in 0..rounds {
-            for a in acc.iter_mut() {
-                *a = _mm512_dpbf16_ps(*a, half, half);
-            }
-        }
-        let seconds = start.elapsed().as_secs_f64();
-        black_box(acc);
-        seconds
+        chains(rounds, _mm512_set1_ps(0.0), |a| {
+            _mm512_dpbf16_ps(a, half, half)
+        })
     }
 }
 
