@@ -205,10 +205,12 @@ pub fn run(args: Args) -> Result<()> {
             .build_global()?;
     }
     let threads = rayon::current_num_threads();
-    let bf16 = Precision::Bf16.effective() == Precision::Bf16;
-    if !bf16 {
+    let precisions: &[Precision] = if Precision::Bf16.effective() == Precision::Bf16 {
+        &[Precision::F32, Precision::Bf16]
+    } else {
         eprintln!("this CPU has no native bf16 dot product (AVX512-BF16): f32 alone is timed");
-    }
+        &[Precision::F32]
+    };
     let shapes = if args.shapes.is_empty() {
         step_products(args.config, args.batch as usize, args.seq as usize)?
     } else {
@@ -222,21 +224,15 @@ pub fn run(args: Args) -> Result<()> {
             .map(|c| c.gflops * threads as f64)
             .reduce(f64::max)
     };
-    let f32_ceiling = best(|c| c.instruction.contains("(f32)"));
-    let bf16_ceiling = best(|c| c.instruction.contains("bf16"));
+    let limits = (
+        best(|c| c.instruction.contains("(f32)")),
+        best(|c| c.instruction.contains("bf16")),
+    );
+    let json = args.stdout.json;
     let mut out = std::io::stdout().lock();
-    write_ceilings(&mut out, &found, args.stdout.json)?;
-    if !args.stdout.json {
-        writeln!(
-            out,
-            "\nProducts on {threads} thread(s), median of round-robin runs: GFLOP/s (share of the \
-             ceiling x threads)"
-        )?;
-        writeln!(
-            out,
-            "{:<30} {:>16} {:>3} {:>6} {:>3} {:>14} {:>14} {:>9}",
-            "product", "m x n x k", "a b", "count", "thr", "f32", "bf16", "bf16/f32"
-        )?;
+    write_ceilings(&mut out, &found, json)?;
+    if !json {
+        write_header(&mut out, threads)?;
     }
     let budget = Budget {
         warmup: 1,
@@ -246,66 +242,144 @@ pub fn run(args: Args) -> Result<()> {
         // Products shorter than this are timed in batches of calls.
         sample: Duration::from_millis(2),
     };
-    let (mut step_f32, mut step_bf16) = (0.0, 0.0);
+    let (mut step_f32, mut step_bf16) = (0.0, (precisions.len() > 1).then_some(0.0));
     for shape in &shapes {
-        let mut case = ProductCase::new(shape.mnk, shape.storage)?;
-        let precisions: &[Precision] = if bf16 {
-            &[Precision::F32, Precision::Bf16]
-        } else {
-            &[Precision::F32]
-        };
-        let on = if shape.one_thread { 1 } else { threads };
-        let stats = round_robin(precisions.len(), &budget, |p| {
-            case.run(precisions[p], on > 1)
-        })?;
-        let flop = case.flop();
-        let ceiling = |c: Option<f64>| c.map(|c| c * on as f64 / threads as f64);
-        let f32_rate = Rate::of(stats[0], flop, ceiling(f32_ceiling));
-        let bf16_rate = stats
-            .get(1)
-            .map(|&s| Rate::of(s, flop, ceiling(bf16_ceiling)));
-        // A one-thread product's tasks share the threads.
-        let weight = shape.count as f64 * on as f64 / threads as f64;
-        step_f32 += f32_rate.seconds * weight;
-        step_bf16 += bf16_rate.map_or(0.0, |r| r.seconds) * weight;
-        let ratio = bf16_rate.map(|r| f32_rate.seconds / r.seconds);
-        if args.stdout.json {
-            let (m, n, k) = shape.mnk;
-            writeln!(
-                out,
-                "{}",
-                json!({
-                    "product": shape.name, "m": m, "n": n, "k": k,
-                    "a": storage_letter(shape.storage.0), "b": storage_letter(shape.storage.1),
-                    "count": shape.count, "threads": on,
-                    "f32": f32_rate.json(), "bf16": bf16_rate.map(Rate::json),
-                    "bf16_over_f32": ratio,
-                })
-            )?;
-        } else {
-            write_row(&mut out, (shape, on), f32_rate, bf16_rate, ratio)?;
+        let timed = time_product(shape, precisions, (threads, limits), &budget)?;
+        step_f32 += timed.f32.seconds * timed.weight;
+        if let (Some(sum), Some(r)) = (step_bf16.as_mut(), timed.bf16) {
+            *sum += r.seconds * timed.weight;
         }
+        write_product(&mut out, &timed, json)?;
         out.flush()?;
     }
-    let step_ratio = bf16.then(|| step_f32 / step_bf16);
-    if args.stdout.json {
+    write_step(&mut out, shapes.len(), (step_f32, step_bf16), json)
+}
+
+/// One product timed in every precision.
+struct Timed<'a> {
+    shape: &'a Shape,
+    /// Threads it ran on.
+    on: usize,
+    f32: Rate,
+    bf16: Option<Rate>,
+    /// Its weight in the step's sum: its count, times `on / threads`.
+    weight: f64,
+}
+
+impl Timed<'_> {
+    /// f32 seconds over bf16 seconds.
+    fn ratio(&self) -> Option<f64> {
+        self.bf16.map(|r| self.f32.seconds / r.seconds)
+    }
+}
+
+/// Times `shape` in `precisions` round-robin, on all `threads` or on one (a one-thread
+/// product), its rates set against the f32 and bf16 ceilings `limits` of all the threads.
+fn time_product<'a>(
+    shape: &'a Shape,
+    precisions: &[Precision],
+    (threads, limits): (usize, (Option<f64>, Option<f64>)),
+    budget: &Budget,
+) -> Result<Timed<'a>> {
+    let mut case = ProductCase::new(shape.mnk, shape.storage)?;
+    let on = if shape.one_thread { 1 } else { threads };
+    let stats = round_robin(precisions.len(), budget, |p| {
+        case.run(precisions[p], on > 1)
+    })?;
+    let flop = case.flop();
+    let share = on as f64 / threads as f64;
+    let ceiling = |c: Option<f64>| c.map(|c| c * share);
+    Ok(Timed {
+        shape,
+        on,
+        f32: Rate::of(stats[0], flop, ceiling(limits.0)),
+        bf16: stats.get(1).map(|&s| Rate::of(s, flop, ceiling(limits.1))),
+        // A one-thread product's tasks share the threads.
+        weight: shape.count as f64 * share,
+    })
+}
+
+/// The table's title and column names.
+fn write_header(out: &mut impl Write, threads: usize) -> Result<()> {
+    writeln!(
+        out,
+        "\nProducts on {threads} thread(s), median of round-robin runs: GFLOP/s (share of the \
+         ceiling x threads)"
+    )?;
+    writeln!(
+        out,
+        "{:<30} {:>16} {:>3} {:>6} {:>3} {:>14} {:>14} {:>9}",
+        "product", "m x n x k", "a b", "count", "thr", "f32", "bf16", "bf16/f32"
+    )?;
+    Ok(())
+}
+
+/// One product's record: a JSON line or a row of the table.
+fn write_product(out: &mut impl Write, timed: &Timed<'_>, json: bool) -> Result<()> {
+    let shape = timed.shape;
+    let (m, n, k) = shape.mnk;
+    let (a, b) = (
+        storage_letter(shape.storage.0),
+        storage_letter(shape.storage.1),
+    );
+    if json {
         writeln!(
             out,
             "{}",
-            json!({"step": shapes.len(), "f32_seconds": step_f32,
-                   "bf16_seconds": bf16.then_some(step_bf16), "bf16_over_f32": step_ratio})
+            json!({
+                "product": shape.name, "m": m, "n": n, "k": k, "a": a, "b": b,
+                "count": shape.count, "threads": timed.on,
+                "f32": timed.f32.json(), "bf16": timed.bf16.map(Rate::json),
+                "bf16_over_f32": timed.ratio(),
+            })
         )?;
-    } else {
-        let bf16_ms = if bf16 {
-            format!("{:.1} ms", step_bf16 * 1e3)
-        } else {
-            "-".to_string()
-        };
+        return Ok(());
+    }
+    let cell = |r: Option<Rate>| match r {
+        None => "-".to_string(),
+        Some(r) => match r.share {
+            Some(s) => format!("{:.0} ({:.0}%)", r.gflops, 100.0 * s),
+            None => format!("{:.0}", r.gflops),
+        },
+    };
+    writeln!(
+        out,
+        "{:<30} {:>16} {:>1} {:>1} {:>6} {:>3} {:>14} {:>14} {:>9}",
+        shape.name,
+        format!("{m}x{n}x{k}"),
+        a,
+        b,
+        shape.count,
+        timed.on,
+        cell(Some(timed.f32)),
+        cell(timed.bf16),
+        timed.ratio().map_or("-".to_string(), |r| format!("{r:.2}"))
+    )?;
+    Ok(())
+}
+
+/// The step's sum of `products` products: f32 seconds, and bf16 seconds where bf16 ran.
+fn write_step(
+    out: &mut impl Write,
+    products: usize,
+    (f32_seconds, bf16_seconds): (f64, Option<f64>),
+    json: bool,
+) -> Result<()> {
+    let ratio = bf16_seconds.map(|b| f32_seconds / b);
+    if json {
         writeln!(
             out,
-            "all, times their counts: f32 {:.1} ms, bf16 {bf16_ms}, bf16/f32 {}",
-            step_f32 * 1e3,
-            step_ratio.map_or("-".to_string(), |r| format!("{r:.2}"))
+            "{}",
+            json!({"step": products, "f32_seconds": f32_seconds,
+                   "bf16_seconds": bf16_seconds, "bf16_over_f32": ratio})
+        )?;
+    } else {
+        writeln!(
+            out,
+            "all, times their counts: f32 {:.1} ms, bf16 {}, bf16/f32 {}",
+            f32_seconds * 1e3,
+            bf16_seconds.map_or("-".to_string(), |b| format!("{:.1} ms", b * 1e3)),
+            ratio.map_or("-".to_string(), |r| format!("{r:.2}"))
         )?;
     }
     Ok(())
@@ -342,38 +416,6 @@ fn write_ceilings(out: &mut impl Write, found: &[Ceiling], json: bool) -> Result
             c.instruction, c.flop_per_instruction, c.gflops
         )?;
     }
-    Ok(())
-}
-
-/// One product's row of the table, run on `on` threads.
-fn write_row(
-    out: &mut impl Write,
-    (shape, on): (&Shape, usize),
-    f32_rate: Rate,
-    bf16_rate: Option<Rate>,
-    ratio: Option<f64>,
-) -> Result<()> {
-    let cell = |r: Option<Rate>| match r {
-        None => "-".to_string(),
-        Some(r) => match r.share {
-            Some(s) => format!("{:.0} ({:.0}%)", r.gflops, 100.0 * s),
-            None => format!("{:.0}", r.gflops),
-        },
-    };
-    let (m, n, k) = shape.mnk;
-    writeln!(
-        out,
-        "{:<30} {:>16} {:>1} {:>1} {:>6} {:>3} {:>14} {:>14} {:>9}",
-        shape.name,
-        format!("{m}x{n}x{k}"),
-        storage_letter(shape.storage.0),
-        storage_letter(shape.storage.1),
-        shape.count,
-        on,
-        cell(Some(f32_rate)),
-        cell(bf16_rate),
-        ratio.map_or("-".to_string(), |r| format!("{r:.2}"))
-    )?;
     Ok(())
 }
 

@@ -14,6 +14,12 @@ fn records(args: &[&str]) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// A product record's `(m, n, k)`.
+fn mnk(record: &serde_json::Value) -> (Option<u64>, Option<u64>, Option<u64>) {
+    let size = |key: &str| record[key].as_u64();
+    (size("m"), size("n"), size("k"))
+}
+
 /// Whether this CPU has the bf16 dot product the bf16 column needs.
 fn has_bf16() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -38,14 +44,7 @@ fn json_has_the_ceilings_each_product_and_the_step_sum() {
     }
     assert_eq!(products.len(), 2);
     let first = products[0];
-    assert_eq!(
-        (
-            first["m"].as_u64(),
-            first["n"].as_u64(),
-            first["k"].as_u64()
-        ),
-        (Some(64), Some(48), Some(40))
-    );
+    assert_eq!(mnk(first), (Some(64), Some(48), Some(40)));
     assert_eq!(
         (first["a"].as_str(), first["b"].as_str()),
         (Some("n"), Some("t"))
@@ -56,9 +55,8 @@ fn json_has_the_ceilings_each_product_and_the_step_sum() {
         let f32 = &p["f32"];
         let seconds = f32["seconds"].as_f64().unwrap();
         let gflops = f32["gflops"].as_f64().unwrap();
-        let flop = 2.0
-            * (p["m"].as_u64().unwrap() * p["n"].as_u64().unwrap() * p["k"].as_u64().unwrap())
-                as f64;
+        let (m, n, k) = mnk(p);
+        let flop = 2.0 * (m.unwrap() * n.unwrap() * k.unwrap()) as f64;
         assert!(
             (gflops - flop / seconds / 1e9).abs() <= 1e-9 * gflops,
             "{p}"
@@ -95,25 +93,11 @@ fn the_default_list_is_a_step_of_the_config() {
     assert_eq!(products.len(), 18);
     assert_eq!(products[0]["product"], "q/k/v forward");
     // tiny: hidden 32, 2 layers; the stacked projection has 96 outputs.
-    assert_eq!(
-        (
-            products[0]["m"].as_u64(),
-            products[0]["n"].as_u64(),
-            products[0]["k"].as_u64()
-        ),
-        (Some(64), Some(96), Some(32))
-    );
+    assert_eq!(mnk(products[0]), (Some(64), Some(96), Some(32)));
     assert_eq!(products[0]["count"].as_u64(), Some(2));
     // tiny: 4 heads of 8; q k^T thrice per sequence, head and layer, on one thread.
     let scores = products[15];
-    assert_eq!(
-        (
-            scores["m"].as_u64(),
-            scores["n"].as_u64(),
-            scores["k"].as_u64()
-        ),
-        (Some(32), Some(32), Some(8))
-    );
+    assert_eq!(mnk(scores), (Some(32), Some(32), Some(8)));
     assert_eq!(scores["count"].as_u64(), Some(3 * 2 * 4 * 2));
     assert_eq!(scores["threads"].as_u64(), Some(1));
     // The decoder on 15 % of 64 tokens, rounded up: 10 rows by the 97 words.
