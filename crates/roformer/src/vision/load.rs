@@ -125,8 +125,9 @@ impl VisionModelDir {
             }
             .into());
         }
+        // The build's own error is kept whole (the loader sees its message); the loader's own
+        // reports (unreadable values, a file changed under the load) come first.
         let mut failure = None;
-        // The build's own error is kept whole; the loader sees its message.
         let loaded = self.checkpoint.load_with(dtype, device, |vb| {
             build(vb, &scope, &self.config).map_err(|e| {
                 let message = e.to_string();
@@ -136,8 +137,8 @@ impl VisionModelDir {
         });
         match (loaded, failure) {
             (Ok(loaded), _) => Ok(loaded),
-            (Err(_), Some(own)) => Err(own),
-            (Err(e), None) => Err(e.into()),
+            (Err(ModelError::Input(_)), Some(own)) => Err(own),
+            (Err(e), _) => Err(e.into()),
         }
     }
 }
