@@ -137,7 +137,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 /// Warns on stderr, per output tensor (by name), about its first non-finite value: a NaN or
 /// an infinity means the weights overflow on this input. The file keeps the raw values.
-fn warn_non_finite(outputs: &HashMap<String, Tensor>) -> anyhow::Result<()> {
+pub(crate) fn warn_non_finite(outputs: &HashMap<String, Tensor>) -> anyhow::Result<()> {
     let mut names: Vec<&String> = outputs.keys().collect();
     names.sort();
     for name in names {

@@ -25,6 +25,7 @@ mod serve;
 mod tokenize;
 mod train;
 mod truncation;
+mod vision;
 mod vocab;
 
 use std::process::ExitCode;
@@ -76,6 +77,9 @@ enum Command {
     /// sections).
     #[command(subcommand)]
     Experiment(experiment::Command),
+    /// A vision transformer with 2D RoPE (DINOv3 checkpoints).
+    #[command(subcommand)]
+    Vision(vision::Command),
     /// A pretrained LLaMA from a GGUF file (SmolLM2-135M by default), RoPE through our core.
     #[command(subcommand)]
     Llama(llama::Command),
@@ -125,6 +129,7 @@ fn main() -> ExitCode {
         Command::Classify(a) => classify::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Experiment(c) => experiment::run(c),
+        Command::Vision(c) => vision::run(c),
         Command::Llama(c) => llama::run(c),
     };
     match result {

@@ -702,7 +702,7 @@ fn t5_buckets_of(raw: &RawConfig) -> Result<(usize, usize)> {
 
 /// `id2label` with integer keys, and the number of labels: `num_labels`, else as many as
 /// `id2label` names, else 2 (transformers' default).
-fn labels_of(
+pub(crate) fn labels_of(
     id2label: BTreeMap<String, String>,
     num_labels: Option<usize>,
 ) -> Result<(BTreeMap<usize, String>, usize)> {

@@ -122,6 +122,14 @@ pub enum WeightProblem {
         /// Layers `0..found` have tensors in the checkpoint.
         found: usize,
     },
+    /// The checkpoint holds a tensor the config gives the model no use for (a bias the config
+    /// turns off, a layer past `num_hidden_layers`): loading would silently drop it.
+    Unexpected {
+        /// Its name as stored in the file.
+        name: String,
+        /// Its shape in the file.
+        found: Vec<usize>,
+    },
     /// The tensor holds a NaN or an infinity (the first one found is named).
     NonFinite {
         /// Its name as stored in the file.
@@ -156,6 +164,11 @@ impl fmt::Display for WeightProblem {
                     "config asks for {expected} layers, the checkpoint has {found}"
                 )
             }
+            WeightProblem::Unexpected { name, found } => write!(
+                f,
+                "unexpected tensor {name} (shape {found:?}): the config gives the model no use \
+                 for it"
+            ),
             WeightProblem::NonFinite { name, index, value } => write!(
                 f,
                 "tensor {name} holds {value} at flat index {index} (weights must be finite)"

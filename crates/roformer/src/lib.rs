@@ -28,6 +28,7 @@ pub mod shapes;
 pub mod tasks;
 pub mod tokenizer;
 pub mod train;
+pub mod vision;
 pub mod weights;
 
 pub use activation::Activation;

@@ -235,33 +235,11 @@ impl ModelDir {
     /// [`ModelError::Io`] when one of them is a directory, and the errors of
     /// [`RoFormerConfig::from_file`] and [`Checkpoint::open`].
     pub fn open(dir: &Path) -> Result<ModelDir> {
-        if !dir.is_dir() {
-            return Err(ModelError::MissingFile {
-                dir: dir.to_path_buf(),
-                what: "model directory".into(),
-            });
-        }
-        let config_path = dir.join("config.json");
-        if !config_path.exists() {
-            return Err(ModelError::MissingFile {
-                dir: dir.to_path_buf(),
-                what: "config.json".into(),
-            });
-        }
-        let config = RoFormerConfig::from_file(&not_a_directory(config_path)?)?;
-        let weights = CHECKPOINT_FILES
-            .iter()
-            .map(|f| dir.join(f))
-            .find(|p| p.exists())
-            .ok_or_else(|| ModelError::MissingFile {
-                dir: dir.to_path_buf(),
-                what: CHECKPOINT_FILES.join(" or "),
-            })?;
-        let weights = not_a_directory(weights)?;
+        let config = RoFormerConfig::from_file(&config_file(dir)?)?;
         Ok(ModelDir {
             dir: dir.to_path_buf(),
             config,
-            checkpoint: Checkpoint::open(&weights)?,
+            checkpoint: Checkpoint::open(&checkpoint_file(dir)?)?,
         })
     }
 
@@ -320,6 +298,45 @@ impl ModelDir {
         self.checkpoint
             .load_with(dtype, device, |vb| M::load_root(vb, &self.config))
     }
+}
+
+/// The `config.json` of the model directory `dir`.
+///
+/// # Errors
+/// [`ModelError::MissingFile`] when `dir` is not a directory or has no config,
+/// [`ModelError::Io`] when the config is a directory.
+pub(crate) fn config_file(dir: &Path) -> Result<PathBuf> {
+    if !dir.is_dir() {
+        return Err(ModelError::MissingFile {
+            dir: dir.to_path_buf(),
+            what: "model directory".into(),
+        });
+    }
+    let config_path = dir.join("config.json");
+    if !config_path.exists() {
+        return Err(ModelError::MissingFile {
+            dir: dir.to_path_buf(),
+            what: "config.json".into(),
+        });
+    }
+    not_a_directory(config_path)
+}
+
+/// The checkpoint file of the model directory `dir`: the first of [`CHECKPOINT_FILES`]
+/// present.
+///
+/// # Errors
+/// [`ModelError::MissingFile`] when there is none, [`ModelError::Io`] when it is a directory.
+pub(crate) fn checkpoint_file(dir: &Path) -> Result<PathBuf> {
+    let weights = CHECKPOINT_FILES
+        .iter()
+        .map(|f| dir.join(f))
+        .find(|p| p.exists())
+        .ok_or_else(|| ModelError::MissingFile {
+            dir: dir.to_path_buf(),
+            what: CHECKPOINT_FILES.join(" or "),
+        })?;
+    not_a_directory(weights)
 }
 
 /// `path`, or [`ModelError::Io`] saying it is a directory (where a file is expected).

@@ -92,6 +92,10 @@ impl Norm {
             Norm::Layer { weight, bias, eps } if plan.is_train() => {
                 autograd::layer_norm(x, weight, bias, *eps)
             }
+            // candle-nn's fused norm has no f64 kernel; this crate's computes f64 natively.
+            Norm::Layer { weight, bias, eps } if x.dtype() == DType::F64 => {
+                autograd::layer_norm(x, weight, bias, *eps)
+            }
             Norm::Layer { weight, bias, eps } => {
                 candle_nn::ops::layer_norm(&x.contiguous()?, weight, bias, *eps as f32)
             }

@@ -34,3 +34,4 @@ mod tokenize;
 mod train;
 mod train_kills;
 mod trajectory_dump;
+mod vision_forward;

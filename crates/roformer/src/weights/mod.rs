@@ -20,7 +20,7 @@
 
 mod backend;
 mod decode;
-mod finite;
+pub(crate) mod finite;
 mod pickle;
 mod safetensors_file;
 mod source;

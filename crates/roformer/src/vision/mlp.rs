@@ -1,0 +1,66 @@
+//! `layer.{i}.mlp`: transformers' `DINOv3ViTMLP` and `DINOv3ViTGatedMLP`.
+//!
+//! ```text
+//! plain  y = down(act(up x))                       up [i, h], down [h, i]
+//! gated  y = down(act(gate x) * up x)              gate, up [i, h], down [h, i] (SwiGLU with silu)
+//! ```
+//!
+//! Biases as the config's `mlp_bias` says. The projections are dense layers of the pass's plan
+//! (on the CPU one fused op each, the erf GELU inside it).
+
+use candle_core::Tensor;
+use candle_nn::{Linear, VarBuilder};
+
+use crate::activation::Activation;
+use crate::plan::Plan;
+use crate::vision::config::{MlpKind, VisionConfig};
+use crate::vision::ops::{dense, linear_layer};
+
+/// The MLP of one block.
+#[derive(Debug, Clone)]
+pub struct Mlp {
+    gate: Option<Linear>,
+    up: Linear,
+    down: Linear,
+    activation: Activation,
+}
+
+impl Mlp {
+    /// Reads `gate_proj` (gated only), `up_proj` and `down_proj` under `vb` (`layer.{i}.mlp`).
+    ///
+    /// # Errors
+    /// Candle errors from the var builder.
+    pub fn load(vb: VarBuilder<'_>, cfg: &VisionConfig) -> candle_core::Result<Self> {
+        let (h, i, bias, std) = (
+            cfg.hidden_size,
+            cfg.intermediate_size,
+            cfg.biases.mlp,
+            cfg.initializer_range,
+        );
+        let gate = match cfg.mlp {
+            MlpKind::Gated => Some(linear_layer(h, i, bias, std, vb.pp("gate_proj"))?),
+            MlpKind::Plain => None,
+        };
+        Ok(Mlp {
+            gate,
+            up: linear_layer(h, i, bias, std, vb.pp("up_proj"))?,
+            down: linear_layer(i, h, bias, std, vb.pp("down_proj"))?,
+            activation: cfg.hidden_act,
+        })
+    }
+
+    /// `y` of `x`, both `[b, t, hidden]`.
+    ///
+    /// # Errors
+    /// Shapes that do not fit; candle errors.
+    pub fn forward(&self, x: &Tensor, plan: Plan<'_>) -> candle_core::Result<Tensor> {
+        let inner = match &self.gate {
+            Some(gate) => {
+                let gated = dense(gate, x, Some(self.activation), plan)?;
+                (gated * dense(&self.up, x, None, plan)?)?
+            }
+            None => dense(&self.up, x, Some(self.activation), plan)?,
+        }; // [b, t, intermediate]
+        dense(&self.down, &inner, None, plan)
+    }
+}
