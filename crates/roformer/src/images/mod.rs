@@ -1,0 +1,16 @@
+//! The image data layer: files in, `[c, h, w]` f32 planes out, for a vision model's training,
+//! evaluation, command line and server. Framework-free: plain slices and vectors in, typed
+//! results out.
+//!
+//! - [`planes`]: the one image layout, `[channels, height, width]` row-major, grey and RGB.
+//! - [`idx`]: IDX files (MNIST's format), plain or gzipped, every size checked.
+
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod idx;
+pub mod planes;
+
+pub use error::{ConfigError, DatasetError, DecodeError, IdxError, ImageError};
+pub use idx::{read_idx, read_idx_file, IdxArray};
+pub use planes::{Channels, Planes};
