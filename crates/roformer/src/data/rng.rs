@@ -18,6 +18,9 @@ pub(crate) enum Purpose {
     TrainMask = 2,
     /// The masks of an evaluation block: key `(seed, EvalMask, 0, block)`.
     EvalMask = 3,
+    /// The validation cut of an image training set of `n` examples (`images::fashion_mnist`):
+    /// key `(seed, ValidationCut, n, 0)`.
+    ValidationCut = 4,
 }
 
 /// The ChaCha8 stream of key `(seed, purpose, a, b)`: its 32-byte seed is the four numbers'
