@@ -5,14 +5,18 @@
 //! - [`planes`]: the one image layout, `[channels, height, width]` row-major, grey and RGB.
 //! - [`idx`]: IDX files (MNIST's format), plain or gzipped, every size checked.
 //! - [`fashion_mnist`]: the Fashion-MNIST splits, class names, validation cut and statistics.
+//! - [`sniff`] and [`decode`]: PNG and JPEG files, sizes checked before decoding.
 
 #![warn(missing_docs)]
 
+pub mod decode;
 pub mod error;
 pub mod fashion_mnist;
 pub mod idx;
 pub mod planes;
+pub mod sniff;
 
+pub use decode::{decode_image, read_image, DecodeLimits};
 pub use error::{ConfigError, DatasetError, DecodeError, IdxError, ImageError};
 pub use fashion_mnist::{FashionMnist, Split, CLASS_NAMES};
 pub use idx::{read_idx, read_idx_file, IdxArray};
