@@ -6,14 +6,18 @@
 //! - [`idx`]: IDX files (MNIST's format), plain or gzipped, every size checked.
 //! - [`fashion_mnist`]: the Fashion-MNIST splits, class names, validation cut and statistics.
 //! - [`sniff`] and [`decode`]: PNG and JPEG files, sizes checked before decoding.
+//! - [`resize`](mod@resize): bilinear resizing as PyTorch does it, with and without antialiasing;
+//!   [`geometry`]: windows, centre crops, mirror images.
 
 #![warn(missing_docs)]
 
 pub mod decode;
 pub mod error;
 pub mod fashion_mnist;
+pub mod geometry;
 pub mod idx;
 pub mod planes;
+pub mod resize;
 pub mod sniff;
 
 pub use decode::{decode_image, read_image, DecodeLimits};
@@ -21,3 +25,4 @@ pub use error::{ConfigError, DatasetError, DecodeError, IdxError, ImageError};
 pub use fashion_mnist::{FashionMnist, Split, CLASS_NAMES};
 pub use idx::{read_idx, read_idx_file, IdxArray};
 pub use planes::{Channels, Planes};
+pub use resize::{resize, Resample};
