@@ -8,6 +8,7 @@
 //! - [`sniff`] and [`decode`]: PNG and JPEG files, sizes checked before decoding.
 //! - [`resize`](mod@resize): bilinear resizing as PyTorch does it, with and without antialiasing;
 //!   [`geometry`]: windows, centre crops, mirror images.
+//! - [`processor`]: a Hugging Face (DINOv3) image processor from `preprocessor_config.json`.
 
 #![warn(missing_docs)]
 
@@ -17,6 +18,7 @@ pub mod fashion_mnist;
 pub mod geometry;
 pub mod idx;
 pub mod planes;
+pub mod processor;
 pub mod resize;
 pub mod sniff;
 
@@ -25,4 +27,5 @@ pub use error::{ConfigError, DatasetError, DecodeError, IdxError, ImageError};
 pub use fashion_mnist::{FashionMnist, Split, CLASS_NAMES};
 pub use idx::{read_idx, read_idx_file, IdxArray};
 pub use planes::{Channels, Planes};
+pub use processor::{ImageProcessor, RawProcessorConfig};
 pub use resize::{resize, Resample};
