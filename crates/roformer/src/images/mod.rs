@@ -9,9 +9,14 @@
 //! - [`resize`](mod@resize): bilinear resizing as PyTorch does it, with and without antialiasing;
 //!   [`geometry`]: windows, centre crops, mirror images.
 //! - [`processor`]: a Hugging Face (DINOv3) image processor from `preprocessor_config.json`.
+//! - [`augment`] and [`batch`]: seeded training augmentation (random sides, crops, flips,
+//!   erasing) and `[b, c, s, s]` batches of Fashion-MNIST.
+//! - [`tensor`]: a batch or an image as candle tensors, the one place candle appears.
 
 #![warn(missing_docs)]
 
+pub mod augment;
+pub mod batch;
 pub mod decode;
 pub mod error;
 pub mod fashion_mnist;
@@ -21,7 +26,10 @@ pub mod planes;
 pub mod processor;
 pub mod resize;
 pub mod sniff;
+pub mod tensor;
 
+pub use augment::{Augmentation, Crop, Erasing};
+pub use batch::{epoch_order, BatchBuilder, ImageBatch};
 pub use decode::{decode_image, read_image, DecodeLimits};
 pub use error::{ConfigError, DatasetError, DecodeError, IdxError, ImageError};
 pub use fashion_mnist::{FashionMnist, Split, CLASS_NAMES};
