@@ -11,6 +11,7 @@ pub mod encoder;
 pub mod error;
 mod fused;
 pub mod heads;
+pub mod images;
 mod input;
 pub mod linear_attention;
 pub mod memory;

@@ -20,7 +20,7 @@ pub mod lines;
 pub mod masking;
 #[cfg(test)]
 mod pipeline_tests;
-mod rng;
+pub(crate) mod rng;
 pub mod script;
 pub mod split;
 #[cfg(test)]

@@ -18,6 +18,17 @@ pub(crate) enum Purpose {
     TrainMask = 2,
     /// The masks of an evaluation block: key `(seed, EvalMask, 0, block)`.
     EvalMask = 3,
+    /// The validation cut of an image training set of `n` examples (`images::fashion_mnist`):
+    /// key `(seed, ValidationCut, n, 0)`.
+    ValidationCut = 4,
+    /// The image side of a training batch (`images::batch`): key `(seed, ImageSize, step, 0)`.
+    ImageSize = 5,
+    /// The augmentation of one image of a training batch (`images::batch`): key
+    /// `(seed, ImageAugment, step, position in the batch)`.
+    ImageAugment = 6,
+    /// The example order of an image training epoch (`images::batch`): key
+    /// `(seed, ImageOrder, epoch, 0)`.
+    ImageOrder = 7,
 }
 
 /// The ChaCha8 stream of key `(seed, purpose, a, b)`: its 32-byte seed is the four numbers'
