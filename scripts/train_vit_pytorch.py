@@ -142,9 +142,14 @@ def accuracy(model, images, labels, size, mean, std, batch, autocast):
 def save(model, config, out, mean, std, log):
     """The Hugging Face directory: config.json, model.safetensors (f32), preprocessor_config.json."""
     out.mkdir(parents=True, exist_ok=True)
-    # The backbone under transformers' `base_model_prefix` of DINOv3, as a task model saves it.
+    # The backbone under transformers' `base_model_prefix` of DINOv3, as a task model saves it,
+    # and its layers under the names save_pretrained writes (`layer.N`; in memory some
+    # transformers versions hold them as `model.layer.N`).
     backbone = model.backbone.state_dict()
-    tensors = {f"dinov3_vit.{k}": v.detach().float().cpu().contiguous() for k, v in backbone.items()}
+    tensors = {
+        "dinov3_vit." + k.replace("model.layer.", "layer.", 1): v.detach().float().cpu().contiguous()
+        for k, v in backbone.items()
+    }
     tensors["classifier.weight"] = model.classifier.weight.detach().float().cpu().contiguous()
     tensors["classifier.bias"] = model.classifier.bias.detach().float().cpu().contiguous()
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})

@@ -352,7 +352,7 @@ fn embed_all(
 /// `vectors` (`n` rows of `hidden`) as a NumPy `.npy` file, format 1.0: magic, version,
 /// header length (u16 LE), a header dict padded with spaces to a multiple of 64 bytes in all
 /// (ending in a newline), then the f32 values little-endian, row-major.
-fn npy_bytes(vectors: &[Vec<f32>], hidden: usize) -> anyhow::Result<Vec<u8>> {
+pub(crate) fn npy_bytes(vectors: &[Vec<f32>], hidden: usize) -> anyhow::Result<Vec<u8>> {
     let dict = format!(
         "{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {hidden}), }}",
         vectors.len()

@@ -8,6 +8,7 @@ mod analyze;
 mod bench;
 mod classify;
 mod default_model;
+mod default_vision_model;
 mod embed;
 mod eval;
 mod experiment;

@@ -34,4 +34,5 @@ mod tokenize;
 mod train;
 mod train_kills;
 mod trajectory_dump;
+mod vision_builtin;
 mod vision_forward;

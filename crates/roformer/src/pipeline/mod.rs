@@ -12,6 +12,7 @@ pub mod classify;
 pub mod embed;
 mod error;
 pub mod fill_mask;
+pub mod image;
 pub mod scores;
 
 pub use classify::{classify, labels};

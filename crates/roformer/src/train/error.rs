@@ -33,6 +33,15 @@ pub enum TrainError {
     /// A candle error during a step.
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
+    /// A vision model's config, weights or input.
+    #[error(transparent)]
+    Vision(#[from] crate::vision::VisionError),
+    /// An image dataset that cannot be read.
+    #[error(transparent)]
+    Images(#[from] crate::images::error::DatasetError),
+    /// An augmentation or batch setting out of range.
+    #[error(transparent)]
+    ImageConfig(#[from] crate::images::error::ConfigError),
     /// A corpus or its processing.
     #[error(transparent)]
     Data(#[from] crate::data::DataError),

@@ -19,6 +19,7 @@ pub mod params;
 pub mod resume;
 pub mod run;
 pub mod session;
+pub mod vision;
 
 pub use error::TrainError;
 pub use loss::{classification_loss, cross_entropy, mlm_loss, BatchInputs, LossOutput, IGNORE};
@@ -26,3 +27,4 @@ pub use params::{build_trainable, Params, Trainable};
 pub use session::{
     fit, Finished, ModelStart, Observer, Prepared, PreparedData, TaskOptions, TrainOptions,
 };
+pub use vision::{fit_vision, VisionTrainOptions};

@@ -40,6 +40,11 @@ pub struct Params {
 }
 
 impl Params {
+    /// The variables `vars`, in this order (a model built on a `candle_nn::VarMap`).
+    pub fn from_vars(vars: Vec<(String, Var)>) -> Self {
+        Self { vars }
+    }
+
     /// The variables with their names.
     pub fn vars(&self) -> &[(String, Var)] {
         &self.vars
