@@ -8,6 +8,10 @@ that are inputs (19.6), duplicate arms (19.8), what --resume checks (19.9), unch
 checks (19.11), `bench llama --repeats` (19.12), a FIFO (19.13) and a file truncated during the
 load (19.14: a GGUF, and a RoFormer safetensors checkpoint).
 
+Rows `34.N` are issue 34's: a run under `timeout` or a process-group SIGTERM keeps the checkpoint
+of a completed step (34.1, with a second request that quits at once), a stop inside a long step
+(34.2) and the evaluation of 10 002 labels (34.3).
+
 Usage: scripts/rerun_robustness_findings.py [BIN]   (default: target/release/roformer)
 
 Each case runs under `timeout 20` and a 4 GB address-space cap (`ulimit -v`), as the original
@@ -276,6 +280,16 @@ def cases(tmp):
     yield ("19.4", "a second run and a --resume while a run trains", "two-writers",
            "two-writers")
     yield ("19.5", "SIGTERM during training, then --resume", "sigterm", "sigterm")
+    yield ("34.1", "timeout T train mlm (SIGTERM to the child, then its group), 14 runs, T 1.0-2.3 s",
+           "stop-timeout", "stop")
+    yield ("34.1", "kill -TERM -PGID and the process at random moments, 10 runs", "stop-group",
+           "stop")
+    yield ("34.1", "a second SIGTERM 1.5 s after the first, during a save", "stop-forced", "stop")
+    yield ("34.2", "--grad-accum 2^40: SIGTERM during the first step", "stop-endless", "stop")
+    yield ("34.2", "--grad-accum 64: SIGTERM inside step 2, then --resume", "stop-mid-step",
+           "stop")
+    yield ("34.3", "train classify --labels of 10 002 names, 300 dev examples", "labels-10002",
+           "stop")
     yield from memory_cases(tmp)
     yield from check_cases(tmp)
     yield from gguf_cases(tmp)
@@ -731,7 +745,153 @@ def special(binary, kind, tmp):
         return gguf_special(binary, kind, tmp)
     if kind == "safetensors-truncate":
         return safetensors_truncate(binary, tmp)
+    if kind.startswith("stop-") or kind == "labels-10002":
+        return stop_cases(binary, kind, tmp)
     return training(binary, kind, tmp)
+
+
+# ---------------------------------------------------------------- stops and labels (issue 34)
+
+def capped(binary, args, seconds=None):
+    """The command line of `binary args` under the 4 GB cap, and under `timeout SECONDS`."""
+    quoted = " ".join("'" + a.replace("'", "'\\''") + "'" for a in [binary] + args)
+    wrap = f"timeout {seconds} " if seconds is not None else ""
+    return ["bash", "-c", f"ulimit -v {LIMIT_KB}; exec {wrap}{quoted}"]
+
+
+def loads(binary, out, tmp):
+    """Whether `out/checkpoint` is a checkpoint `roformer forward` loads."""
+    rc, _, _, _ = run(binary, ["forward", "--model", os.path.join(out, "checkpoint"), "--input",
+                               os.path.join(tmp, "h1/input.json"), "--output",
+                               os.path.join(tmp, "kept-forward.safetensors")], tmp)
+    return rc == 0
+
+
+def kept_after_stop(binary, out, err, tmp):
+    """A stopped run kept what it says: a loadable checkpoint of a completed step, or nothing
+    when it says nothing was saved. Returns (ok, what)."""
+    if "quitting" in err:
+        return False, "quit at once"
+    if "nothing was saved" in err:
+        return checkpoint_step(out) is None, "nothing saved (first step not done)"
+    step = checkpoint_step(out)
+    return (step is not None and step >= 1 and f"(step {step}" in err and loads(binary, out, tmp),
+            f"step {step}")
+
+
+def stop_cases(binary, kind, tmp):
+    """Issue 34's cases; returns (ok, note)."""
+    endless = lambda d: with_flag(train_args(tmp, d, 10000000), "--save-every", "0")
+    if kind == "stop-timeout":
+        results = []
+        for i in range(14):
+            d = os.path.join(tmp, f"t-timeout-{i}")
+            p = subprocess.run(capped(binary, endless(d), f"{1.0 + 0.1 * i:.1f}"), cwd=tmp,
+                               capture_output=True)
+            err = p.stderr.decode(errors="replace")
+            ok, what = kept_after_stop(binary, d, err, tmp)
+            results.append((ok and p.returncode == 124 and "stopped by SIGTERM" in err, what))
+        kept = sum(ok for ok, _ in results)
+        nothing = sum("nothing" in w for _, w in results)
+        return kept == len(results), (f"{kept}/{len(results)} kept what they said ({nothing} "
+                                      f"before their first step: nothing saved); exit 124 each")
+    if kind == "stop-group":
+        import random
+        rng = random.Random(34)
+        results = []
+        for i in range(10):
+            d = os.path.join(tmp, f"t-group-{i}")
+            child = subprocess.Popen(capped(binary, endless(d)), cwd=tmp, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, start_new_session=True)
+            time.sleep(rng.uniform(0.2, 2.5))
+            os.killpg(child.pid, 15)
+            os.kill(child.pid, 15)
+            _, err = child.communicate(timeout=TIMEOUT_S)
+            err = err.decode(errors="replace")
+            ok, what = kept_after_stop(binary, d, err, tmp)
+            results.append(ok and child.returncode == 1 and "stopped by SIGTERM" in err)
+        return all(results), f"{sum(results)}/{len(results)} stopped once, keeping a checkpoint"
+    if kind == "stop-forced":
+        d = os.path.join(tmp, "t-forced")
+        child = subprocess.Popen(capped(binary, train_args(tmp, d, 10)), cwd=tmp,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 env={**os.environ, "ROFORMER_TEST_HOLD_IN_SAVE": "2:first-file"})
+        for line in child.stderr:
+            if b"test hook: held after" in line:
+                break
+        child.send_signal(15)
+        time.sleep(1.5)
+        child.send_signal(15)
+        _, err = child.communicate(timeout=TIMEOUT_S)
+        err = err.decode(errors="replace")
+        step = checkpoint_step(d)
+        rc, _, _, _ = run(binary, ["train", "mlm", "--resume", "--out", d, "--json"], tmp)
+        ok = (child.returncode == 143 and "checkpoint of step 1 is kept" in err and step == 1
+              and loads(binary, d, tmp) and rc == 0 and checkpoint_step(d) == 10)
+        last = (err.strip().splitlines() or ["-"])[-1]
+        return ok, f"exit {child.returncode}: {last}; resume: exit {rc}"
+    if kind == "stop-endless":
+        d = os.path.join(tmp, "t-endless")
+        args = with_flag(train_args(tmp, d, 1), "--save-every", "0") + [
+            "--grad-accum", "1099511627776"]
+        child = subprocess.Popen(capped(binary, args), cwd=tmp, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE)
+        wait_for(lambda: os.path.exists(os.path.join(d, "run.json")))
+        time.sleep(1)
+        child.send_signal(15)
+        sent = time.monotonic()
+        _, err = child.communicate(timeout=TIMEOUT_S)
+        took = time.monotonic() - sent
+        err = err.decode(errors="replace")
+        ok = (child.returncode == 1 and "nothing was saved" in err and took < 10
+              and checkpoint_step(d) is None)
+        last = (err.strip().splitlines() or ["-"])[-1]
+        return ok, f"exit {child.returncode} {took:.2f} s after SIGTERM: {last}"
+    if kind == "stop-mid-step":
+        d = os.path.join(tmp, "t-mid-step")
+        args = with_flag(train_args(tmp, d, 3), "--save-every", "0") + ["--grad-accum", "64"]
+        child = subprocess.Popen(capped(binary, args), cwd=tmp, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE)
+        metrics = os.path.join(d, "metrics.jsonl")
+        wait_for(lambda: os.path.exists(metrics) and '"step"' in open(metrics).read(), 120)
+        time.sleep(0.2)
+        child.send_signal(15)
+        _, err = child.communicate(timeout=TIMEOUT_S)
+        err = err.decode(errors="replace")
+        try:
+            with open(os.path.join(d, "checkpoint/trainer_state.json")) as f:
+                micro = json.load(f).get("partial", {}).get("micro_batches", 0)
+        except (OSError, ValueError):
+            micro = 0
+        rc, _, _, _ = run(binary, ["train", "mlm", "--resume", "--out", d, "--json"], tmp)
+        ok = (child.returncode == 1 and checkpoint_step(d) == 3 and 0 < micro < 64 and rc == 0)
+        return ok, (f"exit {child.returncode}, saved step 1 with {micro} of 64 micro-batches of "
+                    f"step 2; resume: exit {rc}, step {checkpoint_step(d)}")
+    if kind == "labels-10002":
+        names = ["a", "b"] + [f"l{i}" for i in range(10000)]
+        dev = os.path.join(tmp, "dev-10002.jsonl")
+        with open(dev, "w") as f:
+            for i in range(300):
+                f.write(json.dumps({"text": "床前明月光" if i % 2 else "黄河入海流",
+                                    "label": names[(i * 37) % len(names)]},
+                                   ensure_ascii=False) + "\n")
+        out = os.path.join(tmp, "t-labels-10002")
+        args = ["train", "classify", "--init", POETRY, "--train",
+                os.path.join(tmp, "examples.jsonl"), "--eval", dev, "--labels", ",".join(names),
+                "--steps", "1", "--batch", "4", "--max-length", "16", "--out", out, "--quiet"]
+        rc, secs, _, err = run(binary, args, tmp)
+        line = ""
+        if os.path.exists(os.path.join(out, "metrics.jsonl")):
+            with open(os.path.join(out, "metrics.jsonl")) as f:
+                line = next((l for l in f if '"event":"eval"' in l), "")
+        best = os.path.join(out, "best/eval.json")
+        size = os.path.getsize(best) if os.path.exists(best) else None
+        _, mb, _ = peak_rss(binary, with_flag(args, "--out", out + "-rss"), tmp)
+        ok = (rc == 0 and 0 < len(line) < 40 * len(names) + 4096 and size is not None
+              and size < 100 * len(names) + 8192)
+        return ok, (f"exit {rc}, {secs:.1f} s: eval line {len(line)} bytes, best/eval.json "
+                    f"{size} bytes, peak RSS {mb:.0f} MB (was: exit 134, a 109 MB line, 900 MB)")
+    raise ValueError(kind)
 
 
 # ---------------------------------------------------------------- GGUF files (issue 19)

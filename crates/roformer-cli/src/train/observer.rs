@@ -16,6 +16,7 @@ use super::fingerprint::{corpus_source, examples_source, Fingerprint};
 use super::loss_plot::LossFigure;
 use super::progress::{History, Reporter};
 use super::resume::{check_same_run, Recorded};
+use super::signals;
 use crate::{json, plot};
 
 /// How a run shows itself and what it records.
@@ -56,8 +57,13 @@ pub fn train(
     explain: impl FnOnce(TrainError) -> anyhow::Error,
 ) -> anyhow::Result<Finished> {
     let stop = view.stop;
+    // A forced exit waits while a save renames its directories (see `signals`).
+    let guard = signals::rename_guard(options.save_hook);
+    let mut guarded: TrainOptions<'_> = options.clone();
+    guarded.save_hook = Some(&guard);
     let mut observer = CliObserver::new(view);
-    let result = fit(options, &mut observer, stop);
+    let result = fit(&guarded, &mut observer, stop);
+    signals::leave_renames();
     observer.finish(result, explain)
 }
 
@@ -74,6 +80,8 @@ pub struct CliObserver<'a> {
     failure: Option<anyhow::Error>,
     /// Why this observer refused the run.
     refusal: Option<anyhow::Error>,
+    /// Steps done (for the step of each save).
+    step: u64,
 }
 
 impl<'a> CliObserver<'a> {
@@ -86,6 +94,7 @@ impl<'a> CliObserver<'a> {
             reporter: None,
             failure: None,
             refusal: None,
+            step: 0,
         }
     }
 
@@ -132,6 +141,10 @@ impl<'a> CliObserver<'a> {
     /// Notes a run with nothing left to do, writes `run.json` and opens the reporter.
     fn start(&mut self, done: u64, total: u64) -> anyhow::Result<()> {
         let out = self.view.out;
+        self.step = done;
+        if done > 0 {
+            signals::note_saved(done);
+        }
         if done > 0 && done == total {
             eprintln!(
                 "note: the run in {} has done all its {total} steps: nothing to train (give \
@@ -184,36 +197,24 @@ impl<'a> CliObserver<'a> {
             let last = last_good_checkpoint(history.last_checkpoint.as_deref(), view.out);
             anyhow::Error::new(e).context(format!("training stopped; {last}"))
         })?;
-        let saved = || {
-            history
-                .last_checkpoint
-                .as_ref()
-                .map(|p| format!("the checkpoint {} is saved", p.display()))
-                .unwrap_or_else(|| "a checkpoint is saved".into())
-        };
-        if let (Outcome::Stopped(step), true) = (&finished.outcome, stdout_gone) {
-            bail!(
-                "stopped after step {step}: standard output was closed by its reader; {}: {}",
-                saved(),
-                view.continuation
-            );
+        let stopped = |by: &str, why: &str| stop_line(&finished, &history, view, by, why);
+        if let (Outcome::Stopped(_), true) = (&finished.outcome, stdout_gone) {
+            bail!(stopped("", ": standard output was closed by its reader"));
         }
+        let signal = super::termination_signal();
         let summary = Summary {
             finished: &finished,
             history: &history,
             unigram_entropy: self.unigram_entropy,
             plot: &plot_path,
-            continuation: view.continuation,
+            stop_note: match (&finished.outcome, signal) {
+                (Outcome::Stopped(_), None) => Some(stopped("", "")),
+                _ => None,
+            },
         };
         summary.print(view.json)?;
-        if let (Outcome::Stopped(step), Some(signal)) =
-            (&finished.outcome, super::termination_signal())
-        {
-            bail!(
-                "stopped by {signal} after step {step}; {}: {}",
-                saved(),
-                view.continuation
-            );
+        if let (Outcome::Stopped(_), Some(signal)) = (&finished.outcome, signal) {
+            bail!(stopped(&format!(" by {signal}"), ""));
         }
         if let (false, Some(best)) = (view.json, &finished.best) {
             writeln!(
@@ -238,10 +239,15 @@ impl Observer for CliObserver<'_> {
     }
 
     fn event(&mut self, event: Event) {
-        if let Event::Step(m) = &event {
-            if self.view.stop_after == Some(m.step) {
-                self.view.stop.store(true, Ordering::SeqCst);
+        match &event {
+            Event::Step(m) => {
+                self.step = m.step;
+                if self.view.stop_after == Some(m.step) {
+                    self.view.stop.store(true, Ordering::SeqCst);
+                }
             }
+            Event::Saved(_) => signals::note_saved(self.step),
+            Event::Eval(_) => {}
         }
         if let (None, Some(reporter)) = (&self.failure, &mut self.reporter) {
             if let Err(e) = reporter.event(event) {
@@ -325,32 +331,68 @@ fn last_good_checkpoint(saved: Option<&Path>, out: &Path) -> String {
     }
 }
 
+/// The line that says how a stopped run ended: by what (`by`: "" or " by SIGTERM"), after
+/// which step, why (`why`: "" or ": standard output was closed ..."), and what it kept: the
+/// checkpoint of its last completed step (saved by the stop or by an earlier save, with the
+/// micro-batches of the next step it holds), or, before the first step completed, nothing.
+fn stop_line(
+    finished: &Finished,
+    history: &History,
+    view: &RunView<'_>,
+    by: &str,
+    why: &str,
+) -> String {
+    let step = finished.steps;
+    if step == 0 {
+        return format!(
+            "stopped{by} before the first step completed{why}; nothing was saved (no step had \
+             completed, so there is no checkpoint to resume)"
+        );
+    }
+    let path = checkpoint_dir(view.out);
+    let before = match history.last_checkpoint {
+        None => ", from before this command",
+        Some(_) => "",
+    };
+    let partial = match finished.accumulated {
+        0 => String::new(),
+        m => format!(
+            ", with the {m} micro-batches of step {} done so far, which --resume continues",
+            step + 1
+        ),
+    };
+    format!(
+        "stopped{by} after step {step}{why}; the checkpoint {} (step {step}{before}{partial}) \
+         is saved: {}",
+        path.display(),
+        view.continuation
+    )
+}
+
 /// The summary of a finished or stopped run.
 struct Summary<'a> {
     finished: &'a Finished,
     history: &'a History,
     unigram_entropy: Option<f64>,
     plot: &'a Path,
-    /// See [`RunView::continuation`].
-    continuation: &'a str,
+    /// The line of a run stopped by Ctrl-C (printed on stderr with the text summary).
+    stop_note: Option<String>,
 }
 
 impl Summary<'_> {
-    /// Prints the summary: one JSON line with `json`, else text (and the note of a stop by
-    /// Ctrl-C on stderr).
+    /// Prints the summary: one JSON line with `json`, else text; the note of a stop by Ctrl-C
+    /// goes to stderr either way.
     ///
     /// # Errors
     /// A non-finite loss or metric in JSON (JSON has no NaN), a failed write to standard
     /// output.
     fn print(&self, json: bool) -> anyhow::Result<()> {
+        if let Some(note) = &self.stop_note {
+            eprintln!("{note}");
+        }
         if json {
             writeln!(std::io::stdout().lock(), "{}", self.to_json()?)?;
             return Ok(());
-        }
-        if let (Outcome::Stopped(step), None) =
-            (&self.finished.outcome, super::termination_signal())
-        {
-            eprintln!("stopped after step {step}; {}", self.continuation);
         }
         self.print_text()?;
         Ok(())

@@ -17,10 +17,21 @@ use crate::{json, output};
 pub struct History {
     /// Every step.
     pub steps: Vec<StepMetrics>,
-    /// Every evaluation.
+    /// Every evaluation; only the last keeps its confusion (whose size grows with the labels),
+    /// so that the history grows with the evaluations, not with evaluations x labels.
     pub evals: Vec<EvalMetrics>,
     /// The last checkpoint written.
     pub last_checkpoint: Option<PathBuf>,
+}
+
+impl History {
+    /// Adds an evaluation, dropping the confusion of the one before.
+    fn push_eval(&mut self, m: EvalMetrics) {
+        if let Some(previous) = self.evals.last_mut() {
+            previous.confusion = None;
+        }
+        self.evals.push(m);
+    }
 }
 
 /// Shows and records the events of a run.
@@ -57,7 +68,11 @@ impl Reporter {
                 }
                 match v["event"].as_str() {
                     Some("step") => history.steps.extend(serde_json::from_value(v.clone()).ok()),
-                    Some("eval") => history.evals.extend(serde_json::from_value(v.clone()).ok()),
+                    Some("eval") => {
+                        if let Ok(m) = serde_json::from_value(v.clone()) {
+                            history.push_eval(m);
+                        }
+                    }
                     _ => {}
                 }
                 kept.push_str(line);
@@ -136,7 +151,7 @@ impl Reporter {
                 let mut v = json::to_value(&m)?;
                 v["event"] = serde_json::json!("eval");
                 self.record(v)?;
-                self.history.evals.push(m);
+                self.history.push_eval(m);
             }
             Event::Saved(path) => {
                 let step = self.history.steps.last().map_or(0, |s| s.step);

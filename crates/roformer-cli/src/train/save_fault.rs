@@ -8,6 +8,10 @@
 //!   at step STEP` to stderr and waits there until the run is asked to stop (Ctrl-C, SIGTERM or
 //!   SIGHUP; then the save goes on, and the run stops after it) or 60 s pass; a test sends the
 //!   signal it wants, SIGKILL included, while the save is held at that point.
+//! - `ROFORMER_TEST_HOLD_IN_SAVE=STEP:POINT` prints `test hook: held after POINT of the save at
+//!   step STEP` and holds the save there for [`HOLD`] (3 s) whatever comes, as a slow disk
+//!   would: a test sends a stop request and, a second or more later, a second one, which quits
+//!   at once ([`super::signals`]).
 //!
 //! POINT is one of `first-file`, `written`, `moved-aside` or `renamed` ([`SaveStep`]). Both
 //! work in any build; without them the save runs straight through.
@@ -23,6 +27,12 @@ pub const ABORT_IN_SAVE_VAR: &str = "ROFORMER_TEST_ABORT_IN_SAVE";
 /// The environment variable of the pause hook.
 pub const PAUSE_IN_SAVE_VAR: &str = "ROFORMER_TEST_PAUSE_IN_SAVE";
 
+/// The environment variable of the hold hook.
+pub const HOLD_IN_SAVE_VAR: &str = "ROFORMER_TEST_HOLD_IN_SAVE";
+
+/// How long the hold hook holds a save.
+const HOLD: Duration = Duration::from_secs(3);
+
 /// The longest a paused save waits for a signal.
 const MAX_PAUSE: Duration = Duration::from_secs(60);
 
@@ -33,6 +43,8 @@ pub enum FaultAction {
     Abort,
     /// Wait for a stop request (or [`MAX_PAUSE`]), then go on.
     Pause,
+    /// Wait [`HOLD`], whatever comes, then go on.
+    Hold,
 }
 
 /// A fault at one point of one save, from [`ABORT_IN_SAVE_VAR`] or [`PAUSE_IN_SAVE_VAR`].
@@ -78,12 +90,16 @@ impl FaultInSave {
         for (var, action) in [
             (ABORT_IN_SAVE_VAR, FaultAction::Abort),
             (PAUSE_IN_SAVE_VAR, FaultAction::Pause),
+            (HOLD_IN_SAVE_VAR, FaultAction::Hold),
         ] {
             let Ok(value) = std::env::var(var) else {
                 continue;
             };
             if found.is_some() {
-                anyhow::bail!("set one of {ABORT_IN_SAVE_VAR} and {PAUSE_IN_SAVE_VAR}, not both");
+                anyhow::bail!(
+                    "set one of {ABORT_IN_SAVE_VAR}, {PAUSE_IN_SAVE_VAR} and {HOLD_IN_SAVE_VAR}, \
+                     not two"
+                );
             }
             let (step, point) = parse(&value).map_err(|e| anyhow::anyhow!("{var}={value}: {e}"))?;
             found = Some(Self {
@@ -119,6 +135,13 @@ impl FaultInSave {
                     while !stop.load(Ordering::SeqCst) && started.elapsed() < MAX_PAUSE {
                         std::thread::sleep(Duration::from_millis(5));
                     }
+                }
+                FaultAction::Hold => {
+                    eprintln!(
+                        "test hook: held after {} of the save at step {step}",
+                        point.name()
+                    );
+                    std::thread::sleep(HOLD);
                 }
             }
         }

@@ -30,6 +30,7 @@ mod rope_freqs;
 mod run_checks;
 mod serve;
 mod serve_child;
+mod stops;
 mod tokenize;
 mod train;
 mod train_kills;

@@ -1,6 +1,7 @@
-//! The kill test of issue 19: `train mlm` killed with SIGKILL, SIGTERM and SIGINT at random
-//! moments and at every point of a checkpoint save. After each kill, `--resume` continues from
-//! a complete checkpoint, and every run, resumed until it finishes, ends with the weights of an
+//! The kill test of issues 19 and 34: `train mlm` killed with SIGKILL, SIGTERM and SIGINT, run
+//! under coreutils `timeout`, and stopped by a process-group SIGTERM, at random moments and at
+//! every point of a checkpoint save. After each kill, `--resume` continues from a complete
+//! checkpoint, and every run, resumed until it finishes, ends with the weights of an
 //! uninterrupted run, bit for bit.
 //!
 //! What is compared, and why it must be equal: `checkpoint/model.safetensors` and
@@ -15,15 +16,20 @@
 //! is no boundary, which must not change the result either.
 //!
 //! Random moments: a delay drawn uniformly over the time an uninterrupted run takes (scaled
-//! to the steps still to do), a signal drawn among the three; the seed is printed
-//! (`ROFORMER_KILL_SEED` replays it). Save points: the fault-injection hook
+//! to the steps still to do), the five kinds of kill in turn; the seed is printed
+//! (`ROFORMER_KILL_SEED` replays it). Two of the kinds deliver one request twice, microseconds
+//! apart, as schedulers do: `TIMEOUT` runs the command under `timeout DELAY` (which sends
+//! SIGTERM to its child and then to its process group), `GROUP` sends SIGTERM to the process
+//! group (`kill -TERM -PGID`) and to the process. Both must stop the run as one SIGTERM does,
+//! never quit at once: after them the checkpoint of a completed step is in place
+//! (`checkpoint/`, not set aside), or the run says that nothing was saved. Save points: the fault-injection hook
 //! `ROFORMER_TEST_PAUSE_IN_SAVE=6:POINT` holds the save after step 6 right after POINT and
 //! says so on stderr; the test sends the signal then, so the kill lands exactly there, not
 //! where a timer happens to fall. SIGKILL ends the process at that point; SIGINT and SIGTERM
 //! let the save finish and stop the run after it.
 //!
 //! `every_kill_leaves_a_run_that_resume_finishes_with_the_uninterrupted_weights` does a CI-sized
-//! share (24 random kills and the 12 save points); the `#[ignore]`d
+//! share (30 random kills, six of each kind, and the 12 save points); the `#[ignore]`d
 //! `kill_test_full` does `ROFORMER_KILL_COUNT` random kills (default 200), for
 //! RELIABILITY.md.
 
@@ -39,8 +45,9 @@ use crate::train::{tiny_run, TinyRun};
 const STEPS: u64 = 12;
 const SAVE_EVERY: &str = "3";
 
-/// The three signals, as `kill -s` names them.
-const SIGNALS: [&str; 3] = ["KILL", "TERM", "INT"];
+/// The kinds of kill: three signals, as `kill -s` names them; `timeout DELAY`; SIGTERM to the
+/// process group and to the process.
+const SIGNALS: [&str; 5] = ["KILL", "TERM", "INT", "TIMEOUT", "GROUP"];
 
 /// How one killed process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,12 +60,12 @@ enum Ending {
     Finished,
 }
 
-/// Counts per signal, in the order of [`SIGNALS`].
+/// Counts per kind of kill, in the order of [`SIGNALS`].
 #[derive(Debug, Default)]
 struct Tally {
-    sent: [usize; 3],
-    died: [usize; 3],
-    stopped: [usize; 3],
+    sent: [usize; 5],
+    died: [usize; 5],
+    stopped: [usize; 5],
     /// Processes that finished before their signal came (not counted as kills).
     finished_first: usize,
     /// `--resume` runs started after a kill (each then finished or was killed in turn; none
@@ -85,10 +92,10 @@ impl Tally {
     }
 
     fn report(&self) -> String {
-        let per_signal = (0..3)
+        let per_signal = (0..SIGNALS.len())
             .map(|i| {
                 format!(
-                    "SIG{}: {} sent, {} died, {} stopped after saving",
+                    "{}: {} sent, {} died, {} stopped after saving",
                     SIGNALS[i], self.sent[i], self.died[i], self.stopped[i]
                 )
             })
@@ -209,11 +216,29 @@ fn saved_step(out: &Path) -> Option<u64> {
 }
 
 fn spawn(args: &[String], env: Option<(&str, String)>) -> Child {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_roformer"));
+    spawn_as(args, env, "TERM", Duration::ZERO)
+}
+
+/// Spawns `roformer args` for the kind of kill `kind`: under `timeout DELAY` for `TIMEOUT`, in a
+/// process group of its own for `GROUP`, plainly for the others.
+fn spawn_as(args: &[String], env: Option<(&str, String)>, kind: &str, delay: Duration) -> Child {
+    use std::os::unix::process::CommandExt;
+    let binary = env!("CARGO_BIN_EXE_roformer");
+    let mut command = match kind {
+        "TIMEOUT" => {
+            let mut c = Command::new("timeout");
+            c.arg(format!("{:.3}s", delay.as_secs_f64())).arg(binary);
+            c
+        }
+        _ => Command::new(binary),
+    };
     command
         .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
+    if kind == "GROUP" {
+        command.process_group(0);
+    }
     if let Some((var, value)) = env {
         command.env(var, value);
     }
@@ -221,36 +246,83 @@ fn spawn(args: &[String], env: Option<(&str, String)>) -> Child {
 }
 
 fn send(child: &mut Child, signal: &str) {
-    if signal == "KILL" {
+    match signal {
         // A child that already exited but is not yet reaped takes the signal harmlessly.
-        let _ = child.kill();
-        return;
+        "KILL" => {
+            let _ = child.kill();
+        }
+        // `timeout` sends its own.
+        "TIMEOUT" => {}
+        // The process group (the child leads its own), then the process: one request delivered
+        // twice, microseconds apart, as a scheduler's group kill and `timeout` deliver it.
+        "GROUP" => {
+            let pid = child.id() as i32;
+            // SAFETY: `kill` only sends a signal; the ids are of our own child and its group.
+            let sent = unsafe {
+                (
+                    libc::kill(-pid, libc::SIGTERM),
+                    libc::kill(pid, libc::SIGTERM),
+                )
+            };
+            assert_eq!(sent, (0, 0), "kill -TERM -{pid}");
+        }
+        _ => {
+            let sent = Command::new("kill")
+                .args(["-s", signal, &child.id().to_string()])
+                .status()
+                .unwrap();
+            assert!(sent.success(), "kill -s {signal}");
+        }
     }
-    let sent = Command::new("kill")
-        .args(["-s", signal, &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success(), "kill -s {signal}");
 }
 
-/// How a process sent `signal` ended; panics on any other ending (an error exit, a crash).
+/// How a process sent `signal` ended; panics on any other ending (an error exit, a crash, a
+/// forced exit after a request that came once but was delivered twice).
 fn ending(status: ExitStatus, stderr: &str, signal: &str, out: &Path) -> Ending {
     use std::os::unix::process::ExitStatusExt;
+    assert!(
+        !stderr.contains("quitting at once") && !stderr.contains("quitting once"),
+        "{signal}: one request read as two: {stderr}"
+    );
     let number = match signal {
         "KILL" => 9,
-        "TERM" => 15,
-        _ => 2,
+        "INT" => 2,
+        _ => 15,
     };
     let finished = || saved_step(out) == Some(STEPS);
-    match (status.signal(), status.code()) {
-        (Some(s), _) if s == number => Ending::Died,
-        (None, Some(0)) if finished() => Ending::Finished,
-        (None, Some(0)) if signal == "INT" => Ending::Stopped,
-        (None, Some(1)) if signal == "TERM" && stderr.contains("stopped by SIGTERM") => {
-            Ending::Stopped
-        }
-        _ => panic!("SIG{signal}: ended with {status:?}: {stderr}"),
+    let stopped = stderr.contains("stopped by SIGTERM");
+    match (signal, status.signal(), status.code()) {
+        (_, Some(s), _) if s == number => Ending::Died,
+        (_, None, Some(0)) if finished() => Ending::Finished,
+        ("INT", None, Some(0)) => Ending::Stopped,
+        ("TERM" | "GROUP", None, Some(1)) if stopped => Ending::Stopped,
+        // `timeout` exits 124 when its time ran out: the run stopped, or died of SIGTERM
+        // before its handler was set (then it wrote nothing of a stop).
+        ("TIMEOUT", None, Some(124)) if stopped => Ending::Stopped,
+        // The signal came after the last step's evaluation: the run finished (exit 0), but
+        // `timeout`'s time ran out all the same.
+        ("TIMEOUT", None, Some(124)) if finished() => Ending::Finished,
+        ("TIMEOUT", None, Some(124)) if !stderr.contains("stopping") => Ending::Died,
+        _ => panic!("{signal}: ended with {status:?}: {stderr}"),
     }
+}
+
+/// After a run stopped by a request: the checkpoint of a completed step is in place (a resume
+/// loads it next), or the run said that nothing was saved and there is none.
+fn check_kept(out: &Path, stderr: &str, signal: &str) {
+    if stderr.contains("nothing was saved") {
+        assert_eq!(saved_step(out), None, "{signal}: {stderr}");
+        return;
+    }
+    let step = saved_step(out).unwrap_or(0);
+    assert!(
+        step >= 1 && out.join("checkpoint/trainer_state.json").is_file(),
+        "{signal}: no checkpoint in place after a stop: {stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("(step {step}")),
+        "{signal}: the message names another step than {step}: {stderr}"
+    );
 }
 
 /// Waits for `child`, collecting its stderr.
@@ -278,20 +350,20 @@ fn killed_run(setup: &Setup, out: &Path, rng: &mut Rng, tally: &mut Tally, budge
         if before.is_some() && kills > 0 {
             tally.resumed += 1;
         }
-        let mut child = spawn(&args, None);
-        if kills == budget {
-            // Enough kills for this run: let it finish.
-            let (status, stderr) = finish(child);
-            assert!(status.success(), "the last resume: {stderr}");
-            break;
-        }
         let remaining = STEPS - before.unwrap_or(0);
         let span = setup.span.as_micros() as u64 * (remaining + 1) / (STEPS + 1);
         let delay = Duration::from_micros(rng.below(span));
-        let signal = rng.below(3) as usize;
+        let signal = tally.kills() % SIGNALS.len();
+        if kills == budget {
+            // Enough kills for this run: let it finish.
+            let (status, stderr) = finish(spawn(&args, None));
+            assert!(status.success(), "the last resume: {stderr}");
+            break;
+        }
+        let mut child = spawn_as(&args, None, SIGNALS[signal], delay);
         let started = Instant::now();
         let mut exited = None;
-        while started.elapsed() < delay && exited.is_none() {
+        while started.elapsed() < delay && exited.is_none() && SIGNALS[signal] != "TIMEOUT" {
             std::thread::sleep(Duration::from_millis(1));
             exited = child.try_wait().unwrap();
         }
@@ -305,7 +377,11 @@ fn killed_run(setup: &Setup, out: &Path, rng: &mut Rng, tally: &mut Tally, budge
             None => {
                 send(&mut child, SIGNALS[signal]);
                 let (status, stderr) = finish(child);
-                ending(status, &stderr, SIGNALS[signal], out)
+                let end = ending(status, &stderr, SIGNALS[signal], out);
+                if end == Ending::Stopped {
+                    check_kept(out, &stderr, SIGNALS[signal]);
+                }
+                end
             }
         };
         if end == Ending::Finished {
@@ -365,7 +441,7 @@ fn random_kills(setup: &Setup, count: usize, seed: u64, tally: &mut Tally) {
 /// previous checkpoint to set aside), then a resume to the end.
 fn save_point_kills(setup: &Setup, tally: &mut Tally) {
     for point in ["first-file", "written", "moved-aside", "renamed"] {
-        for (signal, name) in SIGNALS.iter().enumerate() {
+        for (signal, name) in SIGNALS.iter().enumerate().take(3) {
             let out = setup.dir.join(format!("save-{point}-{name}"));
             let hook = ("ROFORMER_TEST_PAUSE_IN_SAVE", format!("6:{point}"));
             let mut child = spawn(&setup.fresh_args(&out), Some(hook));
@@ -429,7 +505,8 @@ fn every_kill_leaves_a_run_that_resume_finishes_with_the_uninterrupted_weights()
     let mut tally = Tally::default();
     save_point_kills(&setup, &mut tally);
     assert_eq!(tally.kills(), 12);
-    random_kills(&setup, 12 + 24, seed(), &mut tally);
+    // Six of each of the five kinds, `timeout` and the group kill among them.
+    random_kills(&setup, 12 + 30, seed(), &mut tally);
     eprintln!("seed {}: {}", seed(), tally.report());
     std::fs::remove_dir_all(&setup.dir).unwrap();
 }

@@ -44,6 +44,12 @@ pub const STATE_FIELDS: &[&str] = &[
     "perplexity",
     "macro_f1",
     "count",
+    "partial",
+    "micro_batches",
+    "loss_sum",
+    "tokens",
+    "seconds",
+    "gradients",
 ];
 
 /// The fields of `run.json` (`train mlm`'s arguments and the fingerprint's), for the mutator

@@ -7,6 +7,7 @@
 //! (`"label": 1`) is the label named `"1"`, never an index into a list of names.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use candle_core::{Device, Tensor};
 use rand::seq::SliceRandom;
@@ -18,10 +19,11 @@ use crate::mode::{Dropout, Mode};
 use crate::tasks::{HeadModel, RoFormerForSequenceClassification};
 use crate::tokenizer::RoFormerTokenizer;
 use crate::train::checkpoint::{model_files, write_dir_atomically};
+use crate::train::confusion::ConfusionCounts;
 use crate::train::error::TrainError;
 use crate::train::loss::{classification_loss, BatchInputs};
 use crate::train::params::Params;
-use crate::train::run::{EvalMetrics, Task};
+use crate::train::run::{EvalMetrics, Evaluation, Task};
 
 /// One labelled example, tokenised.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -223,50 +225,14 @@ fn batch_of(
 
 /// Macro-averaged F1 over `classes` labels: the mean over labels of
 /// `2 tp / (2 tp + fp + fn)`, leaving out a label absent from both gold and predictions (as
-/// scikit-learn's `f1_score(average="macro")` over the labels present).
+/// scikit-learn's `f1_score(average="macro")` over the labels present). One pass over the
+/// pairs ([`ConfusionCounts`]).
 pub fn macro_f1(gold: &[u32], predicted: &[u32], classes: usize) -> f64 {
-    let mut f1s = Vec::new();
-    for c in 0..classes as u32 {
-        let tp = gold
-            .iter()
-            .zip(predicted)
-            .filter(|(g, p)| **g == c && **p == c)
-            .count();
-        let fp = gold
-            .iter()
-            .zip(predicted)
-            .filter(|(g, p)| **g != c && **p == c)
-            .count();
-        let fnn = gold
-            .iter()
-            .zip(predicted)
-            .filter(|(g, p)| **g == c && **p != c)
-            .count();
-        if tp + fp + fnn == 0 {
-            continue;
-        }
-        f1s.push(2.0 * tp as f64 / (2 * tp + fp + fnn) as f64);
-    }
-    if f1s.is_empty() {
-        0.0
-    } else {
-        f1s.iter().sum::<f64>() / f1s.len() as f64
-    }
-}
-
-/// The confusion matrix over `classes` labels: entry `[g][p]` counts the items of gold label
-/// `g` predicted as `p` (a label at or past `classes` is not counted).
-pub fn confusion(gold: &[u32], predicted: &[u32], classes: usize) -> Vec<Vec<usize>> {
-    let mut matrix = vec![vec![0; classes]; classes];
+    let mut counts = ConfusionCounts::new(classes);
     for (&g, &p) in gold.iter().zip(predicted) {
-        if let Some(cell) = matrix
-            .get_mut(g as usize)
-            .and_then(|row| row.get_mut(p as usize))
-        {
-            *cell += 1;
-        }
+        counts.add(g, p);
     }
-    matrix
+    counts.macro_f1()
 }
 
 /// The settings of a fine-tuning run that its checkpoints record.
@@ -380,12 +346,19 @@ impl Task for ClassifyTask<'_> {
         Ok((out.loss, tokens))
     }
 
-    fn evaluate(&self, step: u64) -> Result<Option<EvalMetrics>, TrainError> {
+    /// Accuracy, macro-F1 and the confusion over the dev examples, counted batch by batch in
+    /// memory that grows with the labels, not their square
+    /// ([`ConfusionCounts`](crate::train::confusion::ConfusionCounts)).
+    fn evaluate(&self, step: u64, stop: &AtomicBool) -> Result<Evaluation, TrainError> {
         if self.eval.is_empty() {
-            return Ok(None);
+            return Ok(Evaluation::NoData);
         }
-        let (mut loss_sum, mut gold, mut predicted) = (0.0, Vec::new(), Vec::new());
+        let mut counts = ConfusionCounts::new(self.options.labels.len());
+        let mut loss_sum = 0.0;
         for chunk in self.eval.chunks(self.options.batch_size.max(1)) {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(Evaluation::Stopped);
+            }
             let refs: Vec<&Example> = chunk.iter().collect();
             let (ids, types, mask, labels) =
                 batch_of(&refs, self.pad, self.model.roformer().device())?;
@@ -400,19 +373,19 @@ impl Task for ClassifyTask<'_> {
                 Mode::Inference,
             )?;
             loss_sum += f64::from(out.loss.to_scalar::<f32>()?) * out.count as f64;
-            gold.extend(labels);
-            predicted.extend(out.predictions);
+            for (&g, &p) in labels.iter().zip(&out.predictions) {
+                counts.add(g, p);
+            }
         }
-        let count = gold.len();
-        let correct = gold.iter().zip(&predicted).filter(|(g, p)| g == p).count();
+        let count = counts.items();
         let loss = loss_sum / count as f64;
-        Ok(Some(EvalMetrics {
+        Ok(Evaluation::Done(EvalMetrics {
             step,
             loss,
-            accuracy: correct as f64 / count as f64,
+            accuracy: counts.right() as f64 / count as f64,
             perplexity: loss.exp(),
-            macro_f1: Some(macro_f1(&gold, &predicted, self.options.labels.len())),
-            confusion: Some(confusion(&gold, &predicted, self.options.labels.len())),
+            macro_f1: Some(counts.macro_f1()),
+            confusion: Some(counts.report()),
             count,
         }))
     }
@@ -447,13 +420,6 @@ impl Task for ClassifyTask<'_> {
 #[cfg(test)]
 mod label_tests {
     use super::*;
-
-    #[test]
-    fn the_confusion_matrix_counts_gold_against_predicted() {
-        let m = confusion(&[0, 0, 1, 2, 2, 2], &[0, 1, 1, 1, 2, 5], 3);
-        assert_eq!(m, vec![vec![1, 1, 0], vec![0, 1, 0], vec![0, 1, 1]]);
-        assert_eq!(confusion(&[], &[], 2), vec![vec![0, 0], vec![0, 0]]);
-    }
 
     fn file(name: &str, labels: &[&str]) -> PathBuf {
         let path = std::env::temp_dir().join(format!(

@@ -2,6 +2,7 @@
 //! loss of a micro-batch, validation loss, masked-token accuracy and perplexity.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
@@ -20,7 +21,7 @@ use crate::train::checkpoint::model_files;
 use crate::train::error::TrainError;
 use crate::train::loss::{mlm_loss, BatchInputs, IGNORE};
 use crate::train::params::Params;
-use crate::train::run::{EvalMetrics, Task};
+use crate::train::run::{EvalMetrics, Evaluation, Task};
 
 /// Where the text comes from and how it becomes blocks.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -299,9 +300,9 @@ impl Task for MlmTask<'_> {
         Ok((out.loss, b.batch * b.seq))
     }
 
-    fn evaluate(&self, step: u64) -> Result<Option<EvalMetrics>, TrainError> {
+    fn evaluate(&self, step: u64, stop: &AtomicBool) -> Result<Evaluation, TrainError> {
         let Some(validation) = &self.data.validation else {
-            return Ok(None);
+            return Ok(Evaluation::NoData);
         };
         let limit = if self.max_eval_batches == 0 {
             usize::MAX
@@ -310,6 +311,9 @@ impl Task for MlmTask<'_> {
         };
         let (mut loss_sum, mut count, mut correct) = (0.0, 0, 0);
         for b in validation.eval_batches().take(limit) {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(Evaluation::Stopped);
+            }
             if b.labels.iter().all(|&l| l == IGNORE) {
                 continue;
             }
@@ -329,10 +333,10 @@ impl Task for MlmTask<'_> {
             correct += out.correct;
         }
         if count == 0 {
-            return Ok(None);
+            return Ok(Evaluation::NoData);
         }
         let loss = loss_sum / count as f64;
-        Ok(Some(EvalMetrics {
+        Ok(Evaluation::Done(EvalMetrics {
             step,
             loss,
             accuracy: correct as f64 / count as f64,

@@ -11,6 +11,7 @@
 pub mod budget;
 pub mod checkpoint;
 pub mod classify;
+pub mod confusion;
 pub mod dump;
 mod error;
 pub mod loss;

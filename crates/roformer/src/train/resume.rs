@@ -1,7 +1,8 @@
 //! What a resumed run continues from: a checkpoint's `trainer_state.json` and
 //! `optimizer.safetensors`, read with a bound, restored into the optimiser and checked against
-//! each other and against the run's total steps. `roformer train --resume` reads them here,
-//! and so does the fuzzer (`roformer-fuzz trainer-state` and `optimizer`).
+//! each other and against the run's total steps, and the step in progress that a stop saved
+//! mid-step (`accumulated.safetensors`). `roformer train --resume` reads them here, and so does
+//! the fuzzer (`roformer-fuzz trainer-state` and `optimizer`).
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -9,9 +10,10 @@ use std::path::Path;
 
 use candle_core::Tensor;
 
-use crate::optim::AdamW;
+use crate::optim::{AdamW, Gradients};
 use crate::train::error::TrainError;
-use crate::train::run::{read_trainer_state, TrainerState};
+use crate::train::params::Params;
+use crate::train::run::{read_trainer_state, Accumulation, TrainerState, ACCUMULATED_FILE};
 
 /// What a resumed run does, from the step its checkpoint records and the run's total.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,6 +144,79 @@ pub fn load_resume_state(
     let state_file = checkpoint.join("trainer_state.json");
     let from = resume_from(&state_file, state.step, optimizer.steps(), total)?;
     Ok((state, from))
+}
+
+/// The step in progress that `state` records ([`TrainerState::partial`]), its gradients read
+/// from [`ACCUMULATED_FILE`] in `checkpoint` and rebuilt in the recorded order, for a run of
+/// `grad_accum` micro-batches a step over `params`. `None` when the checkpoint ends at a step
+/// boundary, or when the run has no step left to continue (`finished`).
+///
+/// # Errors
+/// [`TrainError::Io`] for a file that cannot be read, [`TrainError::Resume`] for a record that
+/// does not fit the run (a count of micro-batches outside `1..grad_accum`, a gradient the
+/// record or the file lacks, a name that is no parameter, a shape that is not the parameter's).
+pub fn load_accumulation(
+    checkpoint: &Path,
+    state: &TrainerState,
+    params: &Params,
+    grad_accum: usize,
+    finished: bool,
+) -> Result<Option<Accumulation>, TrainError> {
+    let Some(partial) = state.partial.as_ref().filter(|_| !finished) else {
+        return Ok(None);
+    };
+    let path = checkpoint.join(ACCUMULATED_FILE);
+    let refuse = |why: String| TrainError::Resume(format!("{}: {why}", path.display()));
+    if partial.micro_batches == 0 || partial.micro_batches >= grad_accum as u64 {
+        return Err(refuse(format!(
+            "trainer_state.json records {} micro-batches of a step in progress, but a step of \
+             this run has {grad_accum}",
+            partial.micro_batches
+        )));
+    }
+    let elements: u64 = params
+        .vars()
+        .iter()
+        .map(|(_, v)| v.elem_count() as u64)
+        .sum();
+    let limit = elements
+        .saturating_mul(4)
+        .saturating_add((params.vars().len() as u64 + 1).saturating_mul(4096))
+        .saturating_add(1 << 20);
+    let mut tensors = read_state_file(&path, limit)?;
+    if tensors.len() != partial.gradients.len() {
+        return Err(refuse(format!(
+            "{} gradients, but trainer_state.json lists {}",
+            tensors.len(),
+            partial.gradients.len()
+        )));
+    }
+    let mut ordered = Vec::with_capacity(partial.gradients.len());
+    for name in &partial.gradients {
+        let Some(var) = params.get(name) else {
+            return Err(refuse(format!("{name} is not a parameter of this model")));
+        };
+        let Some(tensor) = tensors.remove(name) else {
+            return Err(refuse(format!("no gradient of {name}")));
+        };
+        if tensor.dims() != var.dims() {
+            return Err(refuse(format!(
+                "the gradient of {name} has shape {:?}, the parameter {:?}",
+                tensor.dims(),
+                var.dims()
+            )));
+        }
+        ordered.push((name.as_str(), tensor));
+    }
+    let gradients = Gradients::from_tensors(ordered.iter().map(|(n, t)| (*n, t)))
+        .map_err(|e| refuse(e.to_string()))?;
+    Ok(Some(Accumulation {
+        micro_batches: partial.micro_batches,
+        gradients,
+        loss_sum: partial.loss_sum,
+        tokens: partial.tokens,
+        seconds: partial.seconds,
+    }))
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! A whole training run as one call, [`fit`]: the data read, the model built, the optimiser
 //! and its schedule set up (or restored from the run's checkpoint on resume), the loop run
 //! with its evaluations and checkpoints, progress reported to an [`Observer`], and a stop flag
-//! honoured after the current step.
+//! honoured at the next micro-batch or evaluation batch.
 //!
 //! ```text
 //! fit(options, observer, stop)
@@ -40,8 +40,10 @@ use crate::train::dump::{self, DumpOptions, DumpSettings, StepLog};
 use crate::train::error::TrainError;
 use crate::train::mlm::{prepare_mlm_data, MlmData, MlmDataOptions, MlmTask};
 use crate::train::params::{build_trainable, Params, Trainable};
-use crate::train::resume::load_resume_state;
-use crate::train::run::{checkpoint_dir, EvalMetrics, Event, LoopOptions, Outcome, Task, Trainer};
+use crate::train::resume::{load_accumulation, load_resume_state};
+use crate::train::run::{
+    checkpoint_dir, Accumulation, EvalMetrics, Event, LoopOptions, Outcome, Task, Trainer,
+};
 use crate::weights::Checkpoint;
 
 /// What a run starts from: a config and a tokenizer, and the weights of a checkpoint (none:
@@ -193,15 +195,19 @@ pub struct Finished {
     pub outcome: Outcome,
     /// Steps done.
     pub steps: u64,
-    /// The last evaluation of this call.
+    /// Micro-batches of the next step that a stop between them saved with the checkpoint (0:
+    /// the checkpoint ends at a step boundary); a resume continues that step.
+    pub accumulated: u64,
+    /// The last evaluation (of this call, or the checkpoint's when this call made none).
     pub last_eval: Option<EvalMetrics>,
     /// The best model's directory, when one is kept (classification with dev examples).
     pub best: Option<PathBuf>,
 }
 
 /// Runs a training: prepares data and model, restores the run on `options.resume`, trains
-/// until the last step or until `stop` is set (after the current step, with a checkpoint
-/// saved), and tells `observer` along the way.
+/// until the last step or until `stop` is set (at the next micro-batch or evaluation batch,
+/// with the last completed step's checkpoint saved, see [`crate::train::run`]), and tells
+/// `observer` along the way.
 ///
 /// # Errors
 /// [`TrainError::TooLarge`] for a run that does not fit in memory, data and model errors,
@@ -432,23 +438,44 @@ fn adamw_config(options: &TrainOptions<'_>) -> AdamWConfig {
     }
 }
 
-/// The AdamW of a run over `params`, with the state of `out/checkpoint` on resume, and the
-/// steps already done (0 for a fresh run).
-fn optimizer(
+/// What a run continues from: AdamW over `params` (with the state of `out/checkpoint` on
+/// resume), the steps done, the last evaluation and the step in progress.
+struct Restored {
+    optimizer: AdamW,
+    done: u64,
+    last_eval: Option<EvalMetrics>,
+    accumulation: Option<Accumulation>,
+}
+
+/// The AdamW of a run over `params`, with the state of `out/checkpoint` on resume, the steps
+/// already done (0 for a fresh run), the checkpoint's last evaluation and its step in
+/// progress.
+fn restore(
     options: &TrainOptions<'_>,
     params: &Params,
     total: u64,
-) -> Result<(AdamW, u64), TrainError> {
+) -> Result<Restored, TrainError> {
     let mut optimizer = AdamW::new(params.vars().to_vec(), adamw_config(options))?;
-    let done = if options.resume {
-        let checkpoint = checkpoint_dir(&options.out);
-        load_resume_state(&mut optimizer, &checkpoint, total)?
-            .1
-            .done()
-    } else {
-        0
-    };
-    Ok((optimizer, done))
+    if !options.resume {
+        return Ok(Restored {
+            optimizer,
+            done: 0,
+            last_eval: None,
+            accumulation: None,
+        });
+    }
+    let checkpoint = checkpoint_dir(&options.out);
+    let (state, from) = load_resume_state(&mut optimizer, &checkpoint, total)?;
+    let done = from.done();
+    let finished = done == total;
+    let accumulation =
+        load_accumulation(&checkpoint, &state, params, options.grad_accum, finished)?;
+    Ok(Restored {
+        optimizer,
+        done,
+        last_eval: state.last_eval,
+        accumulation,
+    })
 }
 
 /// Steps 4 to 6 of [`fit`] for a prepared `task`: the optimiser, the schedule and the loop.
@@ -462,13 +489,14 @@ fn drive<T: Task>(
     observer: &mut dyn Observer,
     stop: &AtomicBool,
 ) -> Result<(Finished, T), TrainError> {
-    let (optimizer, done) = optimizer(options, params, steps)?;
+    let restored = restore(options, params, steps)?;
+    let done = restored.done;
     let schedule = LrSchedule::new(options.lr, options.warmup, steps, options.decay)?;
     observer.starting(done, steps)?;
     let mut trainer = Trainer {
         task,
         params,
-        optimizer,
+        optimizer: restored.optimizer,
         schedule,
         options: LoopOptions {
             steps,
@@ -481,13 +509,22 @@ fn drive<T: Task>(
         out: options.out.clone(),
         step: done,
         task_record,
-        last_eval: None,
+        last_eval: restored.last_eval,
         save_hook: options.save_hook,
+        saved: (done > 0).then(|| {
+            let micro = restored
+                .accumulation
+                .as_ref()
+                .map_or(0, |a| a.micro_batches);
+            (done, micro)
+        }),
+        accumulation: restored.accumulation,
     };
     let outcome = trainer.run(stop, &mut |event| observer.event(event))?;
     let finished = Finished {
         outcome,
         steps: trainer.step,
+        accumulated: trainer.accumulation.as_ref().map_or(0, |a| a.micro_batches),
         last_eval: trainer.last_eval,
         best: None,
     };

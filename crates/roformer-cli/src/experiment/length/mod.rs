@@ -346,7 +346,9 @@ fn evaluate_one(
         tokenizer_files: Vec::new(),
         precision: roformer::Precision::F32,
     };
-    let Some(e) = task.evaluate(0)? else {
+    // This experiment has no stop request: a flag never set.
+    let never = std::sync::atomic::AtomicBool::new(false);
+    let roformer::train::run::Evaluation::Done(e) = task.evaluate(0, &never)? else {
         anyhow::bail!("no validation block of {length} tokens");
     };
     Ok((e.loss, e.accuracy))

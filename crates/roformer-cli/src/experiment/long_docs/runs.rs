@@ -221,7 +221,8 @@ fn read_curve(dir: &Path) -> anyhow::Result<Vec<EvalPoint>> {
         }
         let m: EvalMetrics = serde_json::from_value(v)
             .with_context(|| format!("{}: not an evaluation", path.display()))?;
-        let (Some(macro_f1), Some(confusion)) = (m.macro_f1, m.confusion) else {
+        let matrix = m.confusion.and_then(|c| c.into_matrix());
+        let (Some(macro_f1), Some(confusion)) = (m.macro_f1, matrix) else {
             anyhow::bail!(
                 "{}: the evaluation at step {} has no macro-F1 or confusion matrix",
                 path.display(),

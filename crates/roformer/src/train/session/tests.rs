@@ -348,3 +348,207 @@ fn a_dump_refuses_a_resumed_run_and_accumulated_micro_batches() {
     assert!(!out.join("trajectory").exists() && !checkpoint_dir(&out).exists());
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// Where [`StopAt`] sets the stop flag.
+#[derive(Clone, Copy)]
+enum StopPoint {
+    /// While micro-batch `index` (global) runs: the next check is before the one after it.
+    Micro(u64),
+    /// When the evaluation after `step` steps begins: it is abandoned at its first batch.
+    Eval(u64),
+}
+
+/// A task that sets the stop flag at a [`StopPoint`], as a signal arriving there would.
+struct StopAt<'a, T: Task> {
+    inner: T,
+    stop: &'a AtomicBool,
+    at: StopPoint,
+}
+
+impl<T: Task> Task for StopAt<'_, T> {
+    fn micro_batch_loss(
+        &self,
+        index: u64,
+        dropout: &crate::mode::Dropout,
+    ) -> Result<(Tensor, usize), TrainError> {
+        if let StopPoint::Micro(at) = self.at {
+            if index == at {
+                self.stop.store(true, Ordering::SeqCst);
+            }
+        }
+        self.inner.micro_batch_loss(index, dropout)
+    }
+
+    fn evaluate(
+        &self,
+        step: u64,
+        stop: &AtomicBool,
+    ) -> Result<crate::train::run::Evaluation, TrainError> {
+        if let StopPoint::Eval(at) = self.at {
+            if step == at {
+                self.stop.store(true, Ordering::SeqCst);
+            }
+        }
+        self.inner.evaluate(step, stop)
+    }
+
+    fn model_files(&self) -> Result<Vec<(String, Vec<u8>)>, TrainError> {
+        self.inner.model_files()
+    }
+}
+
+/// A fresh masked-LM run of `options` whose task stops at `at` (what [`fit_mlm`] does, with
+/// the task wrapped).
+fn drive_stopping(options: &TrainOptions<'_>, at: StopPoint, seen: &mut Recorder<'_>) -> Finished {
+    let start = options.model;
+    let TaskOptions::MaskedLm(data_options) = &options.task else {
+        unreachable!("a masked-LM run");
+    };
+    let trainable: Trainable<RoFormerForMaskedLM> =
+        build_trainable(&start.config, None, options.seed, &Device::Cpu).unwrap();
+    let data = prepare_mlm_data(&start.tokenizer, data_options).unwrap();
+    let task = MlmTask {
+        model: &trainable.model,
+        params: &trainable.params,
+        data: &data,
+        max_eval_batches: data_options.max_eval_batches,
+        tokenizer_files: tokenizer_files(&start.tokenizer, &start.config).unwrap(),
+        precision: options.precision,
+    };
+    let stop = seen.stop;
+    let task = StopAt {
+        inner: task,
+        stop,
+        at,
+    };
+    let record = task_record(data_options).unwrap();
+    let steps = options.steps.unwrap();
+    drive(options, task, &trainable.params, steps, record, seen, stop)
+        .unwrap()
+        .0
+}
+
+/// `options` of `accum` micro-batches a step, evaluating every 2 steps.
+fn accumulating<'a>(
+    out: &Path,
+    model: &'a ModelStart,
+    accum: usize,
+    resume: bool,
+) -> TrainOptions<'a> {
+    TrainOptions {
+        steps: Some(4),
+        grad_accum: accum,
+        eval_every: 2,
+        ..options(out, model, resume)
+    }
+}
+
+/// A stop between the micro-batches of step 3 saves step 2 with the micro-batches of step 3
+/// done; the resume continues step 3 at its next micro-batch and ends bit for bit as the
+/// uninterrupted run, its step-3 loss and all.
+#[test]
+fn a_stop_between_micro_batches_saves_them_and_the_resume_ends_bit_for_bit() {
+    let start = tiny_start();
+    let (whole, split) = (scratch("accum-whole"), scratch("accum-split"));
+    let never = AtomicBool::new(false);
+    let mut seen = Recorder::new(&never, None);
+    fit(&accumulating(&whole, &start, 4, false), &mut seen, &never).unwrap();
+    let losses: Vec<f64> = seen.steps.iter().map(|m| m.loss).collect();
+
+    let stop = AtomicBool::new(false);
+    let mut seen = Recorder::new(&stop, None);
+    // Global micro-batch 9 is the second of step 3 (0-based: step 2, micro 1).
+    let stopped = drive_stopping(
+        &accumulating(&split, &start, 4, false),
+        StopPoint::Micro(9),
+        &mut seen,
+    );
+    assert_eq!(stopped.outcome, Outcome::Stopped(2));
+    assert_eq!(stopped.accumulated, 2);
+    let state = read_trainer_state(&checkpoint_dir(&split)).unwrap();
+    assert_eq!(state.step, 2);
+    assert_eq!(state.partial.as_ref().map(|p| p.micro_batches), Some(2));
+    assert!(checkpoint_dir(&split)
+        .join("accumulated.safetensors")
+        .is_file());
+
+    let resumed_start = ModelStart::from_checkpoint(&checkpoint_dir(&split)).unwrap();
+    let go = AtomicBool::new(false);
+    let mut seen = Recorder::new(&go, None);
+    let resumed = fit(
+        &accumulating(&split, &resumed_start, 4, true),
+        &mut seen,
+        &go,
+    )
+    .unwrap();
+    assert_eq!(resumed.outcome, Outcome::Finished);
+    assert!(weights(&split) == weights(&whole), "the same final weights");
+    let optimizer = |out: &Path| std::fs::read(checkpoint_dir(out).join("optimizer.safetensors"));
+    assert!(optimizer(&split).unwrap() == optimizer(&whole).unwrap());
+    let rest: Vec<f64> = seen.steps.iter().map(|m| m.loss).collect();
+    assert_eq!(rest.len(), 2);
+    assert!(
+        (rest[0] - losses[2]).abs() <= 1e-12 * losses[2].abs(),
+        "{rest:?} {losses:?}"
+    );
+    assert_eq!(rest[1], losses[3]);
+    assert!(!checkpoint_dir(&split)
+        .join("accumulated.safetensors")
+        .exists());
+    let _ = std::fs::remove_dir_all(&whole);
+    let _ = std::fs::remove_dir_all(&split);
+}
+
+/// A stop before the first step completes saves nothing; one that comes as an evaluation
+/// begins abandons it and saves the step; the resume runs that evaluation first.
+#[test]
+fn a_stop_in_the_first_step_saves_nothing_and_one_in_an_evaluation_abandons_it() {
+    let start = tiny_start();
+    let out = scratch("stop-first");
+    let stop = AtomicBool::new(false);
+    let mut seen = Recorder::new(&stop, None);
+    let stopped = drive_stopping(
+        &accumulating(&out, &start, 4, false),
+        StopPoint::Micro(1),
+        &mut seen,
+    );
+    assert_eq!(stopped.outcome, Outcome::Stopped(0));
+    assert!(seen.saved.is_empty() && !checkpoint_dir(&out).exists());
+
+    let (whole, split) = (scratch("eval-whole"), scratch("eval-split"));
+    let never = AtomicBool::new(false);
+    let mut seen = Recorder::new(&never, None);
+    let done = fit(&accumulating(&whole, &start, 1, false), &mut seen, &never).unwrap();
+    let stop = AtomicBool::new(false);
+    let mut seen = Recorder::new(&stop, None);
+    let stopped = drive_stopping(
+        &accumulating(&split, &start, 1, false),
+        StopPoint::Eval(2),
+        &mut seen,
+    );
+    assert_eq!(stopped.outcome, Outcome::Stopped(2));
+    let state = read_trainer_state(&checkpoint_dir(&split)).unwrap();
+    assert_eq!(state.step, 2);
+    assert!(
+        state.last_eval.is_none(),
+        "the evaluation at step 2 was abandoned"
+    );
+
+    let resumed_start = ModelStart::from_checkpoint(&checkpoint_dir(&split)).unwrap();
+    let go = AtomicBool::new(false);
+    let mut seen = Recorder::new(&go, None);
+    let resumed = fit(
+        &accumulating(&split, &resumed_start, 1, true),
+        &mut seen,
+        &go,
+    )
+    .unwrap();
+    assert_eq!(resumed.outcome, Outcome::Finished);
+    // Saved after the evaluation the resume ran first, and at the end.
+    assert_eq!(seen.saved.len(), 2);
+    assert!(weights(&split) == weights(&whole));
+    assert_eq!(resumed.last_eval, done.last_eval);
+    for dir in [out, whole, split] {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
