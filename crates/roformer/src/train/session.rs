@@ -29,7 +29,7 @@ use candle_core::Device;
 use crate::config::RoFormerConfig;
 use crate::cpu::Precision;
 use crate::model::ModelDir;
-use crate::optim::{AdamW, AdamWConfig, Decay, LrSchedule, CLIP_EPS};
+use crate::optim::{decays, AdamW, AdamWConfig, Decay, LrSchedule, CLIP_EPS};
 use crate::shapes::ModelKind;
 use crate::tasks::{HeadModel, RoFormerForMaskedLM, RoFormerForSequenceClassification};
 use crate::tokenizer::RoFormerTokenizer;
@@ -266,7 +266,7 @@ fn fit_mlm(
     let record = task_record(data_options)?;
     let Some(dump_options) = &options.dump else {
         let (finished, _) = drive(
-            options,
+            &options.settings(),
             task,
             &trainable.params,
             steps,
@@ -289,7 +289,7 @@ fn fit_mlm(
         log: &mut log,
     };
     let result = drive(
-        options,
+        &options.settings(),
         task,
         &trainable.params,
         steps,
@@ -388,7 +388,7 @@ fn fit_classify(
     };
     let record = task_record(task_options)?;
     let (mut finished, task) = drive(
-        options,
+        &options.settings(),
         task,
         &trainable.params,
         steps,
@@ -438,6 +438,55 @@ fn adamw_config(options: &TrainOptions<'_>) -> AdamWConfig {
     }
 }
 
+/// The loop's side of a run's options: what [`drive`] reads, shared by [`fit`] and
+/// [`crate::train::vision::fit_vision`].
+pub(crate) struct LoopSettings<'a> {
+    /// The run's directory.
+    pub(crate) out: &'a Path,
+    /// Micro-batches per step.
+    pub(crate) grad_accum: usize,
+    /// AdamW's settings (peak learning rate, weight decay).
+    pub(crate) adamw: AdamWConfig,
+    /// Which parameters AdamW decays, by name.
+    pub(crate) decays: fn(&str) -> bool,
+    /// Warm-up steps.
+    pub(crate) warmup: u64,
+    /// The decay after the warm-up.
+    pub(crate) decay: Decay,
+    /// Clip the global gradient norm to this.
+    pub(crate) max_grad_norm: Option<f64>,
+    /// Seed of dropout.
+    pub(crate) seed: u64,
+    /// Evaluate every this many steps.
+    pub(crate) eval_every: u64,
+    /// Save every this many steps.
+    pub(crate) save_every: u64,
+    /// Continue from `out/checkpoint`.
+    pub(crate) resume: bool,
+    /// The fault-injection hook of checkpoint saves.
+    pub(crate) save_hook: Option<&'a dyn Fn(u64, SaveStep)>,
+}
+
+impl TrainOptions<'_> {
+    /// The loop's settings of these options (AdamW's default decay rule).
+    fn settings(&self) -> LoopSettings<'_> {
+        LoopSettings {
+            out: &self.out,
+            grad_accum: self.grad_accum,
+            adamw: adamw_config(self),
+            decays,
+            warmup: self.warmup,
+            decay: self.decay,
+            max_grad_norm: self.max_grad_norm,
+            seed: self.seed,
+            eval_every: self.eval_every,
+            save_every: self.save_every,
+            resume: self.resume,
+            save_hook: self.save_hook,
+        }
+    }
+}
+
 /// What a run continues from: AdamW over `params` (with the state of `out/checkpoint` on
 /// resume), the steps done, the last evaluation and the step in progress.
 struct Restored {
@@ -451,11 +500,12 @@ struct Restored {
 /// already done (0 for a fresh run), the checkpoint's last evaluation and its step in
 /// progress.
 fn restore(
-    options: &TrainOptions<'_>,
+    options: &LoopSettings<'_>,
     params: &Params,
     total: u64,
 ) -> Result<Restored, TrainError> {
-    let mut optimizer = AdamW::new(params.vars().to_vec(), adamw_config(options))?;
+    let vars = params.vars().to_vec();
+    let mut optimizer = AdamW::with_decay_rule(vars, options.adamw, options.decays)?;
     if !options.resume {
         return Ok(Restored {
             optimizer,
@@ -464,7 +514,7 @@ fn restore(
             accumulation: None,
         });
     }
-    let checkpoint = checkpoint_dir(&options.out);
+    let checkpoint = checkpoint_dir(options.out);
     let (state, from) = load_resume_state(&mut optimizer, &checkpoint, total)?;
     let done = from.done();
     let finished = done == total;
@@ -480,8 +530,8 @@ fn restore(
 
 /// Steps 4 to 6 of [`fit`] for a prepared `task`: the optimiser, the schedule and the loop.
 /// Returns the task with the result, for what it kept (the best model).
-fn drive<T: Task>(
-    options: &TrainOptions<'_>,
+pub(crate) fn drive<T: Task>(
+    options: &LoopSettings<'_>,
     task: T,
     params: &Params,
     steps: u64,
@@ -491,7 +541,7 @@ fn drive<T: Task>(
 ) -> Result<(Finished, T), TrainError> {
     let restored = restore(options, params, steps)?;
     let done = restored.done;
-    let schedule = LrSchedule::new(options.lr, options.warmup, steps, options.decay)?;
+    let schedule = LrSchedule::new(options.adamw.lr, options.warmup, steps, options.decay)?;
     observer.starting(done, steps)?;
     let mut trainer = Trainer {
         task,
@@ -506,7 +556,7 @@ fn drive<T: Task>(
             eval_every: options.eval_every,
             save_every: options.save_every,
         },
-        out: options.out.clone(),
+        out: options.out.to_path_buf(),
         step: done,
         task_record,
         last_eval: restored.last_eval,

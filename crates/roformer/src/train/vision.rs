@@ -26,7 +26,7 @@
 //! matrix; the best model by top-1 is kept in `out/best`.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use candle_core::{DType, Device, Tensor, D};
@@ -39,13 +39,13 @@ use crate::images::batch::{epoch_order, BatchBuilder, ImageBatch};
 use crate::images::fashion_mnist::{self, Split};
 use crate::images::planes::Channels;
 use crate::mode::{Dropout, Mode};
-use crate::optim::{AdamW, AdamWConfig, Decay, LrSchedule};
+use crate::optim::{AdamWConfig, Decay};
 use crate::train::checkpoint::write_dir_atomically;
+use crate::train::confusion::ConfusionCounts;
 use crate::train::error::TrainError;
 use crate::train::params::Params;
-use crate::train::resume::load_resume_state;
-use crate::train::run::{checkpoint_dir, EvalMetrics, LoopOptions, Task, Trainer};
-use crate::train::session::{Finished, Observer};
+use crate::train::run::{EvalMetrics, Evaluation, Task};
+use crate::train::session::{drive, Finished, LoopSettings, Observer};
 use crate::vision::error::invalid;
 use crate::vision::init::initialise;
 use crate::vision::save::model_files;
@@ -155,14 +155,20 @@ impl ImageTask<'_> {
         Ok(Tensor::from_vec(batch.pixels, shape, &Device::Cpu)?)
     }
 
-    /// The validation cut's mean cross entropy, top-1 and confusion matrix at `eval_side`.
-    fn validation_metrics(&self, step: u64) -> Result<EvalMetrics, TrainError> {
-        let n = self.validation.len();
-        let classes = self.config.num_labels;
-        let mut confusion = vec![vec![0usize; classes]; classes];
-        let (mut loss_sum, mut correct) = (0.0f64, 0usize);
-        let all: Vec<usize> = (0..n).collect();
+    /// The validation cut's mean cross entropy, top-1 and confusion at `eval_side`; `None`
+    /// when `stop` was set before the last batch.
+    fn validation_metrics(
+        &self,
+        step: u64,
+        stop: &AtomicBool,
+    ) -> Result<Option<EvalMetrics>, TrainError> {
+        let mut counts = ConfusionCounts::new(self.config.num_labels);
+        let mut loss_sum = 0.0f64;
+        let all: Vec<usize> = (0..self.validation.len()).collect();
         for chunk in all.chunks(256) {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
             let batch = self
                 .builder
                 .eval_batch(&self.validation, chunk, self.eval_side)?;
@@ -172,26 +178,21 @@ impl ImageTask<'_> {
             let loss = smoothed_cross_entropy(&logits, &labels, 0.0)?;
             loss_sum += f64::from(loss.to_scalar::<f32>()?) * labels.len() as f64;
             let predicted = logits.argmax(D::Minus1)?.to_vec1::<u32>()?;
-            for (&p, &y) in predicted.iter().zip(&labels) {
-                correct += usize::from(p == y);
-                if let Some(cell) = confusion
-                    .get_mut(y as usize)
-                    .and_then(|row| row.get_mut(p as usize))
-                {
-                    *cell += 1;
-                }
+            for (&y, &p) in labels.iter().zip(&predicted) {
+                counts.add(y, p);
             }
         }
-        let loss = loss_sum / n.max(1) as f64;
-        Ok(EvalMetrics {
+        let count = counts.items();
+        let loss = loss_sum / count.max(1) as f64;
+        Ok(Some(EvalMetrics {
             step,
             loss,
-            accuracy: correct as f64 / n.max(1) as f64,
+            accuracy: counts.right() as f64 / count.max(1) as f64,
             perplexity: loss.exp(),
-            macro_f1: None,
-            confusion: Some(confusion),
-            count: n,
-        })
+            macro_f1: Some(counts.macro_f1()),
+            confusion: Some(counts.report()),
+            count,
+        }))
     }
 
     /// The files of a checkpoint of the model: `config.json`, `model.safetensors` and the
@@ -234,11 +235,14 @@ impl Task for ImageTask<'_> {
         Ok((loss, labels.len()))
     }
 
-    fn evaluate(&self, step: u64) -> Result<Option<EvalMetrics>, TrainError> {
+    fn evaluate(&self, step: u64, stop: &AtomicBool) -> Result<Evaluation, TrainError> {
         if self.validation.is_empty() {
-            return Ok(None);
+            return Ok(Evaluation::NoData);
         }
-        self.validation_metrics(step).map(Some)
+        Ok(match self.validation_metrics(step, stop)? {
+            Some(metrics) => Evaluation::Done(metrics),
+            None => Evaluation::Stopped,
+        })
     }
 
     fn model_files(&self) -> Result<Vec<(String, Vec<u8>)>, TrainError> {
@@ -298,7 +302,7 @@ fn build_model(
 
 /// Whether a variable gets weight decay: matrices and the patch kernel, not biases, norms,
 /// layer scales, tokens or position tables (as the PyTorch recipe and timm do).
-fn decays(name: &str) -> bool {
+fn vision_decays(name: &str) -> bool {
     let leaf = name.rsplit('.').next().unwrap_or(name);
     !(leaf == "bias"
         || leaf == "lambda1"
@@ -361,21 +365,23 @@ pub fn fit_vision(
         label_smoothing: options.label_smoothing,
     })
     .map_err(|e| TrainError::Save(e.to_string()))?;
-    let adamw = AdamWConfig {
-        weight_decay: options.weight_decay,
-        ..AdamWConfig::with_lr(options.lr)
+    let settings = LoopSettings {
+        out: &options.out,
+        grad_accum: options.grad_accum,
+        adamw: AdamWConfig {
+            weight_decay: options.weight_decay,
+            ..AdamWConfig::with_lr(options.lr)
+        },
+        decays: vision_decays,
+        warmup: options.warmup,
+        decay: options.decay,
+        max_grad_norm: options.max_grad_norm,
+        seed: options.seed,
+        eval_every: options.eval_every,
+        save_every: options.save_every,
+        resume: options.resume,
+        save_hook: None,
     };
-    let mut optimizer = AdamW::with_decay_rule(params.vars().to_vec(), adamw, decays)?;
-    let done = if options.resume {
-        load_resume_state(&mut optimizer, &checkpoint_dir(&options.out), options.steps)?
-            .1
-            .done()
-    } else {
-        0
-    };
-    let schedule = LrSchedule::new(options.lr, options.warmup, options.steps, options.decay)?;
-    observer.starting(done, options.steps)?;
-    let preprocessor = preprocessor_json(config.num_channels)?;
     let best_dir = options.out.join("best");
     let task = ImageTask {
         model,
@@ -389,37 +395,22 @@ pub fn fit_vision(
         eval_side: options.eval_side,
         label_smoothing: options.label_smoothing,
         precision: options.precision,
-        preprocessor,
+        preprocessor: preprocessor_json(config.num_channels)?,
         order: Mutex::new((0, Vec::new())),
         best: None,
         best_dir: best_dir.clone(),
     };
-    let mut trainer = Trainer {
+    let (mut finished, task) = drive(
+        &settings,
         task,
-        params: &params,
-        optimizer,
-        schedule,
-        options: LoopOptions {
-            steps: options.steps,
-            grad_accum: options.grad_accum,
-            max_grad_norm: options.max_grad_norm,
-            seed: options.seed,
-            eval_every: options.eval_every,
-            save_every: options.save_every,
-        },
-        out: options.out.clone(),
-        step: done,
-        task_record: record,
-        last_eval: None,
-        save_hook: None,
-    };
-    let outcome = trainer.run(stop, &mut |event| observer.event(event))?;
-    Ok(Finished {
-        outcome,
-        steps: trainer.step,
-        last_eval: trainer.last_eval,
-        best: trainer.task.best.map(|_| best_dir),
-    })
+        &params,
+        options.steps,
+        record,
+        observer,
+        stop,
+    )?;
+    finished.best = task.best.map(|_| best_dir);
+    Ok(finished)
 }
 
 /// The `preprocessor_config.json` of a Fashion-MNIST model: resize to 28 x 28 (bilinear),
