@@ -270,10 +270,10 @@ mod imp {
     extern "C" fn on_signal(signum: c_int, info: *mut libc::siginfo_t, _context: *mut c_void) {
         let now = now_ns();
         let typed = typed_at_terminal(signum, info);
-        let first = match FIRST_AT.compare_exchange(0, now, Ordering::SeqCst, Ordering::SeqCst) {
-            Ok(_) => None,
-            Err(at) => Some(at),
-        };
+        // The first request stores its time; a later one reads it.
+        let first = FIRST_AT
+            .compare_exchange(0, now, Ordering::SeqCst, Ordering::SeqCst)
+            .err();
         match judge(first, now, typed) {
             Verdict::First => {
                 FIRST_SIGNAL.store(signum, Ordering::SeqCst);

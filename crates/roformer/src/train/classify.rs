@@ -348,7 +348,7 @@ impl Task for ClassifyTask<'_> {
 
     /// Accuracy, macro-F1 and the confusion over the dev examples, counted batch by batch in
     /// memory that grows with the labels, not their square
-    /// ([`ConfusionCounts`](crate::train::confusion::ConfusionCounts)).
+    /// ([`ConfusionCounts`]).
     fn evaluate(&self, step: u64, stop: &AtomicBool) -> Result<Evaluation, TrainError> {
         if self.eval.is_empty() {
             return Ok(Evaluation::NoData);
