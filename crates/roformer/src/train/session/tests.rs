@@ -423,9 +423,17 @@ fn drive_stopping(options: &TrainOptions<'_>, at: StopPoint, seen: &mut Recorder
     };
     let record = task_record(data_options).unwrap();
     let steps = options.steps.unwrap();
-    drive(options, task, &trainable.params, steps, record, seen, stop)
-        .unwrap()
-        .0
+    drive(
+        &options.settings(),
+        task,
+        &trainable.params,
+        steps,
+        record,
+        seen,
+        stop,
+    )
+    .unwrap()
+    .0
 }
 
 /// `options` of `accum` micro-batches a step, evaluating every 2 steps.
