@@ -56,7 +56,9 @@ pub struct Args {
     #[arg(long, default_value_t = ServeConfig::default().max_batch_tokens as u64,
           value_parser = clap::value_parser!(u64).range(1..))]
     max_batch_tokens: u64,
-    /// Milliseconds the batcher waits for more requests after the first of a batch.
+    /// Milliseconds the batcher waits for more requests after the first of a batch when none
+    /// is queued. 0: a request runs as soon as the model is free, with every request queued
+    /// behind it, and arrivals gather while the model is busy (TEI's continuous batching).
     #[arg(long, default_value_t = ServeConfig::default().max_wait.as_millis() as u64)]
     max_wait_ms: u64,
     /// Requests queued or running at once; one more is answered 429 with Retry-After.
