@@ -28,8 +28,9 @@ pub enum PoolingArg {
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Checkpoint directory: config.json, model.safetensors (or pytorch_model.bin), vocab.txt
-    /// and, if present, tokenizer_config.json. A masked-LM head enables /fill-mask, a
-    /// sequence-classification head /predict [default: the built-in poetry model]
+    /// and, if present, tokenizer_config.json. A masked-LM head enables /fill-mask and
+    /// /embed_sparse, a sequence-classification head /predict (and /rerank with one label)
+    /// [default: the built-in poetry model]
     #[arg(long)]
     model: Option<PathBuf>,
     /// A GGUF LLaMA (e.g. SmolLM2 from scripts/fetch_smollm2.sh) to serve POST /v1/completions

@@ -44,6 +44,10 @@ pub enum Task {
     },
     /// The classifier's logits (the model must be a classifier).
     Classify,
+    /// The last hidden state of every token of each text.
+    TokenStates,
+    /// The SPLADE vector of each text (the model must be a masked LM).
+    Sparse,
 }
 
 impl Task {
@@ -66,6 +70,11 @@ pub enum Output {
     Masks(Vec<Vec<MaskCandidates>>),
     /// Per text, the logits ([`Task::Classify`]).
     Logits(Vec<Vec<f32>>),
+    /// Per text, per token, the hidden state ([`Task::TokenStates`]).
+    TokenStates(Vec<Vec<Vec<f32>>>),
+    /// Per text, the `(vocabulary id, weight)` of its non-zero SPLADE weights, by id
+    /// ([`Task::Sparse`]).
+    Sparse(Vec<Vec<(u32, f32)>>),
 }
 
 /// One queued request.
@@ -241,6 +250,11 @@ fn split(output: Output, sizes: &[usize]) -> Vec<Output> {
         Output::Vectors(v) => parts(v, sizes).into_iter().map(Output::Vectors).collect(),
         Output::Masks(v) => parts(v, sizes).into_iter().map(Output::Masks).collect(),
         Output::Logits(v) => parts(v, sizes).into_iter().map(Output::Logits).collect(),
+        Output::TokenStates(v) => parts(v, sizes)
+            .into_iter()
+            .map(Output::TokenStates)
+            .collect(),
+        Output::Sparse(v) => parts(v, sizes).into_iter().map(Output::Sparse).collect(),
     }
 }
 
@@ -279,6 +293,17 @@ fn compute(backend: &Backend, key: Task, batch: &[&Encoding]) -> Result<Output, 
                     .ok_or_else(|| ApiError::NotFound("the model is not a classifier".into()))?;
                 Ok(Output::Logits(
                     pipeline::classify(model, batch, pad).map_err(failed)?,
+                ))
+            }
+            Task::TokenStates => Ok(Output::TokenStates(
+                pipeline::token_states(backend.encoder(), batch, pad).map_err(failed)?,
+            )),
+            Task::Sparse => {
+                let model = backend
+                    .masked_lm()
+                    .ok_or_else(|| ApiError::NotFound("the model has no masked-LM head".into()))?;
+                Ok(Output::Sparse(
+                    pipeline::splade(model, batch, pad).map_err(failed)?,
                 ))
             }
         }

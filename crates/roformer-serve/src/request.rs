@@ -129,6 +129,43 @@ pub fn encode_all(
         .collect()
 }
 
+/// Encodes `query` paired with each text as `[CLS] query [SEP] text [SEP]` (types 0 then 1);
+/// a pair longer than `limit` tokens is cut to it with `truncate` (the longer of the two
+/// texts first, as transformers' `longest_first`), and an error otherwise.
+///
+/// # Errors
+/// [`ApiError::InputTooLong`] naming the first pair over the limit; [`ApiError::Validation`]
+/// when `limit` leaves no room for a pair (below 3 tokens).
+pub fn encode_pairs(
+    tokenizer: &RoFormerTokenizer,
+    query: &str,
+    texts: &[String],
+    limit: usize,
+    truncate: bool,
+) -> Result<Vec<Encoding>, ApiError> {
+    texts
+        .iter()
+        .enumerate()
+        .map(|(index, text)| {
+            if truncate {
+                // Bounded: only a window of each text is tokenised.
+                return tokenizer
+                    .encode_truncated(query, Some(text), limit)
+                    .map_err(|e| ApiError::Validation(format!("pair {index}: {e}")));
+            }
+            let pair = tokenizer.encode_pair(query, text);
+            if pair.len() > limit {
+                return Err(ApiError::InputTooLong {
+                    index,
+                    tokens: pair.len(),
+                    limit,
+                });
+            }
+            Ok(pair)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
