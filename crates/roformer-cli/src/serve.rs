@@ -28,8 +28,9 @@ pub enum PoolingArg {
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Checkpoint directory: config.json, model.safetensors (or pytorch_model.bin), vocab.txt
-    /// and, if present, tokenizer_config.json. A masked-LM head enables /fill-mask, a
-    /// sequence-classification head /predict [default: the built-in poetry model]
+    /// and, if present, tokenizer_config.json. A masked-LM head enables /fill-mask and
+    /// /embed_sparse, a sequence-classification head /predict (and /rerank with one label)
+    /// [default: the built-in poetry model]
     #[arg(long)]
     model: Option<PathBuf>,
     /// A GGUF LLaMA (e.g. SmolLM2 from scripts/fetch_smollm2.sh) to serve POST /v1/completions
@@ -56,7 +57,9 @@ pub struct Args {
     #[arg(long, default_value_t = ServeConfig::default().max_batch_tokens as u64,
           value_parser = clap::value_parser!(u64).range(1..))]
     max_batch_tokens: u64,
-    /// Milliseconds the batcher waits for more requests after the first of a batch.
+    /// Milliseconds the batcher waits for more requests after the first of a batch when none
+    /// is queued. 0: a request runs as soon as the model is free, with every request queued
+    /// behind it, and arrivals gather while the model is busy (TEI's continuous batching).
     #[arg(long, default_value_t = ServeConfig::default().max_wait.as_millis() as u64)]
     max_wait_ms: u64,
     /// Requests queued or running at once; one more is answered 429 with Retry-After.

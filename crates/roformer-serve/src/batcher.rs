@@ -1,7 +1,13 @@
-//! Dynamic batching: admitted requests queue here, and one thread takes them in order until
-//! the batch holds `--max-batch-tokens` tokens or `--max-wait-ms` have passed since its first
-//! request, runs the model once per kind of work in the batch (the forward pass spreads over
-//! every core through rayon), and answers each request on its own channel.
+//! Dynamic batching: admitted requests queue here, and one thread runs the model on them, one
+//! batch at a time (the forward pass spreads over every core through rayon), and answers each
+//! request on its own channel.
+//!
+//! Batches form as in TEI's continuous batching: when the model is free, the oldest request
+//! runs at once, with every request already queued behind it (up to `--max-batch-tokens`
+//! tokens); while it runs, new arrivals gather in the queue and make up the next batch. So a
+//! person alone waits for no one, and under load the batches grow by themselves. With
+//! `--max-wait-ms` above 0 (an opt-in; default 0) the batcher also waits that long after a
+//! batch's first request for more to arrive, which trades latency for fewer, larger passes.
 //!
 //! A text's result does not depend on what it is batched with: the batch is padded and the
 //! attention mask hides the padding (see `tests/batching.rs` for the measured difference). When
@@ -9,7 +15,7 @@
 //! alone, so that one bad text fails only its own request.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,6 +44,10 @@ pub enum Task {
     },
     /// The classifier's logits (the model must be a classifier).
     Classify,
+    /// The last hidden state of every token of each text.
+    TokenStates,
+    /// The SPLADE vector of each text (the model must be a masked LM).
+    Sparse,
 }
 
 impl Task {
@@ -60,6 +70,11 @@ pub enum Output {
     Masks(Vec<Vec<MaskCandidates>>),
     /// Per text, the logits ([`Task::Classify`]).
     Logits(Vec<Vec<f32>>),
+    /// Per text, per token, the hidden state ([`Task::TokenStates`]).
+    TokenStates(Vec<Vec<Vec<f32>>>),
+    /// Per text, the `(vocabulary id, weight)` of its non-zero SPLADE weights, by id
+    /// ([`Task::Sparse`]).
+    Sparse(Vec<Vec<(u32, f32)>>),
 }
 
 /// One queued request.
@@ -87,7 +102,8 @@ pub struct Batcher {
 pub struct BatchLimits {
     /// Most tokens per batch (a larger single request runs alone).
     pub max_tokens: usize,
-    /// Longest wait for more requests after a batch's first.
+    /// How long to wait for more requests after a batch's first when the queue is empty
+    /// (zero: run at once with whatever is queued).
     pub max_wait: Duration,
 }
 
@@ -121,7 +137,8 @@ impl Batcher {
     }
 }
 
-/// The batcher loop: form a batch, run it, repeat until the queue closes.
+/// The batcher loop: take the oldest request, gather what else is queued, run, repeat until
+/// the queue closes.
 fn run(rx: &Receiver<Item>, backend: &Backend, metrics: &Metrics, limits: BatchLimits) {
     let mut carried: Option<Item> = None;
     loop {
@@ -132,25 +149,42 @@ fn run(rx: &Receiver<Item>, backend: &Backend, metrics: &Metrics, limits: BatchL
                 Err(_) => return,
             },
         };
-        let deadline = Instant::now() + limits.max_wait;
-        let mut tokens = first.tokens();
-        let mut batch = vec![first];
-        while tokens < limits.max_tokens {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(item) if tokens + item.tokens() > limits.max_tokens => {
-                    carried = Some(item);
-                    break;
-                }
-                Ok(item) => {
-                    tokens += item.tokens();
-                    batch.push(item);
-                }
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
-            }
-        }
+        let (batch, next) = gather(rx, first, limits);
+        carried = next;
         run_batch(batch, backend, metrics);
     }
+}
+
+/// The batch that starts with `first`: every request already queued, then (only with
+/// `max_wait` above 0) those arriving within `max_wait` of now, until the token budget is
+/// reached. The request that would overflow the budget is returned to start the next batch (a
+/// request larger than the budget runs alone).
+fn gather(rx: &Receiver<Item>, first: Item, limits: BatchLimits) -> (Vec<Item>, Option<Item>) {
+    let deadline = Instant::now() + limits.max_wait;
+    let mut tokens = first.tokens();
+    let mut batch = vec![first];
+    while tokens < limits.max_tokens {
+        let item = match rx.try_recv() {
+            Ok(item) => item,
+            Err(TryRecvError::Disconnected) => break,
+            Err(TryRecvError::Empty) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                match rx.recv_timeout(left) {
+                    Ok(item) => item,
+                    Err(_) => break,
+                }
+            }
+        };
+        if tokens + item.tokens() > limits.max_tokens {
+            return (batch, Some(item));
+        }
+        tokens += item.tokens();
+        batch.push(item);
+    }
+    (batch, None)
 }
 
 /// Runs a batch: one pass per task key, then answers every item.
@@ -216,6 +250,11 @@ fn split(output: Output, sizes: &[usize]) -> Vec<Output> {
         Output::Vectors(v) => parts(v, sizes).into_iter().map(Output::Vectors).collect(),
         Output::Masks(v) => parts(v, sizes).into_iter().map(Output::Masks).collect(),
         Output::Logits(v) => parts(v, sizes).into_iter().map(Output::Logits).collect(),
+        Output::TokenStates(v) => parts(v, sizes)
+            .into_iter()
+            .map(Output::TokenStates)
+            .collect(),
+        Output::Sparse(v) => parts(v, sizes).into_iter().map(Output::Sparse).collect(),
     }
 }
 
@@ -256,6 +295,17 @@ fn compute(backend: &Backend, key: Task, batch: &[&Encoding]) -> Result<Output, 
                     pipeline::classify(model, batch, pad).map_err(failed)?,
                 ))
             }
+            Task::TokenStates => Ok(Output::TokenStates(
+                pipeline::token_states(backend.encoder(), batch, pad).map_err(failed)?,
+            )),
+            Task::Sparse => {
+                let model = backend
+                    .masked_lm()
+                    .ok_or_else(|| ApiError::NotFound("the model has no masked-LM head".into()))?;
+                Ok(Output::Sparse(
+                    pipeline::splade(model, batch, pad).map_err(failed)?,
+                ))
+            }
         }
     };
     catch_unwind(AssertUnwindSafe(run)).unwrap_or_else(|_| {
@@ -272,4 +322,85 @@ fn non_finite(i: usize, bad: pipeline::NonFinite) -> ApiError {
          checkpoint's weights overflow f32 on this text",
         bad.value, bad.token, bad.dim
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A queued request of `tokens` tokens, and the end where its answer would arrive.
+    fn item(tokens: usize) -> (Item, oneshot::Receiver<Result<Output, ApiError>>) {
+        let (reply, answer) = oneshot::channel();
+        let encoding = Encoding {
+            ids: vec![5; tokens],
+            ..Encoding::default()
+        };
+        let task = Task::Classify;
+        let encodings = vec![encoding];
+        (
+            Item {
+                task,
+                encodings,
+                reply,
+            },
+            answer,
+        )
+    }
+
+    fn limits(max_tokens: usize, max_wait: Duration) -> BatchLimits {
+        BatchLimits {
+            max_tokens,
+            max_wait,
+        }
+    }
+
+    #[test]
+    fn without_a_wait_a_batch_is_what_is_queued_and_starts_at_once() {
+        let (tx, rx) = mpsc::channel();
+        let mut answers = Vec::new();
+        for _ in 0..3 {
+            let (it, answer) = item(4);
+            tx.send(it).unwrap();
+            answers.push(answer);
+        }
+        let (first, _a) = item(4);
+        let started = Instant::now();
+        let (batch, next) = gather(&rx, first, limits(100, Duration::ZERO));
+        assert_eq!(batch.len(), 4, "the first and the three queued");
+        assert!(next.is_none());
+        // Nothing queued: the lone request does not wait for company.
+        let (alone, _b) = item(4);
+        let (batch, _) = gather(&rx, alone, limits(100, Duration::ZERO));
+        assert_eq!(batch.len(), 1);
+        assert!(started.elapsed() < Duration::from_millis(100));
+    }
+
+    #[test]
+    fn the_token_budget_carries_the_overflowing_request_to_the_next_batch() {
+        let (tx, rx) = mpsc::channel();
+        let (a, _a) = item(6);
+        let (b, _b) = item(6);
+        tx.send(a).unwrap();
+        tx.send(b).unwrap();
+        let (first, _f) = item(6);
+        let (batch, next) = gather(&rx, first, limits(14, Duration::ZERO));
+        assert_eq!(batch.len(), 2);
+        let next = next.expect("the third request waits for the next batch");
+        assert_eq!(next.tokens(), 6);
+    }
+
+    #[test]
+    fn with_a_wait_late_arrivals_join_the_batch() {
+        let (tx, rx) = mpsc::channel();
+        let (late, _l) = item(2);
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            tx.send(late).unwrap();
+            tx
+        });
+        let (first, _f) = item(2);
+        let (batch, _) = gather(&rx, first, limits(4, Duration::from_millis(2000)));
+        let _tx = sender.join().unwrap();
+        assert_eq!(batch.len(), 2, "the request sent 50 ms later joined");
+    }
 }

@@ -22,8 +22,9 @@ pub struct ServeConfig {
     /// Most tokens the batcher puts in one forward pass (`--max-batch-tokens`, default 16384);
     /// a single request larger than this runs alone.
     pub max_batch_tokens: usize,
-    /// How long the batcher waits for more requests after the first of a batch
-    /// (`--max-wait-ms`, default 5 ms).
+    /// How long the batcher waits for more requests after the first of a batch when none is
+    /// queued (`--max-wait-ms`, default 0: a request runs at once with whatever is already
+    /// queued, and arrivals gather while the model is busy).
     pub max_wait: Duration,
     /// Requests admitted at once, queued or running (`--max-concurrent-requests`, default
     /// 512); beyond it a request is answered 429 at once.
@@ -69,7 +70,7 @@ impl Default for ServeConfig {
             host: IpAddr::from([127, 0, 0, 1]),
             port: 3000,
             max_batch_tokens: 16384,
-            max_wait: Duration::from_millis(5),
+            max_wait: Duration::ZERO,
             max_concurrent_requests: 512,
             max_client_batch_size: 32,
             max_input_length: None,

@@ -2,12 +2,15 @@
 //!
 //! Routes (shapes of TEI, OpenAI and the Hugging Face inference API, so their clients work):
 //! `GET /health`, `GET /info`, `GET /metrics`, `GET /`, `GET /v1/models`, `POST /embed`,
-//! `POST /v1/embeddings`, `POST /fill-mask`, `POST /predict`, `POST /tokenize`, and with a GGUF
+//! `POST /v1/embeddings`, `POST /similarity`, `POST /embed_all`, `POST /embed_sparse`,
+//! `POST /fill-mask`, `POST /predict`, `POST /rerank`, `POST /tokenize`, `POST /decode`
+//! (`GET /info` lists those the loaded model serves), and with a GGUF
 //! LLaMA ([`Models::generator`]) `POST /v1/completions` and `POST /v1/chat/completions`, decoded
 //! one at a time behind a bounded queue ([`generate`]). Texts are admitted up to
 //! `--max-concurrent-requests` (429 beyond), encoded and checked in the handler, and queued
-//! to one batcher thread ([`batcher`]) that runs the model on batches formed by a token budget
-//! and a short wait. Errors are JSON `{"error", "error_type"}` ([`error::ApiError`]).
+//! to one batcher thread ([`batcher`]) that runs the model as soon as it is free, on every
+//! request queued meanwhile (up to a token budget). Errors are JSON `{"error", "error_type"}`
+//! ([`error::ApiError`]).
 //!
 //! ```no_run
 //! # async fn start(backend: roformer_serve::Backend) -> Result<(), roformer_serve::ServeError> {
@@ -216,6 +219,11 @@ pub fn router(state: AppState) -> Router {
         .route("/fill-mask", post(routes::fill_mask::fill_mask))
         .route("/predict", post(routes::predict::predict))
         .route("/tokenize", post(routes::tokenize::tokenize))
+        .route("/decode", post(routes::decode::decode))
+        .route("/similarity", post(routes::similarity::similarity))
+        .route("/embed_all", post(routes::embed_all::embed_all))
+        .route("/embed_sparse", post(routes::embed_sparse::embed_sparse))
+        .route("/rerank", post(routes::rerank::rerank))
         .route("/v1/completions", post(routes::completions::completions))
         .route(
             "/v1/chat/completions",

@@ -90,6 +90,90 @@ fn serve_answers_every_route_family_with_the_built_in_model() {
     assert!(!log.contains("床前"), "texts only with --log-inputs: {log}");
 }
 
+/// TEI's other routes on the built-in model: `/similarity`, `/embed_all`, `/embed_sparse`,
+/// `/decode`, and `/rerank` refused (no classifier), as `/info`'s `routes` says.
+#[test]
+fn serve_answers_teis_other_routes_with_the_built_in_model() {
+    let s = ServeChild::start(&[]);
+    let (_, info) = call(s.addr(), "GET", "/info", None);
+    let info: Value = serde_json::from_str(&info).unwrap();
+    let routes = info["routes"].as_array().unwrap();
+    for route in [
+        "POST /similarity",
+        "POST /embed_all",
+        "POST /embed_sparse",
+        "POST /decode",
+    ] {
+        assert!(routes.contains(&json!(route)), "{route}: {info}");
+    }
+    assert!(!routes.contains(&json!("POST /rerank")), "{info}");
+
+    let body = json!({"inputs": {"source_sentence": "床前明月光",
+                                 "sentences": ["床前明月光", "疑是地上霜"]}});
+    let (status, scores) = post_json(s.addr(), "/similarity", body);
+    assert_eq!(status, 200, "{scores}");
+    let scores: Vec<f64> = scores
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert!(
+        (scores[0] - 1.0).abs() < 1e-6 && scores[1] < scores[0],
+        "{scores:?}"
+    );
+
+    let (status, all) = post_json(s.addr(), "/embed_all", json!({"inputs": "月光"}));
+    assert_eq!(status, 200);
+    assert_eq!(all[0].as_array().unwrap().len(), 4, "[CLS] 月 光 [SEP]");
+    assert_eq!(all[0][1].as_array().unwrap().len(), 256);
+
+    let (_, t) = post_json(s.addr(), "/tokenize", json!({"inputs": "床前明月光"}));
+    let ids: Vec<u64> = t[0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["id"].as_u64().unwrap())
+        .collect();
+    let (status, sparse) = post_json(s.addr(), "/embed_sparse", json!({"inputs": "床前明月光"}));
+    assert_eq!(status, 200);
+    let entries = sparse[0].as_array().unwrap();
+    assert!(
+        !entries.is_empty() && entries.len() < 10_000,
+        "sparse: {}",
+        entries.len()
+    );
+    let weight = |id: u64| {
+        entries
+            .iter()
+            .find(|e| e["index"] == id)
+            .map_or(0.0, |e| e["value"].as_f64().unwrap())
+    };
+    // A masked LM predicts a text's own characters: 月's weight is among the largest.
+    let mut values: Vec<f64> = entries
+        .iter()
+        .map(|e| e["value"].as_f64().unwrap())
+        .collect();
+    values.sort_by(|a, b| b.total_cmp(a));
+    let (_, moon) = post_json(s.addr(), "/tokenize", json!({"inputs": "月"}));
+    let moon = weight(moon[0][1]["id"].as_u64().unwrap());
+    assert!(
+        moon >= values[values.len().min(20) - 1],
+        "{moon} vs {values:?}"
+    );
+
+    let (status, text) = post_json(s.addr(), "/decode", json!({ "ids": ids }));
+    assert_eq!(status, 200);
+    assert_eq!(text, json!(["床 前 明 月 光"]));
+    let (status, e) = post_json(
+        s.addr(),
+        "/rerank",
+        json!({"query": "月", "texts": ["床前明月光"]}),
+    );
+    assert_eq!(status, 404, "{e}");
+    assert_eq!(e["error_type"], "NotFound");
+}
+
 /// `--gguf`: the completion routes with the tiny LLaMA of the llama crate's tests, whole and
 /// streamed, beside the built-in RoFormer model's routes.
 #[test]

@@ -1,7 +1,8 @@
 //! Target `request`: the body of a `roformer serve` request, decoded as every route's body
 //! type (`request::decode`, the server's own) and, where it decodes, checked as the handlers
 //! check it: `Inputs::texts` and `encode_all` (the token limit, with and without `truncate`)
-//! against the fixture tokenizer, and for the completion routes the prompt (string, list or
+//! against the fixture tokenizer (`/similarity`'s texts, `/rerank`'s pairs through
+//! `encode_pairs`, `/decode`'s ids through `decode_all` too), and for the completion routes the prompt (string, list or
 //! ChatML messages), its tokens and every option against the tiny GGUF LLaMA (`Options::job`).
 //! Nothing is run through a model: what the target reaches is the decoding and validation a
 //! client's bytes meet before any queue.
@@ -10,12 +11,16 @@ use std::sync::OnceLock;
 
 use llama::gguf::GgufFile;
 use roformer::RoFormerTokenizer;
-use roformer_serve::request::{decode, encode_all, Inputs};
+use roformer_serve::request::{decode, encode_all, encode_pairs, Inputs};
 use roformer_serve::routes::completions::request::{ChatRequest, CompletionRequest, Options};
+use roformer_serve::routes::decode::{decode_all, DecodeRequest};
 use roformer_serve::routes::embed::EmbedRequest;
+use roformer_serve::routes::embed_all::EmbedAllRequest;
 use roformer_serve::routes::fill_mask::FillMaskRequest;
 use roformer_serve::routes::openai::EmbeddingsRequest;
 use roformer_serve::routes::predict::PredictRequest;
+use roformer_serve::routes::rerank::RerankRequest;
+use roformer_serve::routes::similarity::SimilarityRequest;
 use roformer_serve::routes::tokenize::TokenizeRequest;
 use roformer_serve::{ApiError, LlamaModel};
 
@@ -47,6 +52,13 @@ pub const FIELDS: &[&str] = &[
     "stream_options",
     "include_usage",
     "n",
+    "source_sentence",
+    "sentences",
+    "query",
+    "texts",
+    "return_text",
+    "ids",
+    "skip_special_tokens",
 ];
 
 /// The most inputs per request (`--max-client-batch-size`'s default).
@@ -65,6 +77,9 @@ pub fn seeds() -> Vec<Vec<u8>> {
         r#"{"inputs": ["月"], "raw_scores": true, "add_special_tokens": false}"#,
         r#"{"prompt": "hello there, the end.", "max_tokens": 8, "temperature": 0.7, "seed": 3, "stop": ["\n", "end"], "stream": true, "stream_options": {"include_usage": true}, "n": 1}"#,
         r#"{"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}], "max_tokens": 4, "stop": "."}"#,
+        r#"{"inputs": {"source_sentence": "床前明月光", "sentences": ["疑是地上霜", "月"]}, "parameters": {"truncate": true}}"#,
+        r#"{"query": "明月", "texts": ["床前明月光", "疑是地上霜"], "truncate": false, "raw_scores": true, "return_text": true}"#,
+        r#"{"ids": [[2, 5, 6, 3], [7]], "skip_special_tokens": false}"#,
     ]
     .iter()
     .map(|s| s.as_bytes().to_vec())
@@ -102,6 +117,28 @@ pub fn run(data: &[u8]) -> Outcome {
         decode::<CompletionRequest>(data)
             .and_then(|r| job(r.prompt_text()?.to_owned(), &r.options, false)),
         decode::<ChatRequest>(data).and_then(|r| job(r.prompt_text()?, &r.options, true)),
+        decode::<SimilarityRequest>(data).and_then(|r| {
+            let (inputs, truncate) = r.texts()?;
+            texts(inputs, truncate)
+        }),
+        decode::<EmbedAllRequest>(data).and_then(|r| texts(r.inputs, r.truncate)),
+        decode::<RerankRequest>(data).and_then(|r| {
+            let pairs = r.texts(MAX_INPUTS)?;
+            let truncate = r.truncate.unwrap_or(false);
+            encode_pairs(
+                &fixtures().tokenizer,
+                &r.query,
+                &pairs,
+                MAX_INPUT_LENGTH,
+                truncate,
+            )?;
+            Ok(())
+        }),
+        decode::<DecodeRequest>(data).and_then(|r| {
+            let skip = r.skip_special_tokens;
+            decode_all(&fixtures().tokenizer, &r.sequences(MAX_INPUTS)?, skip)?;
+            Ok(())
+        }),
     ];
     if results.iter().any(Result::is_ok) {
         return Outcome::Accepted;

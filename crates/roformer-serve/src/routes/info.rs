@@ -35,9 +35,14 @@ pub enum ModelType {
         /// The default pooling.
         pooling: &'static str,
     },
-    /// A classifier.
+    /// A classifier of several labels: `/predict`.
     Classifier {
         /// The label of each index.
+        id2label: BTreeMap<String, String>,
+    },
+    /// A classifier of one label, a cross-encoder: `/rerank` (and `/predict`).
+    Reranker {
+        /// The label of its one index.
         id2label: BTreeMap<String, String>,
     },
 }
@@ -56,6 +61,7 @@ pub struct Info {
     max_client_batch_size: usize,
     version: &'static str,
     generation_model: Option<GenerationModel>,
+    routes: Vec<&'static str>,
 }
 
 /// The GGUF model of `--gguf` in `/info` (`null` without one): its card and the completion
@@ -71,14 +77,20 @@ pub struct GenerationModel {
 /// `GET /info`: the model and the limits, and the GGUF model with its limits.
 pub async fn info(State(state): State<AppState>) -> Json<Info> {
     let backend = &state.backend;
+    let id2label = || {
+        backend
+            .labels
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (i.to_string(), l.clone()))
+            .collect()
+    };
     let model_type = match backend.head {
+        Head::Classifier(_) if backend.labels.len() == 1 => ModelType::Reranker {
+            id2label: id2label(),
+        },
         Head::Classifier(_) => ModelType::Classifier {
-            id2label: backend
-                .labels
-                .iter()
-                .enumerate()
-                .map(|(i, l)| (i.to_string(), l.clone()))
-                .collect(),
+            id2label: id2label(),
         },
         _ => ModelType::Embedding {
             pooling: state.config.pooling.name(),
@@ -103,7 +115,41 @@ pub async fn info(State(state): State<AppState>) -> Json<Info> {
             max_tokens: state.config.max_tokens,
             max_waiting_generations: state.config.max_waiting_generations,
         }),
+        routes: routes(&state),
     })
+}
+
+/// The routes the loaded models serve: every route of the server but those that need a head
+/// or a model it lacks (`/fill-mask` and `/embed_sparse` a masked-LM head, `/predict` a
+/// classifier, `/rerank` a classifier of one label, the completion routes `--gguf`, the chat
+/// route a ChatML model).
+pub fn routes(state: &AppState) -> Vec<&'static str> {
+    let backend = &state.backend;
+    let masked_lm = backend.masked_lm().is_some();
+    let classifier = backend.classifier().is_some();
+    let card = state.generator.as_ref().map(|g| g.model().card());
+    [
+        ("GET /", true),
+        ("GET /health", true),
+        ("GET /info", true),
+        ("GET /metrics", true),
+        ("GET /v1/models", true),
+        ("POST /embed", true),
+        ("POST /v1/embeddings", true),
+        ("POST /similarity", true),
+        ("POST /embed_all", true),
+        ("POST /embed_sparse", masked_lm),
+        ("POST /fill-mask", masked_lm),
+        ("POST /predict", classifier),
+        ("POST /rerank", classifier && backend.labels.len() == 1),
+        ("POST /tokenize", true),
+        ("POST /decode", true),
+        ("POST /v1/completions", card.is_some()),
+        ("POST /v1/chat/completions", card.is_some_and(|c| c.chat)),
+    ]
+    .into_iter()
+    .filter_map(|(route, served)| served.then_some(route))
+    .collect()
 }
 
 /// `GET /metrics`: Prometheus text format.

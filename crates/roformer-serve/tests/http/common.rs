@@ -1,7 +1,7 @@
 //! Starting a server in-process and reading what it logged.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use roformer::{ModelDir, Precision, RoFormerTokenizer};
@@ -13,20 +13,60 @@ use tokio::task::JoinHandle;
 /// The test checkpoints: a masked LM and a 3-label classifier (rotary, hidden 32, 2 layers,
 /// `max_position_embeddings` 64). Their vocabularies are the special tokens, then the CJK
 /// characters from U+4E00 on (一丁丂七丄丅丆万丈三上下...).
+/// `Reranker` is the classifier cut to its first label (a cross-encoder), written once per
+/// process to a temporary directory.
 #[derive(Debug, Clone, Copy)]
 pub enum Model {
     MaskedLm,
     Classifier,
+    Reranker,
 }
 
-fn model_dir(model: Model) -> PathBuf {
-    let case = match model {
-        Model::MaskedLm => "mlm_rotary",
-        Model::Classifier => "seq_cls",
-    };
+fn fixture(case: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../roformer/tests/fixtures/roundtrip")
         .join(case)
+}
+
+fn model_dir(model: Model) -> PathBuf {
+    match model {
+        Model::MaskedLm => fixture("mlm_rotary"),
+        Model::Classifier => fixture("seq_cls"),
+        Model::Reranker => reranker_dir().clone(),
+    }
+}
+
+/// The 3-label classifier fixture with only its first label: `classifier.out_proj` cut to its
+/// first row, `num_labels` 1.
+fn reranker_dir() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let from = fixture("seq_cls");
+        let dir =
+            std::env::temp_dir().join(format!("roformer-serve-reranker-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for file in ["vocab.txt", "tokenizer_config.json"] {
+            std::fs::copy(from.join(file), dir.join(file)).unwrap();
+        }
+        let mut config: Value =
+            serde_json::from_str(&std::fs::read_to_string(from.join("config.json")).unwrap())
+                .unwrap();
+        config["num_labels"] = 1.into();
+        config["id2label"] = serde_json::json!({"0": "LABEL_0"});
+        config["label2id"] = serde_json::json!({"LABEL_0": 0});
+        std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+        let mut tensors = candle_core::safetensors::load(
+            from.join("model.safetensors"),
+            &candle_core::Device::Cpu,
+        )
+        .unwrap();
+        for name in ["classifier.out_proj.weight", "classifier.out_proj.bias"] {
+            let cut = tensors[name].narrow(0, 0, 1).unwrap().contiguous().unwrap();
+            tensors.insert(name.to_owned(), cut);
+        }
+        candle_core::safetensors::save(&tensors, dir.join("model.safetensors")).unwrap();
+        dir
+    })
 }
 
 /// A running server.
@@ -54,7 +94,8 @@ pub fn tiny_gguf() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../llama/tests/fixtures/tiny-llama/tiny.gguf")
 }
 
-fn backend(model: Model) -> Backend {
+/// The model of `model`, loaded as the server loads it.
+pub fn backend(model: Model) -> Backend {
     let dir = model_dir(model);
     let md = ModelDir::open(&dir).unwrap();
     let tokenizer = RoFormerTokenizer::from_dir(&dir).unwrap();

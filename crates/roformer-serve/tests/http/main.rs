@@ -8,3 +8,4 @@ mod completions;
 mod limits;
 mod routes;
 mod security;
+mod tei;

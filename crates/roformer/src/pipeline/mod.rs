@@ -1,6 +1,6 @@
-//! Inference pipelines: texts in, answers out. Fill-mask, embeddings and sequence
-//! classification, each over a batch of encoded texts, so that a caller (the CLI, one text at a
-//! time; the server's batcher, many requests at once) has one way in.
+//! Inference pipelines: texts in, answers out. Fill-mask, embeddings (pooled, per token and
+//! SPLADE) and sequence classification, each over a batch of encoded texts, so that a caller
+//! (the CLI, one text at a time; the server's batcher, many requests at once) has one way in.
 //!
 //! A batch is padded on the right to its longest encoding with the pad token, and the attention
 //! mask hides the padding (a batch that needs no padding runs without a mask). Every output is
@@ -14,9 +14,11 @@ mod error;
 pub mod fill_mask;
 pub mod image;
 pub mod scores;
+pub mod tokens;
 
 pub use classify::{classify, labels};
 pub use embed::{embed, NonFinite, Pooling};
 pub use error::PipelineError;
 pub use fill_mask::{fill, fill_mask, Candidate, MaskCandidates};
 pub use scores::{softmax, top_k};
+pub use tokens::{splade, token_states};
