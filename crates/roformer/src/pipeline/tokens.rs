@@ -139,7 +139,7 @@ mod tests {
 
     #[test]
     fn the_running_maximum_equals_the_formula() {
-        let logits = vec![
+        let logits: Vec<Vec<f32>> = vec![
             vec![-1.0, 0.5, 0.0, 3.0, -0.0],
             vec![2.0, -4.0, 0.0, 1.0, -2.0],
             vec![0.25, 0.75, -1.0, -3.0, -1.0],
