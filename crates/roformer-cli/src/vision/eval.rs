@@ -16,6 +16,12 @@ use serde::Serialize;
 use crate::default_vision_model;
 use crate::output::{outln, OutputArgs};
 
+/// The largest `--size` taken: 224 x 224 (3136 patches of 4 x 4).
+const MAX_SIDE: usize = 224;
+
+/// Patch tokens one forward pass may hold: 250 images of 49 patches.
+const TOKENS_PER_PASS: usize = 250 * 49;
+
 /// Arguments of `roformer vision eval`.
 #[derive(Debug, clap::Args)]
 #[command(mut_arg("json", |a| a.help(
@@ -57,8 +63,8 @@ struct Report {
 /// # Errors
 /// Bad flags, the data's and the model's errors.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    if args.size == 0 || args.size > 1024 || args.batch_size == 0 {
-        bail!("--size must be in 1..=1024 and --batch-size at least 1");
+    if args.size == 0 || args.size > MAX_SIDE || args.batch_size == 0 {
+        bail!("--size must be in 1..={MAX_SIDE} and --batch-size at least 1");
     }
     let model_name = default_vision_model::describe(args.model.as_deref());
     let dir = default_vision_model::model_dir(args.model.as_deref())?;
@@ -91,8 +97,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let builder = BatchBuilder::with_stats(Augmentation::none(args.size), channels, 0, mean, std)?;
     let classes = cfg.num_labels;
     let (mut correct, mut seen) = (vec![0usize; classes], vec![0usize; classes]);
+    // Images per pass: --batch-size, fewer at large sides so that a pass holds about as many
+    // patch tokens as 250 images at 28 x 28.
+    let patch = cfg.patch_size.max(1);
+    let tokens = (args.size / patch).max(1).pow(2);
+    let per_pass = args.batch_size.min((TOKENS_PER_PASS / tokens).max(1));
     let all: Vec<usize> = (0..test.len()).collect();
-    for chunk in all.chunks(args.batch_size) {
+    for chunk in all.chunks(per_pass) {
         let batch = builder.eval_batch(&test, chunk, args.size)?;
         let shape = (batch.batch, batch.channels, batch.side, batch.side);
         let x = Tensor::from_slice(&batch.pixels, shape, &Device::Cpu)?;

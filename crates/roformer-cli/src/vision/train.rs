@@ -18,6 +18,12 @@ use crate::precision::PrecisionArg;
 use crate::train::args::Decay;
 use crate::train::stop_flag;
 
+/// The largest `--batch-size` taken.
+const MAX_BATCH: usize = 4096;
+
+/// The largest `--eval-size` taken (56 is the largest training side).
+const MAX_SIDE: usize = 224;
+
 /// `roformer vision train --data DIR --config config.json --out RUN`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -174,6 +180,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     if args.batch_size == 0 || args.grad_accum == 0 || args.eval_size == 0 {
         bail!("--batch-size, --grad-accum and --eval-size must be at least 1");
+    }
+    // Activations grow with the batch: past this a run would not fit a machine's memory, and
+    // is refused before anything is read or allocated.
+    if args.batch_size > MAX_BATCH || args.eval_size > MAX_SIDE {
+        bail!("--batch-size is at most {MAX_BATCH} and --eval-size at most {MAX_SIDE}");
     }
     if !(0.0..1.0).contains(&args.label_smoothing) {
         bail!("--label-smoothing must be in [0, 1)");

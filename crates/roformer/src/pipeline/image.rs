@@ -36,9 +36,39 @@ pub enum ImagePipelineError {
     /// The model refused the input (an image smaller than a patch) or failed.
     #[error(transparent)]
     Vision(#[from] VisionError),
+    /// The image, as preprocessed, makes more patches than [`MAX_PATCHES`].
+    #[error(
+        "the image makes {patches} patches of {patch} x {patch} pixels; at most {MAX_PATCHES} \
+         are run (resize it, or give the model a preprocessor_config.json that does)"
+    )]
+    TooManyPatches {
+        /// The patches it would make.
+        patches: usize,
+        /// The model's patch side.
+        patch: usize,
+    },
     /// The model produced a NaN or an infinity.
     #[error("the model's output holds a non-finite value")]
     NonFinite,
+}
+
+/// The most patches one image may make (a 1024 x 1024 image at patch 16, 256 x 256 at patch
+/// 4): attention over `n` tokens holds `n^2` scores a head, so memory is bounded by this, not
+/// by what a processor without a resize lets through.
+pub const MAX_PATCHES: usize = 4096;
+
+/// Refuses pixels `[1, c, h, w]` that make more than [`MAX_PATCHES`] patches of side `patch`.
+fn check_patches(pixels: &Tensor, patch: usize) -> Result<(), ImagePipelineError> {
+    let dims = pixels.dims();
+    let (h, w) = (
+        dims[dims.len().saturating_sub(2)],
+        dims[dims.len().saturating_sub(1)],
+    );
+    let patches = (h / patch.max(1)).saturating_mul(w / patch.max(1));
+    if patches > MAX_PATCHES {
+        return Err(ImagePipelineError::TooManyPatches { patches, patch });
+    }
+    Ok(())
 }
 
 impl From<candle_core::Error> for ImagePipelineError {
@@ -102,12 +132,14 @@ pub fn preprocessed(
 /// `softmax(logits)` over the model's labels.
 ///
 /// # Errors
-/// The model's errors; [`ImagePipelineError::NonFinite`].
+/// [`ImagePipelineError::TooManyPatches`]; the model's errors;
+/// [`ImagePipelineError::NonFinite`].
 pub fn classify_image(
     model: &VisionForImageClassification,
     pixels: &Tensor,
     k: usize,
 ) -> Result<Vec<LabelScore>, ImagePipelineError> {
+    check_patches(pixels, model.config().patch_size)?;
     let logits = model.forward(pixels, model.plan(Mode::Inference))?;
     let logits: Vec<f32> = logits.flatten_all()?.to_vec1()?;
     if logits.iter().any(|v| !v.is_finite()) {
@@ -127,12 +159,33 @@ pub fn classify_image(
 /// normed CLS token, `[hidden]`.
 ///
 /// # Errors
-/// The model's errors; [`ImagePipelineError::NonFinite`].
+/// [`ImagePipelineError::TooManyPatches`]; the model's errors;
+/// [`ImagePipelineError::NonFinite`].
 pub fn embed_image(model: &VisionModel, pixels: &Tensor) -> Result<Vec<f32>, ImagePipelineError> {
+    check_patches(pixels, model.config().patch_size)?;
     let out = model.forward(pixels, model.plan(Mode::Inference))?;
     let vector: Vec<f32> = out.pooler_output.flatten_all()?.to_vec1()?;
     if vector.iter().any(|v| !v.is_finite()) {
         return Err(ImagePipelineError::NonFinite);
     }
     Ok(vector)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::DType;
+
+    #[test]
+    fn images_past_the_patch_cap_are_refused_before_the_model_runs() {
+        let fits = Tensor::zeros((1, 1, 256, 256), DType::F32, &Device::Cpu).unwrap();
+        assert!(check_patches(&fits, 4).is_ok()); // 64 x 64 = 4096
+        let over = Tensor::zeros((1, 1, 256, 260), DType::F32, &Device::Cpu).unwrap();
+        match check_patches(&over, 4) {
+            Err(ImagePipelineError::TooManyPatches { patches, patch }) => {
+                assert_eq!((patches, patch), (64 * 65, 4));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }
