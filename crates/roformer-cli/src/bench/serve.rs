@@ -2,7 +2,8 @@
 //! `--target peer`, for the FastAPI peer `scripts/serve_peer_fastapi.py`, with the same request
 //! shapes; with `--target llama-cpp`, for llama-cpp-python's server on `/v1/completions`).
 //!
-//! Per route (`/embed`, `/fill-mask`, and `/v1/completions` with `--gguf`) and per concurrency
+//! Per route (`/embed`, `/fill-mask`, `/similarity` when asked, and `/v1/completions` with
+//! `--gguf`; `--lines N` texts per `/embed` request) and per concurrency
 //! level (default 1, 8, 64): `--warmup` untimed requests, then N client threads each send one
 //! request at a time (HTTP/1.1 keep-alive) until `--requests` requests have been sent or
 //! `--seconds` have passed. Every run is bounded: a count of at most 1,000,000 or a duration of
@@ -77,7 +78,7 @@ impl Target {
     fn serves(self, route: Route) -> bool {
         match self {
             Target::Ours => true,
-            Target::Peer => route != Route::Completions,
+            Target::Peer => matches!(route, Route::Embed | Route::FillMask),
             Target::LlamaCpp => route == Route::Completions,
         }
     }
@@ -123,6 +124,9 @@ pub struct Args {
     /// Untimed requests per route before its first level.
     #[arg(long, default_value_t = 8)]
     warmup: u64,
+    /// Texts per /embed request (1 to 32), and sentences per /similarity request.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=32))]
+    lines: u32,
     /// Completion length of the /v1/completions requests: every answer is asked for exactly
     /// this many tokens (greedy, the end token held back).
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=4096))]
@@ -166,7 +170,8 @@ impl Args {
         if let Some(&route) = routes.iter().find(|&&r| !self.target.serves(r)) {
             let served = match self.target {
                 Target::LlamaCpp => "completions",
-                _ => "embed and fill-mask",
+                Target::Peer => "embed and fill-mask",
+                Target::Ours => "every route",
             };
             let name = route
                 .to_possible_value()
@@ -213,7 +218,13 @@ pub fn run(args: Args) -> Result<()> {
     let key = args.api_key.as_deref();
     let mut records = Vec::new();
     for route in routes {
-        let work = RouteLoad::new(&url, route, args.target, args.max_tokens);
+        let work = RouteLoad::new(
+            &url,
+            route,
+            args.target,
+            args.max_tokens,
+            args.lines as usize,
+        );
         if args.warmup > 0 {
             load::run(&client, &work, 1, Stop::Requests(args.warmup), key);
         }

@@ -26,6 +26,16 @@ fn unbounded_or_contradictory_runs_are_refused() {
             &["--seconds", "NaN"],
             &["--seconds", "3601"],
             &["--requests", "5", "--seconds", "1"],
+            &["--lines", "0"],
+            &["--lines", "33"],
+            &[
+                "--url",
+                "http://127.0.0.1:9",
+                "--target",
+                "peer",
+                "--routes",
+                "similarity",
+            ],
             &["--concurrency", "0"],
             &["--concurrency", "1025"],
             &["--timeout", "0"],
@@ -158,5 +168,34 @@ fn a_short_run_reports_every_route_and_level() {
             "{r}"
         );
         assert!(r.get("tokens_s").is_none(), "{r}");
+    }
+}
+
+#[test]
+fn several_lines_a_request_and_the_similarity_route() {
+    let out = roformer_ok(&[
+        "bench",
+        "serve",
+        "--routes",
+        "embed,similarity",
+        "--lines",
+        "8",
+        "--requests",
+        "4",
+        "--concurrency",
+        "2",
+        "--warmup",
+        "0",
+        "--json",
+    ]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let records = report["records"].as_array().unwrap();
+    let routes: Vec<&str> = records
+        .iter()
+        .map(|r| r["route"].as_str().unwrap())
+        .collect();
+    assert_eq!(routes, ["embed", "similarity"]);
+    for r in records {
+        assert_eq!(r["ok"], 4, "{r}");
     }
 }

@@ -1,6 +1,8 @@
 //! The requests of `bench serve`: one body shape per route, the same for our server and the
-//! FastAPI peer (`scripts/serve_peer_fastapi.py`). Request `i` takes poem line `i % 8`; a
-//! fill-mask request masks one character of it, which one cycling with `i / 8`. A completion
+//! FastAPI peer (`scripts/serve_peer_fastapi.py`). Request `i` takes poem line `i % 8` (and
+//! with `--lines N`, an `/embed` request the `N` lines from there on, cycling; a
+//! `/similarity` request compares line `i % 8` with the `N` after it); a fill-mask request
+//! masks one character of it, which one cycling with `i / 8`. A completion
 //! takes prompt `i % 4`, greedy, and asks for exactly `max_tokens` tokens in the words of its
 //! server: `ignore_eos` for ours, `min_tokens` for llama-cpp-python's.
 
@@ -14,8 +16,11 @@ use super::Target;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Route {
-    /// `POST /embed` with one text, `normalize: true`.
+    /// `POST /embed` with `--lines` texts (default one), `normalize: true`.
     Embed,
+    /// `POST /similarity` with one source sentence and `--lines` sentences (ours only): the
+    /// forward pass of `/embed` with `--lines` + 1 texts, and an answer of `--lines` numbers.
+    Similarity,
     /// `POST /fill-mask` with one text holding one `[MASK]`, `top_k: 5`.
     FillMask,
     /// `POST /v1/completions` (a server started with `--gguf`, or llama-cpp-python's): greedy,
@@ -28,6 +33,7 @@ impl Route {
     pub fn path(self) -> &'static str {
         match self {
             Route::Embed => "/embed",
+            Route::Similarity => "/similarity",
             Route::FillMask => "/fill-mask",
             Route::Completions => "/v1/completions",
         }
@@ -60,18 +66,34 @@ pub struct RouteLoad {
     route: Route,
     target: Target,
     max_tokens: u32,
+    lines: usize,
 }
 
 impl RouteLoad {
     /// Requests of `route` to `target`'s server at `base` (`http://HOST:PORT`); `max_tokens` is
-    /// the completion length.
-    pub fn new(base: &str, route: Route, target: Target, max_tokens: u32) -> RouteLoad {
+    /// the completion length, `lines` the texts of an `/embed` request (the sentences of a
+    /// `/similarity` one).
+    pub fn new(
+        base: &str,
+        route: Route,
+        target: Target,
+        max_tokens: u32,
+        lines: usize,
+    ) -> RouteLoad {
         RouteLoad {
             url: format!("{}{}", base.trim_end_matches('/'), route.path()),
             route,
             target,
             max_tokens,
+            lines: lines.max(1),
         }
+    }
+
+    /// The `n` lines from line `i % 8` on, cycling.
+    fn lines_from(i: u64, n: usize) -> Vec<&'static str> {
+        (0..n)
+            .map(|k| LINES[(i as usize + k) % LINES.len()])
+            .collect()
     }
 
     /// A greedy completion of `prompt` of exactly `max_tokens` tokens, as `target` is asked
@@ -117,7 +139,17 @@ impl Workload for RouteLoad {
     fn body(&self, i: u64) -> String {
         let line = LINES[(i % LINES.len() as u64) as usize];
         let value = match self.route {
-            Route::Embed => json!({ "inputs": line, "normalize": true }),
+            Route::Embed if self.lines == 1 => json!({ "inputs": line, "normalize": true }),
+            Route::Embed => json!({
+                "inputs": Self::lines_from(i, self.lines),
+                "normalize": true,
+            }),
+            Route::Similarity => json!({
+                "inputs": {
+                    "source_sentence": line,
+                    "sentences": Self::lines_from(i + 1, self.lines),
+                },
+            }),
             Route::FillMask => json!({
                 "inputs": masked(line, (i / LINES.len() as u64) as usize),
                 "parameters": { "top_k": 5 },
@@ -151,7 +183,7 @@ mod tests {
 
     #[test]
     fn fill_mask_bodies_hold_one_mask_and_cycle_through_the_characters() {
-        let load = RouteLoad::new("http://h:1/", Route::FillMask, Target::Ours, 0);
+        let load = RouteLoad::new("http://h:1/", Route::FillMask, Target::Ours, 0, 1);
         assert_eq!(load.url(), "http://h:1/fill-mask");
         let first: serde_json::Value = serde_json::from_str(&load.body(0)).unwrap();
         assert_eq!(first["inputs"], "[MASK]前明月光，疑是地上霜。");
@@ -165,13 +197,13 @@ mod tests {
 
     #[test]
     fn embed_and_completion_bodies() {
-        let embed = RouteLoad::new("http://h:1", Route::Embed, Target::Ours, 0);
+        let embed = RouteLoad::new("http://h:1", Route::Embed, Target::Ours, 0, 1);
         assert_eq!(
             embed.body(1),
             r#"{"inputs":"举头望明月，低头思故乡。","normalize":true}"#
         );
         assert_eq!(embed.wanted_tokens(), None);
-        let gen = RouteLoad::new("http://h:1", Route::Completions, Target::Ours, 16);
+        let gen = RouteLoad::new("http://h:1", Route::Completions, Target::Ours, 16, 1);
         let body: serde_json::Value = serde_json::from_str(&gen.body(0)).unwrap();
         assert_eq!(body["max_tokens"], 16);
         assert_eq!(body["temperature"], 0.0);
@@ -185,9 +217,28 @@ mod tests {
     }
 
     #[test]
+    fn several_lines_a_request() {
+        let embed = RouteLoad::new("http://h:1", Route::Embed, Target::Ours, 0, 3);
+        let body: serde_json::Value = serde_json::from_str(&embed.body(7)).unwrap();
+        assert_eq!(
+            body["inputs"],
+            serde_json::json!([LINES[7], LINES[0], LINES[1]]),
+            "cycling"
+        );
+        let sim = RouteLoad::new("http://h:1", Route::Similarity, Target::Ours, 0, 2);
+        assert_eq!(sim.url(), "http://h:1/similarity");
+        let body: serde_json::Value = serde_json::from_str(&sim.body(0)).unwrap();
+        assert_eq!(body["inputs"]["source_sentence"], LINES[0]);
+        assert_eq!(
+            body["inputs"]["sentences"],
+            serde_json::json!([LINES[1], LINES[2]])
+        );
+    }
+
+    #[test]
     fn llama_cpp_is_asked_for_the_same_greedy_fixed_length_completion() {
-        let ours = RouteLoad::new("http://h:1", Route::Completions, Target::Ours, 16);
-        let peer = RouteLoad::new("http://h:2", Route::Completions, Target::LlamaCpp, 16);
+        let ours = RouteLoad::new("http://h:1", Route::Completions, Target::Ours, 16, 1);
+        let peer = RouteLoad::new("http://h:2", Route::Completions, Target::LlamaCpp, 16, 1);
         let ours: serde_json::Value = serde_json::from_str(&ours.body(3)).unwrap();
         let peer: serde_json::Value = serde_json::from_str(&peer.body(3)).unwrap();
         for key in ["prompt", "max_tokens", "temperature", "seed"] {
