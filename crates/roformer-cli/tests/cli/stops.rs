@@ -85,8 +85,9 @@ fn a_stop_inside_a_long_step_saves_the_last_step_with_its_micro_batches_and_resu
         assert!(started.elapsed() < Duration::from_secs(120), "no step");
         std::thread::sleep(Duration::from_millis(5));
     }
-    // Step 2 is under way (48 micro-batches): stop it part-way.
-    std::thread::sleep(Duration::from_millis(150));
+    // Step 2 is under way (48 micro-batches): stop it part-way. A fast machine may be in
+    // step 3 by then; the checks below read the step the stop landed in.
+    std::thread::sleep(Duration::from_millis(20));
     term(&child);
     let signalled = Instant::now();
     let output = child.wait_with_output().unwrap();
@@ -94,7 +95,8 @@ fn a_stop_inside_a_long_step_saves_the_last_step_with_its_micro_batches_and_resu
     let err = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{err}");
     let state = trainer_state(&stopped);
-    assert_eq!(state["step"], 1, "{err}");
+    let done = state["step"].as_u64().unwrap_or(0);
+    assert!((1..3).contains(&done), "stopped inside step 2 or 3: {err}");
     let micro = state["partial"]["micro_batches"].as_u64().unwrap_or(0);
     assert!(
         (1..accum).contains(&micro),
@@ -102,8 +104,11 @@ fn a_stop_inside_a_long_step_saves_the_last_step_with_its_micro_batches_and_resu
     );
     assert!(stopped.join("checkpoint/accumulated.safetensors").is_file());
     assert!(
-        err.contains("stopped by SIGTERM after step 1")
-            && err.contains(&format!("with the {micro} micro-batches of step 2")),
+        err.contains(&format!("stopped by SIGTERM after step {done}"))
+            && err.contains(&format!(
+                "with the {micro} micro-batches of step {}",
+                done + 1
+            )),
         "{err}"
     );
     // Honoured at the next micro-batch, not at the end of the step.
