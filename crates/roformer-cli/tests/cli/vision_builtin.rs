@@ -146,6 +146,10 @@ fn train_runs_on_the_subset_and_its_checkpoint_evaluates() {
         "32",
         "--warmup",
         "2",
+        // A constant rate after the warm-up: a 3-step run continued to 6 and a 6-step run
+        // take the same rates, so their weights can be compared.
+        "--decay",
+        "constant",
         "--eval-every",
         "3",
         "--save-every",

@@ -44,7 +44,7 @@ use crate::train::checkpoint::write_dir_atomically;
 use crate::train::confusion::ConfusionCounts;
 use crate::train::error::TrainError;
 use crate::train::params::Params;
-use crate::train::run::{EvalMetrics, Evaluation, Task};
+use crate::train::run::{checkpoint_dir, EvalMetrics, Evaluation, Task};
 use crate::train::session::{drive, Finished, LoopSettings, Observer};
 use crate::vision::error::invalid;
 use crate::vision::init::initialise;
@@ -345,7 +345,13 @@ pub fn fit_vision(
         validation = validation.select(&(0..limit.min(validation.len())).collect::<Vec<_>>())?;
     }
     let builder = BatchBuilder::new(options.augmentation.clone(), channels, options.seed)?;
-    let (varmap, model) = build_model(config, options.init.as_deref(), options.seed)?;
+    // A resumed run continues from its own checkpoint's weights, `--init` or not.
+    let start = if options.resume {
+        Some(checkpoint_dir(&options.out))
+    } else {
+        options.init.clone()
+    };
+    let (varmap, model) = build_model(config, start.as_deref(), options.seed)?;
     let vars = varmap
         .data()
         .lock()
