@@ -40,8 +40,12 @@ pub struct Params {
 }
 
 impl Params {
-    /// The variables `vars`, in this order (a model built on a `candle_nn::VarMap`).
-    pub fn from_vars(vars: Vec<(String, Var)>) -> Self {
+    /// The variables of a model built on `varmap`, sorted by name.
+    pub fn from_varmap(varmap: &candle_nn::VarMap) -> Self {
+        let data = varmap.data().lock().unwrap_or_else(|p| p.into_inner());
+        let mut vars: Vec<(String, Var)> =
+            data.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
+        vars.sort_by(|a, b| a.0.cmp(&b.0));
         Self { vars }
     }
 

@@ -313,6 +313,45 @@ fn vision_decays(name: &str) -> bool {
         || name.contains("norm"))
 }
 
+/// The training images less the validation cut (5,000 of the release's 60,000; a tenth of a
+/// smaller set), each cut to the options' limits.
+///
+/// # Errors
+/// The data's errors.
+fn read_splits(options: &VisionTrainOptions) -> Result<(Split, Split), TrainError> {
+    let all = fashion_mnist::load_split(&options.data, fashion_mnist::Part::Train)?;
+    let count = fashion_mnist::VALIDATION_COUNT.min(all.len() / 10);
+    let (train, validation) =
+        fashion_mnist::split_validation(&all, count, fashion_mnist::VALIDATION_SEED)?;
+    let first = |split: Split, limit: Option<usize>| match limit {
+        Some(limit) => split.select(&(0..limit.min(split.len())).collect::<Vec<_>>()),
+        None => Ok(split),
+    };
+    Ok((
+        first(train, options.train_limit)?,
+        first(validation, options.max_eval_images)?,
+    ))
+}
+
+/// What `trainer_state.json` records of the run's task.
+fn task_record(
+    options: &VisionTrainOptions,
+    train_images: usize,
+    validation_images: usize,
+) -> Result<serde_json::Value, TrainError> {
+    serde_json::to_value(TaskRecord {
+        task: "image-classification",
+        data: &options.data,
+        train_images,
+        validation_images,
+        batch_size: options.batch_size,
+        augmentation: format!("{:?}", options.augmentation),
+        eval_side: options.eval_side,
+        label_smoothing: options.label_smoothing,
+    })
+    .map_err(|e| TrainError::Save(e.to_string()))
+}
+
 /// Runs a vision training: reads the data, builds the model, restores the run on
 /// `options.resume`, trains until the last step or until `stop` is set, keeping the best
 /// model by validation top-1 in `out/best`.
@@ -333,17 +372,7 @@ pub fn fit_vision(
             return Err(invalid("num_channels", reason).into());
         }
     };
-    let all = fashion_mnist::load_split(&options.data, fashion_mnist::Part::Train)?;
-    // The release's cut is 5,000 of 60,000; a smaller set (a test subset) gives a tenth.
-    let count = fashion_mnist::VALIDATION_COUNT.min(all.len() / 10);
-    let (mut train, mut validation) =
-        fashion_mnist::split_validation(&all, count, fashion_mnist::VALIDATION_SEED)?;
-    if let Some(limit) = options.train_limit {
-        train = train.select(&(0..limit.min(train.len())).collect::<Vec<_>>())?;
-    }
-    if let Some(limit) = options.max_eval_images {
-        validation = validation.select(&(0..limit.min(validation.len())).collect::<Vec<_>>())?;
-    }
+    let (train, validation) = read_splits(options)?;
     let builder = BatchBuilder::new(options.augmentation.clone(), channels, options.seed)?;
     // A resumed run continues from its own checkpoint's weights, `--init` or not.
     let start = if options.resume {
@@ -352,25 +381,8 @@ pub fn fit_vision(
         options.init.clone()
     };
     let (varmap, model) = build_model(config, start.as_deref(), options.seed)?;
-    let vars = varmap
-        .data()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
-    let mut named: Vec<_> = vars.into_iter().collect();
-    named.sort_by(|a, b| a.0.cmp(&b.0));
-    let params = Params::from_vars(named);
-    let record = serde_json::to_value(TaskRecord {
-        task: "image-classification",
-        data: &options.data,
-        train_images: train.len(),
-        validation_images: validation.len(),
-        batch_size: options.batch_size,
-        augmentation: format!("{:?}", options.augmentation),
-        eval_side: options.eval_side,
-        label_smoothing: options.label_smoothing,
-    })
-    .map_err(|e| TrainError::Save(e.to_string()))?;
+    let params = Params::from_varmap(&varmap);
+    let record = task_record(options, train.len(), validation.len())?;
     let settings = LoopSettings {
         out: &options.out,
         grad_accum: options.grad_accum,
