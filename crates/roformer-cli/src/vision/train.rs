@@ -166,6 +166,38 @@ fn config_of(args: &Args) -> anyhow::Result<VisionConfig> {
     VisionConfig::from_file(&path).with_context(|| format!("reading {}", path.display()))
 }
 
+/// The library's options of these flags, for the model `config`.
+fn train_options(args: &Args, config: VisionConfig) -> VisionTrainOptions {
+    VisionTrainOptions {
+        out: args.out.clone(),
+        config,
+        init: args.init.clone(),
+        data: args.data.clone(),
+        train_limit: args.train_limit,
+        max_eval_images: args.max_eval_images,
+        batch_size: args.batch_size,
+        augmentation: if args.no_augment {
+            Augmentation::none(args.eval_size)
+        } else {
+            Augmentation::fashion_mnist()
+        },
+        eval_side: args.eval_size,
+        label_smoothing: args.label_smoothing,
+        steps: args.steps,
+        grad_accum: args.grad_accum,
+        lr: args.lr,
+        warmup: args.warmup,
+        decay: args.decay.into(),
+        weight_decay: args.weight_decay,
+        max_grad_norm: (args.max_grad_norm > 0.0).then_some(args.max_grad_norm),
+        seed: args.seed,
+        eval_every: args.eval_every,
+        save_every: args.save_every,
+        precision: args.precision.resolve(),
+        resume: args.resume,
+    }
+}
+
 /// Runs `roformer vision train`.
 ///
 /// # Errors
@@ -207,34 +239,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .append(true)
         .open(&metrics_path)
         .with_context(|| format!("opening {}", metrics_path.display()))?;
-    let options = VisionTrainOptions {
-        out: args.out.clone(),
-        config,
-        init: args.init.clone(),
-        data: args.data.clone(),
-        train_limit: args.train_limit,
-        max_eval_images: args.max_eval_images,
-        batch_size: args.batch_size,
-        augmentation: if args.no_augment {
-            Augmentation::none(args.eval_size)
-        } else {
-            Augmentation::fashion_mnist()
-        },
-        eval_side: args.eval_size,
-        label_smoothing: args.label_smoothing,
-        steps: args.steps,
-        grad_accum: args.grad_accum,
-        lr: args.lr,
-        warmup: args.warmup,
-        decay: args.decay.into(),
-        weight_decay: args.weight_decay,
-        max_grad_norm: (args.max_grad_norm > 0.0).then_some(args.max_grad_norm),
-        seed: args.seed,
-        eval_every: args.eval_every,
-        save_every: args.save_every,
-        precision: args.precision.resolve(),
-        resume: args.resume,
-    };
+    let options = train_options(&args, config);
     let mut printer = Printer {
         metrics: BufWriter::new(metrics),
         log_every: args.log_every,
