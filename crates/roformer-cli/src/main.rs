@@ -11,16 +11,11 @@ mod default_model;
 mod default_vision_model;
 mod embed;
 mod eval;
-mod experiment;
 mod fill_mask;
 mod finite;
 mod forward;
 mod inputs;
-mod json;
 mod llama;
-mod output;
-mod plot;
-mod precision;
 mod rope_cmd;
 mod serve;
 mod tokenize;
@@ -32,6 +27,7 @@ mod vocab;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use roformer_runner::{json, output, plot, precision};
 
 /// Rotary position embedding (RoPE) and the RoFormer transformer.
 #[derive(Debug, Parser)]
@@ -77,7 +73,7 @@ enum Command {
     /// The paper's training claims at small scale (results.json, figures, EXPERIMENTS.md
     /// sections).
     #[command(subcommand)]
-    Experiment(experiment::Command),
+    Experiment(roformer_experiments::Command),
     /// A vision transformer with 2D RoPE (DINOv3 checkpoints).
     #[command(subcommand)]
     Vision(vision::Command),
@@ -129,7 +125,7 @@ fn main() -> ExitCode {
         Command::Train(c) => train::run(c),
         Command::Classify(a) => classify::run(a),
         Command::Serve(a) => serve::run(a),
-        Command::Experiment(c) => experiment::run(c),
+        Command::Experiment(c) => roformer_experiments::run(c),
         Command::Vision(c) => vision::run(c),
         Command::Llama(c) => llama::run(c),
     };

@@ -9,12 +9,12 @@ use roformer::train::checkpoint::SaveStep;
 use roformer::train::{ModelStart, TaskOptions, TrainOptions};
 use serde::{Deserialize, Serialize};
 
-use super::checks::{parse_max_grad_norm, parse_weight_decay};
-use super::fingerprint::Fingerprint;
-use super::observer::RunView;
-use super::resume::Recorded;
-use crate::output::OutputArgs;
-use crate::precision::PrecisionArg;
+use roformer_runner::output::OutputArgs;
+use roformer_runner::precision::PrecisionArg;
+use roformer_runner::train::checks::{parse_max_grad_norm, parse_weight_decay};
+use roformer_runner::train::fingerprint::Fingerprint;
+use roformer_runner::train::observer::RunView;
+use roformer_runner::train::record::Recorded;
 
 /// `--decay`: the learning rate after the warm-up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]

@@ -7,15 +7,20 @@ use std::sync::atomic::AtomicBool;
 use anyhow::bail;
 use roformer::train::checkpoint::SaveStep;
 use roformer::train::classify::{labels_of, ClassifyOptions};
-use roformer::train::{ModelStart, TaskOptions, TrainError};
+use roformer::train::{ModelStart, TaskOptions};
 use serde::{Deserialize, Serialize};
 
+use roformer_runner::train::checks::{
+    check_labels, check_numbers, check_plot_name, check_vocab_fits, parse_lr,
+};
+use roformer_runner::train::classify::explain;
+use roformer_runner::train::fingerprint::Fingerprint;
+use roformer_runner::train::observer::train;
+use roformer_runner::train::out_dir::{prepare_out_dir, OutRequest, RunPaths};
+use roformer_runner::train::record::write_record;
+
 use super::args::{CommandRun, RunArgs};
-use super::checks::{check_labels, check_numbers, check_plot_name, check_vocab_fits, parse_lr};
-use super::common::{prepare_out_dir, OutRequest, RunPaths};
-use super::fingerprint::Fingerprint;
-use super::observer::train;
-use super::resume::{resolve, write_record};
+use super::resume::resolve;
 use super::save_fault::FaultInSave;
 
 /// Arguments of `roformer train classify`.
@@ -108,16 +113,6 @@ fn model_start(weights: &Path) -> anyhow::Result<ModelStart> {
         start.config.vocab_size,
     )?;
     Ok(start)
-}
-
-/// A classification run's failure before its first step, with the flags behind it.
-pub fn explain(e: TrainError) -> anyhow::Error {
-    match e {
-        e @ TrainError::TooLarge(_) => anyhow::Error::new(e).context(
-            "the run does not fit in memory: lower --batch or --max-length, or use a smaller model",
-        ),
-        e => e.into(),
-    }
 }
 
 /// Checks and prepares `--out` (the inputs `--init`, `--train` and `--eval` may not be in what

@@ -10,16 +10,21 @@ use roformer::data::CorpusFormat;
 use roformer::train::checkpoint::SaveStep;
 use roformer::train::dump::DumpOptions;
 use roformer::train::mlm::MlmDataOptions;
-use roformer::train::{ModelStart, TaskOptions, TrainError};
-use roformer::{PositionEmbeddingType, RoFormerConfig, RoFormerTokenizer};
+use roformer::train::{ModelStart, TaskOptions};
+use roformer::PositionEmbeddingType;
 use serde::{Deserialize, Serialize};
 
+use roformer_runner::train::checks::{check_numbers, check_plot_name, check_vocab_fits, parse_lr};
+use roformer_runner::train::fingerprint::Fingerprint;
+use roformer_runner::train::masked_lm::{
+    check_position_table, explain, fresh_start, BlockFlags, Position,
+};
+use roformer_runner::train::observer::train;
+use roformer_runner::train::out_dir::{prepare_out_dir, OutRequest, RunPaths, DUMP_DIR};
+use roformer_runner::train::record::write_record;
+
 use super::args::{CommandRun, RunArgs};
-use super::checks::{check_numbers, check_plot_name, check_vocab_fits, parse_lr};
-use super::common::{prepare_out_dir, OutRequest, RunPaths, DUMP_DIR};
-use super::fingerprint::Fingerprint;
-use super::observer::train;
-use super::resume::{resolve, write_record};
+use super::resume::resolve;
 use super::save_fault::FaultInSave;
 
 /// The corpus format, or detection by file name.
@@ -121,37 +126,6 @@ pub struct Args {
     pub run: RunArgs,
 }
 
-/// `--position`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
-pub enum Position {
-    /// RoPE (RoFormer).
-    Rotary,
-    /// Learned absolute positions (BERT).
-    Absolute,
-    /// Fixed sinusoidal positions added to the embeddings.
-    Sinusoidal,
-    /// ALiBi: a linear, head-specific bias on the scores, no embedding (Press et al.).
-    Alibi,
-    /// T5's relative bias: bucketed distances, a learned scalar per bucket and head, shared
-    /// across layers (config `t5_relative`).
-    T5,
-    /// No positions.
-    None,
-}
-
-impl From<Position> for PositionEmbeddingType {
-    fn from(p: Position) -> Self {
-        match p {
-            Position::Rotary => PositionEmbeddingType::Rotary,
-            Position::Absolute => PositionEmbeddingType::Absolute,
-            Position::Sinusoidal => PositionEmbeddingType::Sinusoidal,
-            Position::Alibi => PositionEmbeddingType::Alibi,
-            Position::T5 => PositionEmbeddingType::T5Relative,
-            Position::None => PositionEmbeddingType::None,
-        }
-    }
-}
-
 impl Args {
     fn corpus_format(&self) -> Option<CorpusFormat> {
         match self.format {
@@ -247,32 +221,6 @@ fn model_start(args: &Args, paths: &RunPaths) -> anyhow::Result<ModelStart> {
     fresh_start(config, vocab, args.position.map(Into::into))
 }
 
-/// A fresh model of the config file `config` over the vocabulary file `vocab` (the config's
-/// `vocab_size` set to the vocabulary's size), with the position type `position` if given.
-///
-/// # Errors
-/// Unreadable or invalid files.
-pub fn fresh_start(
-    config: &Path,
-    vocab: &Path,
-    position: Option<PositionEmbeddingType>,
-) -> anyhow::Result<ModelStart> {
-    let mut cfg = RoFormerConfig::from_file(config)?;
-    let tokenizer = RoFormerTokenizer::new(
-        roformer::tokenizer::Vocab::from_file(vocab)?,
-        roformer::tokenizer::TokenizerConfig::default(),
-    )?;
-    cfg.vocab_size = tokenizer.vocab_size();
-    if let Some(p) = position {
-        cfg.position_embedding_type = p;
-    }
-    Ok(ModelStart {
-        config: cfg,
-        tokenizer,
-        weights: None,
-    })
-}
-
 /// Runs `roformer train mlm`.
 ///
 /// # Errors
@@ -336,55 +284,4 @@ fn prepare_out(args: &Args) -> anyhow::Result<RunPaths> {
         inputs,
         plot: &args.run.plot,
     })
-}
-
-/// Checks that `--seq-len` fits an absolute position table.
-///
-/// # Errors
-/// It does not.
-pub fn check_position_table(cfg: &RoFormerConfig, seq_len: usize) -> anyhow::Result<()> {
-    if cfg.position_embedding_type == PositionEmbeddingType::Absolute
-        && seq_len > cfg.max_position_embeddings
-    {
-        bail!(
-            "--seq-len {seq_len} is past the absolute position table (max_position_embeddings = \
-             {})",
-            cfg.max_position_embeddings
-        );
-    }
-    Ok(())
-}
-
-/// The flags that shape a masked-LM run's blocks.
-#[derive(Debug, Clone, Copy)]
-pub struct BlockFlags {
-    /// `--seq-len`.
-    pub seq_len: usize,
-    /// `--validation`.
-    pub validation: f64,
-    /// `--line-by-line`.
-    pub line_by_line: bool,
-}
-
-/// A masked-LM run's failure before its first step, with the flags behind it: a run too large
-/// for memory, or a corpus too short for one block.
-pub fn explain(e: TrainError, flags: &BlockFlags) -> anyhow::Error {
-    match e {
-        e @ TrainError::TooLarge(_) => anyhow::Error::new(e).context(
-            "the run does not fit in memory: lower --batch or --seq-len, or use a smaller model",
-        ),
-        e @ TrainError::NoTrainingBlock { .. } => {
-            let line_by_line = if flags.line_by_line {
-                ", --line-by-line"
-            } else {
-                ""
-            };
-            let given = format!(
-                "--seq-len {}, --validation {}{line_by_line}",
-                flags.seq_len, flags.validation
-            );
-            anyhow::Error::new(e).context(given)
-        }
-        e => e.into(),
-    }
 }

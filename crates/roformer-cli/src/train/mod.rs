@@ -1,21 +1,15 @@
 //! `roformer train ...`: masked-LM pre-training and classification fine-tuning, with a
 //! progress bar, `metrics.jsonl`, a loss plot, checkpoints as Hugging Face directories, and
-//! Ctrl-C, SIGTERM and SIGHUP writing a checkpoint before it exits ([`signals`]).
+//! Ctrl-C, SIGTERM and SIGHUP writing a checkpoint before it exits
+//! ([`roformer_runner::train::signals`]).
 
 pub(crate) mod args;
-pub(crate) mod checks;
-pub(crate) mod classify;
-pub(crate) mod common;
-pub(crate) mod fingerprint;
-mod loss_plot;
-pub(crate) mod mlm;
-pub(crate) mod observer;
-mod progress;
-pub(crate) mod resume;
+mod classify;
+mod mlm;
+mod resume;
 mod save_fault;
-pub(crate) mod signals;
 
-pub use signals::{stop_flag, termination_signal};
+use roformer_runner::train::stop_flag;
 
 /// The training commands.
 #[derive(Debug, clap::Subcommand)]
@@ -30,7 +24,7 @@ pub enum Command {
 /// micro-batch or evaluation batch and saves its last completed step; Ctrl-C then exits 0,
 /// SIGTERM and SIGHUP with an error that names the signal, since the run did not finish.
 /// Duplicates within 1 s are the same request; a second request quits at once, keeping the
-/// last checkpoint ([`signals`]).
+/// last checkpoint ([`roformer_runner::train::signals`]).
 ///
 /// # Errors
 /// The command's errors.

@@ -1,5 +1,5 @@
-//! `--resume`: the run's record (`run.json`: its arguments and its [`Fingerprint`]), which
-//! flags a resume may change, and the check that it continues the same run.
+//! `--resume`: which flags a resume may change, and the arguments it runs with (the run's
+//! record, `run.json`, is [`roformer_runner::train::record`]).
 //!
 //! A resume takes every argument from `run.json`, except:
 //! - `--out`, `--stop-after`, `--json` and `--quiet`: this invocation's own;
@@ -18,10 +18,11 @@ use anyhow::{bail, Context};
 use clap::parser::ValueSource;
 use clap::CommandFactory;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use super::fingerprint::Fingerprint;
-use crate::{json, output};
+use roformer_runner::json;
+use roformer_runner::train::out_dir::check_not_in_use;
+use roformer_runner::train::record::{read_record, Recorded, RunRecord};
 
 /// The flags (clap ids) a resume may change; the others must keep the run's value.
 pub const MAY_CHANGE: [&str; 4] = ["steps", "precision", "save_every", "eval_every"];
@@ -29,51 +30,6 @@ pub const MAY_CHANGE: [&str; 4] = ["steps", "precision", "save_every", "eval_eve
 /// The flags (clap ids) that belong to each invocation, not to the run (`--overwrite` cannot
 /// be given with `--resume`, and a resume is never recorded as one).
 const OWN: [&str; 6] = ["out", "resume", "overwrite", "stop_after", "json", "quiet"];
-
-/// `run.json`: a run's arguments and, from this version on, its fingerprint.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct RunRecord<A> {
-    /// The arguments, at the top level of the file.
-    #[serde(flatten)]
-    pub args: A,
-    /// What defines the run (absent in files written before fingerprints were recorded).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fingerprint: Option<Fingerprint>,
-}
-
-/// Writes `out/run.json`.
-///
-/// # Errors
-/// File errors.
-pub fn write_record<A: Serialize>(
-    out: &Path,
-    args: &A,
-    fingerprint: &Fingerprint,
-) -> anyhow::Result<()> {
-    let record = RunRecord {
-        args,
-        fingerprint: Some(fingerprint.clone()),
-    };
-    output::write(
-        &out.join("run.json"),
-        json::to_string_pretty(&record)?.as_bytes(),
-    )
-}
-
-/// Reads `out/run.json`.
-///
-/// # Errors
-/// A missing or malformed file.
-pub fn read_record<A: DeserializeOwned>(out: &Path) -> anyhow::Result<RunRecord<A>> {
-    let path = out.join("run.json");
-    let text = std::fs::read_to_string(&path).with_context(|| {
-        format!(
-            "{}: no run to resume (start one without --resume)",
-            path.display()
-        )
-    })?;
-    serde_json::from_str(&text).with_context(|| format!("{} is malformed", path.display()))
-}
 
 /// The flags (clap ids) given on this process's command line for `roformer train SUB` (none
 /// when it is another command, as when `experiment` runs a training).
@@ -149,13 +105,6 @@ fn value_text(value: &serde_json::Value) -> String {
     }
 }
 
-/// What a resume found in `run.json` besides the arguments.
-#[derive(Debug)]
-pub struct Recorded {
-    /// The run's fingerprint (`None` in an older `run.json`).
-    pub fingerprint: Option<Fingerprint>,
-}
-
 /// The arguments this invocation runs with: `args` for a new run; for `--resume`, the run's
 /// recorded arguments merged with `args` (see [`merge`]; `sub` is `mlm` or `classify`), and
 /// what else the record holds.
@@ -172,7 +121,7 @@ pub fn resolve<A: Serialize + DeserializeOwned>(
     if !resume {
         return Ok((args, None));
     }
-    super::common::check_not_in_use(out)?;
+    check_not_in_use(out)?;
     let record: RunRecord<A> = read_record(out)?;
     let merged = merge(&args, record.args, &given_flags(sub))?;
     Ok((
@@ -183,39 +132,10 @@ pub fn resolve<A: Serialize + DeserializeOwned>(
     ))
 }
 
-/// Checks that the run as it would resume (`now`) is the run that was recorded; a record
-/// without a fingerprint (an older `run.json`) is accepted with a warning.
-///
-/// # Errors
-/// Every difference, one per line, when there is any.
-pub fn check_same_run(
-    out: &Path,
-    recorded: Option<&Fingerprint>,
-    now: &Fingerprint,
-) -> anyhow::Result<()> {
-    let Some(recorded) = recorded else {
-        eprintln!(
-            "warning: {} records no fingerprint (written by an older version): the config, \
-             vocabulary, data and shapes of this resume cannot be checked against the run's; \
-             they are recorded now",
-            out.join("run.json").display()
-        );
-        return Ok(());
-    };
-    let differences = recorded.differences(now, &out.join("checkpoint"));
-    if !differences.is_empty() {
-        bail!(
-            "{} cannot resume: it is not the run that was started there:\n  {}\n(restore the \
-             run's inputs, or start a new run with --overwrite)",
-            out.display(),
-            differences.join("\n  ")
-        );
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
+    use serde::Deserialize;
+
     use super::*;
 
     #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

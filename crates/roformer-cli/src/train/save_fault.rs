@@ -11,7 +11,7 @@
 //! - `ROFORMER_TEST_HOLD_IN_SAVE=STEP:POINT` prints `test hook: held after POINT of the save at
 //!   step STEP` and holds the save there for [`HOLD`] (3 s) whatever comes, as a slow disk
 //!   would: a test sends a stop request and, a second or more later, a second one, which quits
-//!   at once ([`super::signals`]).
+//!   at once ([`roformer_runner::train::signals`]).
 //!
 //! POINT is one of `first-file`, `written`, `moved-aside` or `renamed` ([`SaveStep`]). Both
 //! work in any build; without them the save runs straight through.

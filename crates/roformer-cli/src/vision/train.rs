@@ -16,7 +16,7 @@ use roformer::vision::VisionConfig;
 use crate::output::outln;
 use crate::precision::PrecisionArg;
 use crate::train::args::Decay;
-use crate::train::stop_flag;
+use roformer_runner::train::stop_flag;
 
 /// The largest `--batch-size` taken.
 const MAX_BATCH: usize = 4096;

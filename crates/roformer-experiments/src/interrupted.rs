@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::train::fingerprint::Fingerprint;
-use crate::{json, output};
+use roformer_runner::train::fingerprint::Fingerprint;
+use roformer_runner::{json, output};
 
 /// The file of the seconds the earlier parts of an interrupted run took (a name
 /// `train::common` knows as a run's, so that `--overwrite` may replace it).

@@ -4,8 +4,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::experiment::figure::{BandFigure, Point, Series, XScale};
-use crate::experiment::stats::Spread;
+use crate::figure::{BandFigure, Point, Series, XScale};
+use crate::stats::Spread;
 
 /// One row at one length.
 #[derive(Debug, Serialize)]

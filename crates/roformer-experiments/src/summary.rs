@@ -9,7 +9,7 @@ use super::command_line;
 use super::figure::{BandFigure, Point, Series, XScale};
 use super::pretrain::{arm_name, RunRecord};
 use super::stats::Spread;
-use crate::train::mlm::Position;
+use roformer_runner::train::masked_lm::Position;
 
 /// One arm's results.
 #[derive(Debug, Serialize)]

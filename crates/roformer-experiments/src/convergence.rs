@@ -13,9 +13,9 @@ use super::pretrain;
 use super::summary::{curves_figure, summarise, table, verdict};
 use super::sweep::{self, Naming};
 use super::{write_json, write_section};
-use crate::output::outln;
-use crate::plot;
-use crate::train::mlm::Position;
+use roformer_runner::output::outln;
+use roformer_runner::plot;
+use roformer_runner::train::masked_lm::Position;
 
 /// The output directory: `--out`, or `experiments/NAME`.
 pub fn out_dir(args: &pretrain::Args, name: &str) -> PathBuf {

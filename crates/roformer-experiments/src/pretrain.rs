@@ -19,10 +19,12 @@ use roformer::train::mlm::MlmDataOptions;
 use roformer::train::{TaskOptions, TrainError, TrainOptions};
 
 use super::{check_stopped, is_done, mark_done, read_done, refuse_duplicates, start_of, train_run};
-use crate::precision::PrecisionArg;
-use crate::train::checks::{check_numbers, parse_lr};
-use crate::train::mlm::{check_position_table, explain, fresh_start, BlockFlags, Position};
-use crate::{json, output};
+use roformer_runner::precision::PrecisionArg;
+use roformer_runner::train::checks::{check_numbers, parse_lr};
+use roformer_runner::train::masked_lm::{
+    check_position_table, explain, fresh_start, BlockFlags, Position,
+};
+use roformer_runner::{json, output};
 
 /// The share of documents held out for validation.
 const VALIDATION: f64 = 0.05;

@@ -41,16 +41,16 @@ use serde::{Deserialize, Serialize};
 
 use super::pretrain::{arm_name, finished_runs};
 use super::{command_line, refuse_duplicates, write_json, write_section};
-use crate::output::outln;
-use crate::plot;
-use crate::precision::PrecisionArg;
-use crate::train::checks::check_numbers;
-use crate::train::mlm::Position;
 use data::{
     authorship_dataset, collection_dataset, read_collections, write_dataset, Dataset, DatasetStats,
     Sizes,
 };
 use report::Results;
+use roformer_runner::output::outln;
+use roformer_runner::plot;
+use roformer_runner::precision::PrecisionArg;
+use roformer_runner::train::checks::check_numbers;
+use roformer_runner::train::masked_lm::Position;
 use runs::{arms_of, fine_tune_all, finished_records, plan, Settings};
 
 /// `--task`.

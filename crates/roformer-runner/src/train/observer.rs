@@ -15,7 +15,7 @@ use serde_json::json;
 use super::fingerprint::{corpus_source, examples_source, Fingerprint};
 use super::loss_plot::LossFigure;
 use super::progress::{History, Reporter};
-use super::resume::{check_same_run, Recorded};
+use super::record::{check_same_run, Recorded};
 use super::signals;
 use crate::{json, plot};
 
@@ -201,7 +201,7 @@ impl<'a> CliObserver<'a> {
         if let (Outcome::Stopped(_), true) = (&finished.outcome, stdout_gone) {
             bail!(stopped("", ": standard output was closed by its reader"));
         }
-        let signal = super::termination_signal();
+        let signal = signals::termination_signal();
         let summary = Summary {
             finished: &finished,
             history: &history,

@@ -25,7 +25,7 @@ use anyhow::Context;
 use roformer::data::{is_validation, read_corpus, text_hash, to_simplified};
 use serde::{Deserialize, Serialize};
 
-use crate::{json, output};
+use roformer_runner::{json, output};
 
 /// The collections: (label, folder of the corpus).
 pub const COLLECTIONS: [(&str, &str); 3] = [

@@ -4,8 +4,8 @@
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
+use super::progress::History;
 use crate::plot::{err, Figure, FAMILY};
-use crate::train::progress::History;
 
 /// Steps averaged by the smoothed training curve.
 const WINDOW: usize = 20;

@@ -1,4 +1,5 @@
-//! `roformer experiment ...`: the paper's training claims at small scale, each one command that
+//! `roformer experiment ...` (the binary delegates to [`run`]): the paper's training claims at
+//! small scale, each one command that
 //! trains (or reuses) its runs and writes `results.json`, figures and `section.md` (its part
 //! of EXPERIMENTS.md) into its output directory.
 //!
@@ -18,6 +19,12 @@
 //! a run with a `done.json` is not run again, and a run that a stop left with its checkpoint
 //! continues from it (`interrupted.rs`), so an interrupted experiment continues where it
 //! stopped when the same command is given again.
+//!
+//! An application crate, like the binary it serves: errors are [`anyhow::Error`]s with the
+//! context a person reads, and it prints its progress; what it shares with the `train`
+//! commands (the run's observer, output directory and record) is `roformer-runner`'s.
+
+#![warn(missing_docs)]
 
 mod convergence;
 mod figure;
@@ -38,11 +45,11 @@ use anyhow::{bail, Context};
 use roformer::train::{Finished, ModelStart, TrainError, TrainOptions};
 use serde::Serialize;
 
-use crate::train::common::{prepare_out_dir, OutRequest};
-use crate::train::observer::{train, RunView};
-use crate::train::resume::{write_record, Recorded};
-use crate::{json, output};
 use interrupted::Interrupted;
+use roformer_runner::train::observer::{train, RunView};
+use roformer_runner::train::out_dir::{prepare_out_dir, OutRequest};
+use roformer_runner::train::record::{write_record, Recorded};
+use roformer_runner::{json, output};
 
 /// The experiments.
 #[derive(Debug, clap::Subcommand)]
@@ -67,7 +74,7 @@ pub enum Command {
 /// # Errors
 /// The runs' errors, unreadable inputs, file errors.
 pub fn run(command: Command) -> anyhow::Result<()> {
-    let stop = crate::train::stop_flag();
+    let stop = roformer_runner::train::stop_flag();
     match command {
         Command::Convergence(a) => convergence::run(&a, &stop),
         Command::Length(a) => length::run(&a),

@@ -5,7 +5,7 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::plot::{err, Figure, FAMILY};
+use roformer_runner::plot::{err, Figure, FAMILY};
 
 /// A point of a series: x, and the mean, min and max over seeds.
 #[derive(Debug, Clone, Copy)]

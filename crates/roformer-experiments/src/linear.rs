@@ -8,9 +8,9 @@ use super::convergence::out_dir;
 use super::summary::{curves_figure, summarise, table, verdict};
 use super::sweep::{self, Naming};
 use super::{pretrain, write_json, write_section};
-use crate::output::outln;
-use crate::plot;
-use crate::train::mlm::Position;
+use roformer_runner::output::outln;
+use roformer_runner::plot;
+use roformer_runner::train::masked_lm::Position;
 
 /// Runs `experiment linear`.
 ///

@@ -16,9 +16,9 @@ use super::figure::{BandFigure, Point, Series, XScale};
 use super::pretrain::{self, arm_name, run_one, Prepared, RunRecord, RunSpec};
 use super::summary::{curves_figure, summarise, table, verdict, Results};
 use super::{command_line, write_json, write_section};
-use crate::output::outln;
-use crate::plot;
-use crate::train::mlm::Position;
+use roformer_runner::output::outln;
+use roformer_runner::plot;
+use roformer_runner::train::masked_lm::Position;
 
 /// One cell of the sweep: an arm at a rate, seed 0.
 #[derive(Debug, Clone, Serialize, PartialEq)]

@@ -105,7 +105,7 @@ pub fn note_saved(step: u64) {
 
 /// Wraps a trainer's save hook: from the end of a save's writing ([`SaveStep::Written`]) to
 /// its second rename ([`SaveStep::Renamed`]) a forced exit waits, and happens right after the
-/// renames. `inner` (the test hooks of [`super::save_fault`]) runs at every step too: before
+/// renames. `inner` (the CLI's test hooks of a save) runs at every step too: before
 /// the wait begins, and after it ends.
 pub fn rename_guard<'a>(inner: Option<&'a dyn Fn(u64, SaveStep)>) -> impl Fn(u64, SaveStep) + 'a {
     move |step, point| {

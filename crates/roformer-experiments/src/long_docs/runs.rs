@@ -16,11 +16,11 @@ use super::super::pretrain::RunRecord;
 use super::super::{check_stopped, is_done, mark_done, read_done, start_of, train_run};
 use super::data::Sizes;
 use super::Task;
-use crate::json;
-use crate::precision::PrecisionArg;
-use crate::train::checks::check_vocab_fits;
-use crate::train::classify::explain;
-use crate::train::common::check_not_in_use;
+use roformer_runner::json;
+use roformer_runner::precision::PrecisionArg;
+use roformer_runner::train::checks::check_vocab_fits;
+use roformer_runner::train::classify::explain;
+use roformer_runner::train::out_dir::check_not_in_use;
 
 /// The arms fine-tuned when `--arms` is not given: those of them that the pre-training
 /// experiment trained.

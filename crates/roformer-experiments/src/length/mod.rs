@@ -17,8 +17,6 @@ use std::path::{Path, PathBuf};
 use super::pretrain::{finished_runs, RunRecord};
 use super::stats::Spread;
 use super::{command_line, refuse_duplicates, write_json, write_section};
-use crate::output::outln;
-use crate::plot;
 use anyhow::Context;
 use candle_core::Device;
 use report::{Cell, Results, Row};
@@ -30,6 +28,8 @@ use roformer::{
     Architecture, HeadModel, ModelDir, PositionEmbeddingType, RoFormerForMaskedLM,
     RoFormerTokenizer,
 };
+use roformer_runner::output::outln;
+use roformer_runner::plot;
 
 /// Arguments of `experiment length`.
 #[derive(Debug, Clone, clap::Args)]

@@ -132,13 +132,14 @@ fn temp_file(path: &Path) -> anyhow::Result<(PathBuf, File)> {
 /// `println!` that returns the write's `std::io::Result<()>` instead of panicking when it
 /// fails: a reader that has gone (`roformer ... | head -1`) is an error `main` ends quietly
 /// on, not a panic.
+#[macro_export]
 macro_rules! outln {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
         writeln!(std::io::stdout().lock(), $($arg)*)
     }};
 }
-pub(crate) use outln;
+pub use crate::outln;
 
 #[cfg(test)]
 mod tests {
