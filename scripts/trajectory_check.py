@@ -38,8 +38,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 ARMS = {"rotary": "RoFormerForMaskedLM", "absolute": "BertForMaskedLM"}
 
-# The convergence experiment's model (crates/roformer-cli/src/experiment/pretrain.rs,
-# write_config), softmax attention.
+# The convergence experiment's model (crates/roformer-experiments/src/pretrain.rs,
+# write_config, with the sizes of experiments/convergence/settings.json), softmax attention.
 CONFIG = {
     "architectures": ["RoFormerForMaskedLM"], "model_type": "roformer", "vocab_size": 5000,
     "embedding_size": 128, "hidden_size": 128, "num_hidden_layers": 3,

@@ -10,12 +10,19 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use super::pretrain;
+use super::settings::SettingsFile;
 use super::summary::{curves_figure, summarise, table, verdict};
 use super::sweep::{self, Naming};
 use super::{write_json, write_section};
 use roformer_runner::output::outln;
 use roformer_runner::plot;
 use roformer_runner::train::masked_lm::Position;
+
+/// The settings of `experiment convergence`.
+const SETTINGS: SettingsFile = SettingsFile {
+    path: "experiments/convergence/settings.json",
+    built_in: include_str!("../../../experiments/convergence/settings.json"),
+};
 
 /// The output directory: `--out`, or `experiments/NAME`.
 pub fn out_dir(args: &pretrain::Args, name: &str) -> PathBuf {
@@ -28,18 +35,11 @@ pub fn out_dir(args: &pretrain::Args, name: &str) -> PathBuf {
 ///
 /// # Errors
 /// The runs' errors, file errors.
-pub fn run(args: &pretrain::Args, stop: &AtomicBool) -> anyhow::Result<()> {
+pub fn run(flags: &pretrain::Flags, stop: &AtomicBool) -> anyhow::Result<()> {
+    let args = &flags.resolve(&SETTINGS, Position::Absolute)?;
     let out = out_dir(args, "convergence");
-    let arms = args.arms_or(
-        &[
-            Position::Rotary,
-            Position::Absolute,
-            Position::Sinusoidal,
-            Position::None,
-        ],
-        Position::Absolute,
-    )?;
-    if !args.sweep.is_empty() {
+    let arms = args.arms.clone();
+    if !args.settings.sweep.is_empty() {
         let naming = Naming {
             heading: "### 1. Convergence, best against best: each arm at its own learning rate",
             stem: "convergence",
@@ -58,23 +58,25 @@ pub fn run(args: &pretrain::Args, stop: &AtomicBool) -> anyhow::Result<()> {
     let section = format!(
         "### 1. Convergence: rotary against absolute, sinusoidal and no positions\n\n\
          ```sh\n{}\n```\n\n\
+         Settings: {}.\n\n\
          Model: hidden {}, {} layers, {} heads, intermediate {}, vocabulary {} characters; \
          {} steps of {}x{} tokens, AdamW lr {} (warm-up {}, linear decay), dropout 0; \
          {} seeds per arm (seed = initial weights, data order and masks, shared by the arms).\n\n\
          {}\n![validation loss]({})\n\n\
          Rotary against absolute: {}.\n",
         results.command,
-        args.hidden,
-        args.layers,
-        args.heads,
-        4 * args.hidden,
-        args.vocab_size,
-        args.steps,
-        args.batch,
-        args.seq_len,
-        args.lr,
-        args.warmup,
-        args.seeds,
+        args.cited,
+        args.settings.hidden,
+        args.settings.layers,
+        args.settings.heads,
+        4 * args.settings.hidden,
+        args.settings.vocab_size,
+        args.settings.steps,
+        args.settings.batch,
+        args.settings.seq_len,
+        args.settings.lr,
+        args.settings.warmup,
+        args.settings.seeds,
         table(&results),
         figure_path.display(),
         verdict(&results, "rotary", "absolute"),

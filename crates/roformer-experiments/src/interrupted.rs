@@ -43,7 +43,7 @@ impl Interrupted {
     /// `record` that does not serialise.
     pub fn find(dir: &Path, record: &impl Serialize) -> anyhow::Result<Option<Interrupted>> {
         let checkpoint = dir.join("checkpoint");
-        if super::is_done(dir) || !checkpoint.join("trainer_state.json").is_file() {
+        if super::done::is_done(dir) || !checkpoint.join("trainer_state.json").is_file() {
             return Ok(None);
         }
         let Some(mut recorded) = read_json::<serde_json::Value>(&dir.join("run.json")) else {

@@ -27,12 +27,14 @@
 #![warn(missing_docs)]
 
 mod convergence;
+mod done;
 mod figure;
 mod interrupted;
 mod length;
 mod linear;
 mod long_docs;
 mod pretrain;
+mod settings;
 mod stats;
 mod summary;
 mod sweep;
@@ -41,13 +43,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use roformer::train::{Finished, ModelStart, TrainError, TrainOptions};
 use serde::Serialize;
 
 use interrupted::Interrupted;
+use roformer::train::out_dir::OutRequest;
 use roformer_runner::train::observer::{train, RunView};
-use roformer_runner::train::out_dir::{prepare_out_dir, OutRequest};
+use roformer_runner::train::out_dir::open_out_dir;
 use roformer_runner::train::record::{write_record, Recorded};
 use roformer_runner::{json, output};
 
@@ -56,16 +59,16 @@ use roformer_runner::{json, output};
 pub enum Command {
     /// MLM convergence: rotary against absolute, sinusoidal, ALiBi, T5 and no positions
     /// (`--sweep`: each at its own best learning rate).
-    Convergence(pretrain::Args),
+    Convergence(pretrain::Flags),
     /// Validation MLM loss at lengths 64..4096 of the models `convergence` pre-trained at 128,
     /// rotary ones also under the context-extension scalings.
     Length(length::Args),
     /// Long inputs at 128 and 512 tokens, fine-tuned from `convergence`: ten-poem documents
     /// by collection, or (`--task authorship`) which of two candidates is an anchor poet's.
-    LongDocs(long_docs::Args),
+    LongDocs(long_docs::Flags),
     /// MLM convergence with linear attention: rotary against none and absolute (`--sweep`:
     /// each at its own best learning rate).
-    Linear(pretrain::Args),
+    Linear(pretrain::Flags),
 }
 
 /// Runs an experiment; Ctrl-C stops the current run after its step and exits (the same
@@ -87,28 +90,6 @@ pub fn run(command: Command) -> anyhow::Result<()> {
 fn command_line() -> String {
     let args: Vec<String> = std::env::args().skip(1).collect();
     format!("roformer {}", args.join(" "))
-}
-
-/// Whether run directory `dir` finished (holds `done.json`).
-fn is_done(dir: &Path) -> bool {
-    dir.join("done.json").is_file()
-}
-
-/// Marks run directory `dir` finished, with what the experiment needs to know of it.
-fn mark_done(dir: &Path, record: &impl Serialize) -> anyhow::Result<()> {
-    let text = json::to_string_pretty(record)?;
-    output::write(&dir.join("done.json"), text.as_bytes())
-}
-
-/// The record [`mark_done`] wrote in run directory `dir`.
-///
-/// # Errors
-/// A missing, unreadable or malformed `done.json`.
-fn read_done<T: serde::de::DeserializeOwned>(dir: &Path) -> anyhow::Result<T> {
-    let path = dir.join("done.json");
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("{}: not a run record", path.display()))
 }
 
 /// Refuses a list flag (`--arms`, `--lengths`) that names a value twice: each would be run and
@@ -160,7 +141,7 @@ fn train_run(
 ) -> anyhow::Result<f64> {
     let dir = options.out.as_path();
     let plot = Path::new("loss.png");
-    let paths = prepare_out_dir(&OutRequest {
+    let paths = open_out_dir(&OutRequest {
         out: dir,
         resume: options.resume,
         overwrite: !options.resume,

@@ -5,6 +5,7 @@
 use std::sync::atomic::AtomicBool;
 
 use super::convergence::out_dir;
+use super::settings::SettingsFile;
 use super::summary::{curves_figure, summarise, table, verdict};
 use super::sweep::{self, Naming};
 use super::{pretrain, write_json, write_section};
@@ -12,17 +13,21 @@ use roformer_runner::output::outln;
 use roformer_runner::plot;
 use roformer_runner::train::masked_lm::Position;
 
+/// The settings of `experiment linear`.
+const SETTINGS: SettingsFile = SettingsFile {
+    path: "experiments/linear/settings.json",
+    built_in: include_str!("../../../experiments/linear/settings.json"),
+};
+
 /// Runs `experiment linear`.
 ///
 /// # Errors
 /// The runs' errors, file errors.
-pub fn run(args: &pretrain::Args, stop: &AtomicBool) -> anyhow::Result<()> {
+pub fn run(flags: &pretrain::Flags, stop: &AtomicBool) -> anyhow::Result<()> {
+    let args = &flags.resolve(&SETTINGS, Position::Absolute)?;
     let out = out_dir(args, "linear");
-    let arms = args.arms_or(
-        &[Position::Rotary, Position::Absolute, Position::None],
-        Position::Absolute,
-    )?;
-    if !args.sweep.is_empty() {
+    let arms = args.arms.clone();
+    if !args.settings.sweep.is_empty() {
         let naming = Naming {
             heading:
                 "### 4. Linear attention, best against best: each arm at its own learning rate",
@@ -41,11 +46,13 @@ pub fn run(args: &pretrain::Args, stop: &AtomicBool) -> anyhow::Result<()> {
     )?;
     let section = format!(
         "### 4. Linear attention with and without RoPE\n\n```sh\n{}\n```\n\n\
+         Settings: {}.\n\n\
          The convergence experiment's model, data and schedule with `attention_type: \"linear\"`; \
          {} seeds per arm.\n\n{}\n![validation loss]({})\n\n\
          Rotary against absolute: {}. Rotary against none: {}.\n",
         results.command,
-        args.seeds,
+        args.cited,
+        args.settings.seeds,
         table(&results),
         figure_path.display(),
         verdict(&results, "rotary", "absolute"),

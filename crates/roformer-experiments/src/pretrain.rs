@@ -18,7 +18,9 @@ use roformer::optim::Decay;
 use roformer::train::mlm::MlmDataOptions;
 use roformer::train::{TaskOptions, TrainError, TrainOptions};
 
-use super::{check_stopped, is_done, mark_done, read_done, refuse_duplicates, start_of, train_run};
+use super::done::{is_done, mark_done, read_done};
+use super::settings::{set, Read, SettingsFile};
+use super::{check_stopped, refuse_duplicates, start_of, train_run};
 use roformer_runner::precision::PrecisionArg;
 use roformer_runner::train::checks::{check_numbers, parse_lr};
 use roformer_runner::train::masked_lm::{
@@ -26,61 +28,62 @@ use roformer_runner::train::masked_lm::{
 };
 use roformer_runner::{json, output};
 
-/// The share of documents held out for validation.
-const VALIDATION: f64 = 0.05;
-
-/// Arguments shared by the pre-training experiments (`convergence`, `linear`).
+/// Arguments shared by the pre-training experiments (`convergence`, `linear`): the corpus,
+/// the output, the settings file and the flags that override its settings.
 #[derive(Debug, Clone, clap::Args)]
-pub struct Args {
+pub struct Flags {
     /// The corpus (the chinese-poetry poems from `scripts/fetch_chinese_poetry.sh`).
     #[arg(long, default_value = "data/chinese-poetry/poems")]
     pub corpus: PathBuf,
     /// The output directory [default: experiments/NAME].
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// The arms, comma-separated [default: the experiment's; the reference arm, absolute,
-    /// must be among them].
+    /// The settings [default: experiments/NAME/settings.json, else the copy built in]; the
+    /// flags below override them.
+    #[arg(long)]
+    pub settings: Option<PathBuf>,
+    /// The arms, comma-separated; the reference arm, absolute, must be among them.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub arms: Vec<Position>,
     /// Seeds per arm (0, 1, ...).
-    #[arg(long, default_value_t = 3)]
-    pub seeds: u64,
+    #[arg(long)]
+    pub seeds: Option<u64>,
     /// Optimisation steps per run.
-    #[arg(long, default_value_t = 500)]
-    pub steps: u64,
+    #[arg(long)]
+    pub steps: Option<u64>,
     /// Sequences per step.
-    #[arg(long, default_value_t = 32)]
-    pub batch: usize,
+    #[arg(long)]
+    pub batch: Option<usize>,
     /// Tokens per packed block.
-    #[arg(long, default_value_t = 128)]
-    pub seq_len: usize,
+    #[arg(long)]
+    pub seq_len: Option<usize>,
     /// Peak learning rate (linear warm-up, then linear decay to 0).
-    #[arg(long, default_value_t = 3e-3)]
-    pub lr: f64,
+    #[arg(long)]
+    pub lr: Option<f64>,
     /// Warm-up steps.
-    #[arg(long, default_value_t = 50)]
-    pub warmup: u64,
+    #[arg(long)]
+    pub warmup: Option<u64>,
     /// Validation every this many steps.
-    #[arg(long, default_value_t = 50)]
-    pub eval_every: u64,
+    #[arg(long)]
+    pub eval_every: Option<u64>,
     /// Validation batches per evaluation.
-    #[arg(long, default_value_t = 16)]
-    pub eval_batches: usize,
+    #[arg(long)]
+    pub eval_batches: Option<usize>,
     /// Hidden size of the model.
-    #[arg(long, default_value_t = 128)]
-    pub hidden: usize,
+    #[arg(long)]
+    pub hidden: Option<usize>,
     /// Layers of the model.
-    #[arg(long, default_value_t = 3)]
-    pub layers: usize,
+    #[arg(long)]
+    pub layers: Option<usize>,
     /// Attention heads.
-    #[arg(long, default_value_t = 4)]
-    pub heads: usize,
+    #[arg(long)]
+    pub heads: Option<usize>,
     /// Vocabulary size (characters by frequency, `vocab build`).
-    #[arg(long, default_value_t = 5000)]
-    pub vocab_size: usize,
+    #[arg(long)]
+    pub vocab_size: Option<usize>,
     /// The absolute position table's length (BERT's 512; rotary and sinusoidal need none).
-    #[arg(long, default_value_t = 512)]
-    pub max_positions: usize,
+    #[arg(long)]
+    pub max_positions: Option<usize>,
     /// The precision of the matrix products (master weights, optimiser, norms, softmax and
     /// the loss stay f32).
     #[arg(long, value_enum, default_value = "f32")]
@@ -89,6 +92,129 @@ pub struct Args {
     /// 0, then every seed at each arm's best (lowest final validation loss); `--lr` is unused.
     #[arg(long, value_delimiter = ',', value_parser = parse_lr, allow_negative_numbers = true)]
     pub sweep: Vec<f64>,
+}
+
+/// The settings of a pre-training experiment (`experiments/NAME/settings.json`); each field
+/// but the last three is also a flag of the same name.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// The arms (position types: rotary, absolute, sinusoidal, alibi, t5, none).
+    pub arms: Vec<String>,
+    /// Seeds per arm.
+    pub seeds: u64,
+    /// Optimisation steps per run.
+    pub steps: u64,
+    /// Sequences per step.
+    pub batch: usize,
+    /// Tokens per packed block.
+    pub seq_len: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// The peak rates of a sweep (none: no sweep, every arm at `lr`).
+    pub sweep: Vec<f64>,
+    /// Warm-up steps.
+    pub warmup: u64,
+    /// Validation every this many steps.
+    pub eval_every: u64,
+    /// Validation batches per evaluation.
+    pub eval_batches: usize,
+    /// Hidden size of the model (its intermediate size is four times this).
+    pub hidden: usize,
+    /// Layers of the model.
+    pub layers: usize,
+    /// Attention heads.
+    pub heads: usize,
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// The absolute position table's length.
+    pub max_positions: usize,
+    /// The share of documents held out for validation.
+    pub validation: f64,
+    /// AdamW's weight decay.
+    pub weight_decay: f64,
+    /// The gradient's largest norm (clipped above it).
+    pub max_grad_norm: f64,
+}
+
+/// A pre-training experiment's arguments: the flags over the settings.
+#[derive(Debug, Clone)]
+pub struct Args {
+    /// The corpus.
+    pub corpus: PathBuf,
+    /// `--out`.
+    pub out: Option<PathBuf>,
+    /// The precision of the matrix products.
+    pub precision: PrecisionArg,
+    /// The arms.
+    pub arms: Vec<Position>,
+    /// The settings, with the flags given applied.
+    pub settings: Settings,
+    /// The settings file, as the section cites it.
+    pub cited: String,
+}
+
+impl Flags {
+    /// The arguments: the settings of `file` (or of `--settings`) with the flags given
+    /// applied; the reference arm must be among the arms.
+    ///
+    /// # Errors
+    /// Unreadable settings, an unknown arm, arms without the reference arm, an arm named twice.
+    pub fn resolve(&self, file: &SettingsFile, reference: Position) -> anyhow::Result<Args> {
+        let Read {
+            mut settings,
+            cited,
+        } = file.read::<Settings>(self.settings.as_deref())?;
+        let s = &mut settings;
+        set(&mut s.seeds, self.seeds);
+        set(&mut s.steps, self.steps);
+        set(&mut s.batch, self.batch);
+        set(&mut s.seq_len, self.seq_len);
+        set(&mut s.lr, self.lr);
+        set(&mut s.warmup, self.warmup);
+        set(&mut s.eval_every, self.eval_every);
+        set(&mut s.eval_batches, self.eval_batches);
+        set(&mut s.hidden, self.hidden);
+        set(&mut s.layers, self.layers);
+        set(&mut s.heads, self.heads);
+        set(&mut s.vocab_size, self.vocab_size);
+        set(&mut s.max_positions, self.max_positions);
+        if !self.sweep.is_empty() {
+            s.sweep.clone_from(&self.sweep);
+        }
+        let arms = if self.arms.is_empty() {
+            s.arms
+                .iter()
+                .map(|a| position(a))
+                .collect::<anyhow::Result<_>>()?
+        } else {
+            self.arms.clone()
+        };
+        anyhow::ensure!(
+            arms.contains(&reference),
+            "--arms must include {} (the reference arm)",
+            arm_name(reference)
+        );
+        let names: Vec<&str> = arms.iter().map(|&a| arm_name(a)).collect();
+        refuse_duplicates("--arms", &names)?;
+        Ok(Args {
+            corpus: self.corpus.clone(),
+            out: self.out.clone(),
+            precision: self.precision,
+            arms,
+            settings,
+            cited,
+        })
+    }
+}
+
+/// The position type an arm of the settings names.
+///
+/// # Errors
+/// A name that is no arm.
+fn position(name: &str) -> anyhow::Result<Position> {
+    <Position as clap::ValueEnum>::from_str(name, false)
+        .map_err(|_| anyhow::anyhow!("the settings name an unknown arm {name:?}"))
 }
 
 /// What a finished pre-training run recorded (`done.json`).
@@ -123,32 +249,6 @@ impl RunRecord {
     }
 }
 
-impl Args {
-    /// `--arms`, or `default` when not given; the reference arm must be among them.
-    ///
-    /// # Errors
-    /// Arms without the reference arm, or an arm named twice.
-    pub fn arms_or(
-        &self,
-        default: &[Position],
-        reference: Position,
-    ) -> anyhow::Result<Vec<Position>> {
-        let arms = if self.arms.is_empty() {
-            default.to_vec()
-        } else {
-            self.arms.clone()
-        };
-        anyhow::ensure!(
-            arms.contains(&reference),
-            "--arms must include {} (the reference arm)",
-            arm_name(reference)
-        );
-        let names: Vec<&str> = arms.iter().map(|&a| arm_name(a)).collect();
-        refuse_duplicates("--arms", &names)?;
-        Ok(arms)
-    }
-}
-
 /// The name of a position arm.
 pub fn arm_name(p: Position) -> &'static str {
     match p {
@@ -175,7 +275,7 @@ fn ensure_vocab(args: &Args, out: &Path) -> anyhow::Result<PathBuf> {
             args.corpus.display()
         )
     })?;
-    let options = VocabOptions::new(args.vocab_size);
+    let options = VocabOptions::new(args.settings.vocab_size);
     let built = build_vocab(&documents, &options)?;
     let text = built.tokens.join("\n") + "\n";
     output::write(&path, text.as_bytes())?;
@@ -192,16 +292,16 @@ fn write_config(args: &Args, out: &Path, attention: &str) -> anyhow::Result<Path
     let config = json!({
         "architectures": ["RoFormerForMaskedLM"],
         "model_type": "roformer",
-        "vocab_size": args.vocab_size,
-        "embedding_size": args.hidden,
-        "hidden_size": args.hidden,
-        "num_hidden_layers": args.layers,
-        "num_attention_heads": args.heads,
-        "intermediate_size": 4 * args.hidden,
+        "vocab_size": args.settings.vocab_size,
+        "embedding_size": args.settings.hidden,
+        "hidden_size": args.settings.hidden,
+        "num_hidden_layers": args.settings.layers,
+        "num_attention_heads": args.settings.heads,
+        "intermediate_size": 4 * args.settings.hidden,
         "hidden_act": "gelu",
         "hidden_dropout_prob": 0.0,
         "attention_probs_dropout_prob": 0.0,
-        "max_position_embeddings": args.max_positions,
+        "max_position_embeddings": args.settings.max_positions,
         "type_vocab_size": 2,
         "initializer_range": 0.02,
         "layer_norm_eps": 1e-12,
@@ -346,7 +446,7 @@ pub fn run_one(
         "[{index}/{total}] pre-training {} ({} attention, {} steps, lr {}, {})",
         spec.name,
         prepared.attention,
-        args.steps,
+        args.settings.steps,
         spec.lr,
         args.precision.name()
     );
@@ -388,15 +488,15 @@ pub fn run_arms(
     stop: &AtomicBool,
 ) -> anyhow::Result<Vec<RunRecord>> {
     let prepared = prepare(args, out, attention)?;
-    let total = args.seeds as usize * arms.len();
+    let total = args.settings.seeds as usize * arms.len();
     let mut records = Vec::new();
-    for seed in 0..args.seeds {
+    for seed in 0..args.settings.seeds {
         for &arm in arms {
             let spec = RunSpec {
                 name: format!("{}-s{seed}", arm_name(arm)),
                 arm,
                 seed,
-                lr: args.lr,
+                lr: args.settings.lr,
             };
             records.push(run_one(
                 args,
@@ -443,20 +543,24 @@ struct PretrainRecord<'a> {
 /// number above 0, a sweep of a single rate or naming a rate twice.
 fn check(args: &Args) -> anyhow::Result<()> {
     anyhow::ensure!(
-        args.sweep.len() != 1,
+        args.settings.sweep.len() != 1,
         "--sweep {} is a single rate; give at least 2 (e.g. 1e-3,3e-3)",
-        args.sweep[0]
+        args.settings.sweep[0]
     );
-    refuse_duplicates("--sweep", &args.sweep)?;
+    refuse_duplicates("--sweep", &args.settings.sweep)?;
     anyhow::ensure!(
-        args.steps >= 1 && args.batch >= 1,
+        args.settings.steps >= 1 && args.settings.batch >= 1,
         "--steps and --batch must be at least 1"
     );
     anyhow::ensure!(
-        args.seq_len >= 3,
+        args.settings.seq_len >= 3,
         "--seq-len must be at least 3 ([CLS], a token, [SEP])"
     );
-    check_numbers(args.lr, 0.01, 1.0)
+    check_numbers(
+        args.settings.lr,
+        args.settings.weight_decay,
+        args.settings.max_grad_norm,
+    )
 }
 
 /// Pre-trains the prepared model with the arm, seed and learning rate of `spec` into `dir`
@@ -479,28 +583,28 @@ fn pretrain(
         seed,
         lr: spec.lr,
         precision: args.precision.name(),
-        steps: args.steps,
-        batch: args.batch,
-        seq_len: args.seq_len,
-        warmup: args.warmup,
-        eval_every: args.eval_every,
-        eval_batches: args.eval_batches,
+        steps: args.settings.steps,
+        batch: args.settings.batch,
+        seq_len: args.settings.seq_len,
+        warmup: args.settings.warmup,
+        eval_every: args.settings.eval_every,
+        eval_batches: args.settings.eval_batches,
         plot: "loss.png",
     };
     let (start, interrupted) = start_of(dir, &record, || {
         fresh_start(config, vocab, Some(arm.into()))
     })?;
-    check_position_table(&start.config, args.seq_len)?;
+    check_position_table(&start.config, args.settings.seq_len)?;
     let data = MlmDataOptions {
         corpus: vec![args.corpus.clone()],
         format: None,
-        seq_len: args.seq_len,
+        seq_len: args.settings.seq_len,
         packed: true,
-        validation_fraction: VALIDATION,
-        batch_size: args.batch,
+        validation_fraction: args.settings.validation,
+        batch_size: args.settings.batch,
         seed,
         whole_word: false,
-        max_eval_batches: args.eval_batches,
+        max_eval_batches: args.settings.eval_batches,
         also_simplified: false,
         line_share: 0.0,
         alone_share: 0.0,
@@ -509,15 +613,15 @@ fn pretrain(
         out: dir.to_path_buf(),
         model: &start,
         task: TaskOptions::MaskedLm(data),
-        steps: Some(args.steps),
+        steps: Some(args.settings.steps),
         grad_accum: 1,
         lr: spec.lr,
-        warmup: args.warmup,
+        warmup: args.settings.warmup,
         decay: Decay::Linear,
-        weight_decay: 0.01,
-        max_grad_norm: Some(1.0),
+        weight_decay: args.settings.weight_decay,
+        max_grad_norm: Some(args.settings.max_grad_norm),
         seed,
-        eval_every: args.eval_every,
+        eval_every: args.settings.eval_every,
         save_every: 0,
         precision: args.precision.resolve(),
         resume: interrupted.is_some(),
@@ -530,8 +634,8 @@ fn pretrain(
         ("--corpus", args.corpus.as_path()),
     ];
     let flags = BlockFlags {
-        seq_len: args.seq_len,
-        validation: VALIDATION,
+        seq_len: args.settings.seq_len,
+        validation: args.settings.validation,
         line_by_line: false,
     };
     let run = (inputs, interrupted.as_ref());

@@ -121,7 +121,8 @@ pub fn run(
     stop: &AtomicBool,
     report: &dyn Fn(&SweepResults) -> anyhow::Result<()>,
 ) -> anyhow::Result<SweepResults> {
-    let total = arms.len() * (args.sweep.len() + args.seeds.saturating_sub(1) as usize);
+    let total =
+        arms.len() * (args.settings.sweep.len() + args.settings.seeds.saturating_sub(1) as usize);
     let mut records = Vec::new();
     let mut results = gather(args, prepared, (arms, reference), &records)?;
     report(&results)?;
@@ -140,15 +141,15 @@ pub fn run(
         anyhow::Ok(results)
     };
     for &arm in arms {
-        for &lr in &args.sweep {
+        for &lr in &args.settings.sweep {
             results = step(&mut records, arm, lr, 0)?;
         }
     }
     for &arm in arms {
-        let Some(best) = best_rate(&results.sweep, arm_name(arm), &args.sweep) else {
+        let Some(best) = best_rate(&results.sweep, arm_name(arm), &args.settings.sweep) else {
             continue;
         };
-        for seed in 1..args.seeds {
+        for seed in 1..args.settings.seeds {
             results = step(&mut records, arm, best.lr, seed)?;
         }
     }
@@ -168,23 +169,23 @@ fn gather(
     let mut sweep = Vec::new();
     let mut best = Vec::new();
     for &arm in arms {
-        for &lr in &args.sweep {
+        for &lr in &args.settings.sweep {
             match find_or_read(prepared, &mut finished, &run_name(arm, lr, 0))? {
                 Some(r) => sweep.push(cell(&r, lr)),
                 None => pending.push(run_name(arm, lr, 0)),
             }
         }
-        let Some(b) = best_rate(&sweep, arm_name(arm), &args.sweep) else {
-            if args.seeds > 1 {
+        let Some(b) = best_rate(&sweep, arm_name(arm), &args.settings.sweep) else {
+            if args.settings.seeds > 1 {
                 pending.push(format!(
                     "{}: seeds 1-{} at its best rate (sweep unfinished or diverged)",
                     arm_name(arm),
-                    args.seeds - 1
+                    args.settings.seeds - 1
                 ));
             }
             continue;
         };
-        for seed in 1..args.seeds {
+        for seed in 1..args.settings.seeds {
             let name = run_name(arm, b.lr, seed);
             if find_or_read(prepared, &mut finished, &name)?.is_none() {
                 pending.push(name);
@@ -199,8 +200,8 @@ fn gather(
         command: command_line(),
         attention: prepared.attention.into(),
         precision: args.precision.name().into(),
-        rates: args.sweep.clone(),
-        seeds: args.seeds,
+        rates: args.settings.sweep.clone(),
+        seeds: args.settings.seeds,
         sweep,
         best,
         pending,
@@ -220,10 +221,10 @@ fn find_or_read(
     if let Some(r) = finished.iter().find(|r| r.dir == dir) {
         return Ok(Some(r.clone()));
     }
-    if !super::is_done(&dir) {
+    if !super::done::is_done(&dir) {
         return Ok(None);
     }
-    let r: RunRecord = super::read_done(&dir)?;
+    let r: RunRecord = super::done::read_done(&dir)?;
     finished.push(r.clone());
     Ok(Some(r))
 }
@@ -376,7 +377,7 @@ pub fn write_report(
         naming.heading,
         results.command,
         setup(args, results),
-        args.steps,
+        args.settings.steps,
         sweep_table(results, arms),
         sweep_path.display(),
         best_part,
@@ -389,21 +390,24 @@ pub fn write_report(
 /// The model, budget and precision of the runs.
 fn setup(args: &pretrain::Args, results: &SweepResults) -> String {
     format!(
-        "Model: hidden {}, {} layers, {} heads, intermediate {}, vocabulary {} characters, \
-         {} attention; {} steps of {}x{} tokens, AdamW (warm-up {}, linear decay, weight decay \
-         0.01, clipping at 1), dropout 0, {} matrix products. Each arm at the peak rates {} on \
+        "Settings: {}. Model: hidden {}, {} layers, {} heads, intermediate {}, vocabulary {} \
+         characters, {} attention; {} steps of {}x{} tokens, AdamW (warm-up {}, linear decay, \
+         weight decay {}, clipping at {}), dropout 0, {} matrix products. Each arm at the peak rates {} on \
          seed 0; its best rate (lowest final validation loss) then on seeds 0-{}. {} runs \
          finished, {:.0} minutes of training in all.",
-        args.hidden,
-        args.layers,
-        args.heads,
-        4 * args.hidden,
-        args.vocab_size,
+        args.cited,
+        args.settings.hidden,
+        args.settings.layers,
+        args.settings.heads,
+        4 * args.settings.hidden,
+        args.settings.vocab_size,
         results.attention,
-        args.steps,
-        args.batch,
-        args.seq_len,
-        args.warmup,
+        args.settings.steps,
+        args.settings.batch,
+        args.settings.seq_len,
+        args.settings.warmup,
+        args.settings.weight_decay,
+        args.settings.max_grad_norm,
         results.precision,
         results
             .rates
@@ -411,7 +415,7 @@ fn setup(args: &pretrain::Args, results: &SweepResults) -> String {
             .map(|r| format!("{r:e}"))
             .collect::<Vec<_>>()
             .join(", "),
-        args.seeds.saturating_sub(1),
+        args.settings.seeds.saturating_sub(1),
         results.sweep.len()
             + results.best_against_best.as_ref().map_or(0, |b| b
                 .runs

@@ -3,8 +3,8 @@
 //!
 //! - [`train`]: the observer of a training run ([`train::observer::train`]: announcements,
 //!   progress bar, `metrics.jsonl`, loss plot, summary), stop signals, the run's record
-//!   (`run.json`) and fingerprint, its output directory (lock, `--overwrite`, `--resume`), and
-//!   the checks of a run's flags;
+//!   (`run.json`) and fingerprint, the note of a repaired output directory (whose rules are
+//!   [`roformer::train::out_dir`]'s), and the checks of a run's flags;
 //! - [`output`]: every file write (atomic) and every line on standard output ([`outln!`]);
 //! - [`json`]: JSON that refuses non-finite numbers, naming the field;
 //! - [`plot`]: figures written as PNG or SVG with an embedded font;

@@ -10,13 +10,14 @@ use roformer::train::classify::{labels_of, ClassifyOptions};
 use roformer::train::{ModelStart, TaskOptions};
 use serde::{Deserialize, Serialize};
 
+use roformer::train::out_dir::{OutRequest, RunPaths};
 use roformer_runner::train::checks::{
     check_labels, check_numbers, check_plot_name, check_vocab_fits, parse_lr,
 };
 use roformer_runner::train::classify::explain;
 use roformer_runner::train::fingerprint::Fingerprint;
 use roformer_runner::train::observer::train;
-use roformer_runner::train::out_dir::{prepare_out_dir, OutRequest, RunPaths};
+use roformer_runner::train::out_dir::open_out_dir;
 use roformer_runner::train::record::write_record;
 
 use super::args::{CommandRun, RunArgs};
@@ -119,11 +120,11 @@ fn model_start(weights: &Path) -> anyhow::Result<ModelStart> {
 /// it replaces), and takes its lock.
 ///
 /// # Errors
-/// As [`prepare_out_dir`].
+/// As [`open_out_dir`].
 fn prepare_out(args: &Args, init: &Path, train: &Path) -> anyhow::Result<RunPaths> {
     let mut inputs: Vec<(&str, &Path)> = vec![("--init", init), ("--train", train)];
     inputs.extend(args.eval.as_deref().map(|p| ("--eval", p)));
-    prepare_out_dir(&OutRequest {
+    open_out_dir(&OutRequest {
         out: &args.run.out,
         resume: args.run.resume,
         overwrite: args.run.overwrite,

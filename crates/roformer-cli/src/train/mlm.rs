@@ -14,13 +14,14 @@ use roformer::train::{ModelStart, TaskOptions};
 use roformer::PositionEmbeddingType;
 use serde::{Deserialize, Serialize};
 
+use roformer::train::out_dir::{OutRequest, RunPaths, DUMP_DIR};
 use roformer_runner::train::checks::{check_numbers, check_plot_name, check_vocab_fits, parse_lr};
 use roformer_runner::train::fingerprint::Fingerprint;
 use roformer_runner::train::masked_lm::{
     check_position_table, explain, fresh_start, BlockFlags, Position,
 };
 use roformer_runner::train::observer::train;
-use roformer_runner::train::out_dir::{prepare_out_dir, OutRequest, RunPaths, DUMP_DIR};
+use roformer_runner::train::out_dir::open_out_dir;
 use roformer_runner::train::record::write_record;
 
 use super::args::{CommandRun, RunArgs};
@@ -269,14 +270,14 @@ impl Args {
 /// not be in what it replaces), and takes its lock.
 ///
 /// # Errors
-/// As [`prepare_out_dir`].
+/// As [`open_out_dir`].
 fn prepare_out(args: &Args) -> anyhow::Result<RunPaths> {
     let mut inputs: Vec<(&str, &Path)> = Vec::new();
     inputs.extend(args.config.as_deref().map(|p| ("--config", p)));
     inputs.extend(args.vocab.as_deref().map(|p| ("--vocab", p)));
     inputs.extend(args.init.as_deref().map(|p| ("--init", p)));
     inputs.extend(args.corpus.iter().map(|p| ("--corpus", p.as_path())));
-    prepare_out_dir(&OutRequest {
+    open_out_dir(&OutRequest {
         out: &args.run.out,
         resume: args.run.resume,
         overwrite: args.run.overwrite,

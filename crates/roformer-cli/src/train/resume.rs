@@ -20,8 +20,8 @@ use clap::CommandFactory;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use roformer::train::out_dir::check_not_in_use;
 use roformer_runner::json;
-use roformer_runner::train::out_dir::check_not_in_use;
 use roformer_runner::train::record::{read_record, Recorded, RunRecord};
 
 /// The flags (clap ids) a resume may change; the others must keep the run's value.

@@ -107,6 +107,10 @@ fn the_four_experiments_run_end_to_end_and_resume() {
     let section = std::fs::read_to_string(conv.join("section.md")).unwrap();
     assert!(section.contains("| rotary |") && section.contains("convergence.png"));
     assert!(
+        section.contains("Settings: `experiments/convergence/settings.json`"),
+        "{section}"
+    );
+    assert!(
         std::fs::metadata(conv.join("convergence.png"))
             .unwrap()
             .len()
@@ -542,6 +546,22 @@ fn experiments_without_their_inputs_fail_clearly() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("fetch_chinese_poetry"), "{err}");
+    let settings = dir.join("settings.json");
+    std::fs::write(&settings, r#"{ "stpes": 6 }"#).unwrap();
+    let out = roformer(&[
+        "experiment",
+        "linear",
+        "--settings",
+        settings.to_str().unwrap(),
+        "--out",
+        dir.join("lin").to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not this experiment's settings") && err.contains("stpes"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

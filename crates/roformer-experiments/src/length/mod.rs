@@ -8,13 +8,15 @@
 //! found among the runs gets a row (ALiBi and T5 too, when `convergence` trained them).
 //!
 //! Every model sees the same blocks and masks at a length (the validation documents packed
-//! into blocks of that length, masks drawn from seed 0), about `--tokens` tokens per length.
+//! into blocks of that length, masks drawn from one seed), about `--tokens` tokens per length.
+//! The lengths, tokens, batch size and seed are `experiments/length/settings.json`'s.
 
 mod report;
 
 use std::path::{Path, PathBuf};
 
 use super::pretrain::{finished_runs, RunRecord};
+use super::settings::{set, Read, SettingsFile};
 use super::stats::Spread;
 use super::{command_line, refuse_duplicates, write_json, write_section};
 use anyhow::Context;
@@ -43,16 +45,54 @@ pub struct Args {
     /// The output directory.
     #[arg(long, default_value = "experiments/length")]
     pub out: PathBuf,
+    /// The settings [default: experiments/length/settings.json, else the copy built in]; the
+    /// flags below override them.
+    #[arg(long)]
+    pub settings: Option<PathBuf>,
     /// Block lengths, `[CLS]` and `[SEP]` included.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "64,128,256,512,1024,2048,4096"
-    )]
+    #[arg(long, value_delimiter = ',')]
     pub lengths: Vec<usize>,
     /// Tokens evaluated per length (whole blocks, at least one).
-    #[arg(long, default_value_t = 65536)]
+    #[arg(long)]
+    pub tokens: Option<usize>,
+}
+
+/// The settings of `experiment length` (`experiments/length/settings.json`).
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// Block lengths, `[CLS]` and `[SEP]` included (also `--lengths`).
+    pub lengths: Vec<usize>,
+    /// Tokens evaluated per length (also `--tokens`).
     pub tokens: usize,
+    /// Tokens per evaluation batch: `batch_tokens / length` blocks (at least one).
+    pub batch_tokens: usize,
+    /// The share of documents the pre-training held out for validation (convergence's
+    /// `validation`): the documents evaluated.
+    pub validation: f64,
+    /// The seed of the masks.
+    pub seed: u64,
+}
+
+/// The settings of `experiment length`.
+const SETTINGS: SettingsFile = SettingsFile {
+    path: "experiments/length/settings.json",
+    built_in: include_str!("../../../../experiments/length/settings.json"),
+};
+
+impl Args {
+    /// The settings, with the flags given applied, and how the section cites them.
+    ///
+    /// # Errors
+    /// Unreadable settings.
+    fn settings(&self) -> anyhow::Result<Read<Settings>> {
+        let mut read: Read<Settings> = SETTINGS.read(self.settings.as_deref())?;
+        if !self.lengths.is_empty() {
+            read.settings.lengths.clone_from(&self.lengths);
+        }
+        set(&mut read.settings.tokens, self.tokens);
+        Ok(read)
+    }
 }
 
 /// A loaded model and what it needs to be evaluated.
@@ -85,20 +125,21 @@ struct Variant {
 /// # Errors
 /// Missing runs, unreadable checkpoints or corpus, file errors.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    anyhow::ensure!(!args.lengths.is_empty(), "--lengths is empty");
+    let Read { settings: s, cited } = args.settings()?;
+    anyhow::ensure!(!s.lengths.is_empty(), "--lengths is empty");
     anyhow::ensure!(
-        args.lengths.iter().all(|&l| l >= 3),
+        s.lengths.iter().all(|&l| l >= 3),
         "every length needs at least 3 tokens ([CLS], a token, [SEP])"
     );
-    refuse_duplicates("--lengths", &args.lengths)?;
+    refuse_duplicates("--lengths", &s.lengths)?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     let mut models = load_models(&args.from)?;
     let trained_at = trained_at(&models[0]);
     let variants = variants_of(&models, trained_at);
-    let mut measured = vec![vec![Vec::new(); args.lengths.len()]; variants.len()];
-    for (li, &length) in args.lengths.iter().enumerate() {
-        let blocks = validation_blocks(args, length, &models[0].tokenizer)?;
+    let mut measured = vec![vec![Vec::new(); s.lengths.len()]; variants.len()];
+    for (li, &length) in s.lengths.iter().enumerate() {
+        let blocks = validation_blocks(args, &s, length, &models[0].tokenizer)?;
         for (vi, loss) in evaluate_at(&blocks, length, &mut models, &variants, trained_at)? {
             measured[vi][li].push(loss);
         }
@@ -107,12 +148,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         command: command_line(),
         trained_at,
         seeds: seeds_of(&models),
-        rows: rows(args, &variants, &measured, trained_at),
+        rows: rows(&s.lengths, &variants, &measured, trained_at),
     };
     write_json(&args.out, "results.json", &results)?;
     let figure_path = args.out.join("length.png");
     plot::save(&report::figure(&results), &figure_path, (1000, 620))?;
-    let section = report::section(&results, args.tokens, &figure_path);
+    let section = report::section(&results, (s.tokens, &cited), &figure_path);
     let section_path = write_section(&args.out, &section)?;
     outln!("{}", report::table(&results))?;
     outln!("section: {}", section_path.display())?;
@@ -230,25 +271,26 @@ struct Blocks {
 }
 
 /// The validation documents packed into blocks of `length` tokens, about `--tokens` of them,
-/// masks from seed 0.
+/// masks from the settings' seed.
 ///
 /// # Errors
 /// An unreadable corpus.
 fn validation_blocks(
     args: &Args,
+    s: &Settings,
     length: usize,
     tokenizer: &RoFormerTokenizer,
 ) -> anyhow::Result<Blocks> {
-    let batch_size = (4096 / length).max(1);
-    let batches = args.tokens.div_ceil(batch_size * length).max(1);
+    let batch_size = (s.batch_tokens / length).max(1);
+    let batches = s.tokens.div_ceil(batch_size * length).max(1);
     let data_options = MlmDataOptions {
         corpus: vec![args.corpus.clone()],
         format: None,
         seq_len: length,
         packed: true,
-        validation_fraction: 0.05,
+        validation_fraction: s.validation,
         batch_size,
-        seed: 0,
+        seed: s.seed,
         whole_word: false,
         max_eval_batches: batches,
         also_simplified: false,
@@ -356,7 +398,7 @@ fn evaluate_one(
 
 /// A row per variant: its (loss, accuracy) spread over the seeds at each length.
 fn rows(
-    args: &Args,
+    lengths: &[usize],
     variants: &[Variant],
     measured: &[Vec<Vec<(f64, f64)>>],
     trained_at: Option<usize>,
@@ -367,8 +409,7 @@ fn rows(
         .map(|(v, by_length)| Row {
             arm: v.arm.clone(),
             scaling: v.scaling.map(|k| k.name().to_string()),
-            cells: args
-                .lengths
+            cells: lengths
                 .iter()
                 .zip(by_length)
                 .map(|(&length, m)| Cell {

@@ -60,10 +60,11 @@ fn trained_at_text(trained_at: Option<usize>) -> String {
 }
 
 /// `section.md`: the command, the setting, the table, the figure and the findings.
-pub fn section(results: &Results, tokens: usize, figure_path: &Path) -> String {
+pub fn section(results: &Results, (tokens, cited): (usize, &str), figure_path: &Path) -> String {
     let missing = missing_arms(results);
     format!(
         "### 2. Inputs longer than trained on\n\n```sh\n{}\n```\n\n\
+         Settings: {cited}.\n\n\
          The models of experiment 1 (trained on {}-token blocks), on the validation poems \
          packed into blocks of each length, about {tokens} tokens per length, the same blocks \
          and masks for every model. Rotary models also run under each inference-time scaling \

@@ -16,7 +16,7 @@ use roformer::train::classify::macro_f1;
 use serde::Serialize;
 
 use super::data::{seen_texts, Dataset, Item};
-use super::Task;
+use super::task::Task;
 
 /// A baseline's dev result at one max length.
 #[derive(Debug, Clone, Serialize)]

@@ -11,7 +11,7 @@ use super::super::stats::Spread;
 use super::baseline::Baseline;
 use super::data::DatasetStats;
 use super::runs::{FineTuneRecord, Settings};
-use super::Task;
+use super::task::Task;
 
 /// The dev accuracy over seeds after `step` steps.
 #[derive(Debug, Serialize)]
@@ -496,7 +496,12 @@ fn seed_map(results: &Results) -> String {
 }
 
 /// The section of EXPERIMENTS.md.
-pub fn section(results: &Results, task: Task, lengths: &[usize], figures: &[PathBuf]) -> String {
+pub fn section(
+    results: &Results,
+    (task, cited): (Task, &str),
+    lengths: &[usize],
+    figures: &[PathBuf],
+) -> String {
     let s = &results.settings;
     let mut verdicts: Vec<String> = results
         .verdicts
@@ -520,7 +525,7 @@ pub fn section(results: &Results, task: Task, lengths: &[usize], figures: &[Path
     let collapsed: usize = results.cells.iter().map(|c| c.collapsed).sum();
     let runs: usize = results.cells.iter().map(|c| c.runs).sum();
     format!(
-        "### {}\n\n```sh\n{}\n```\n\n{}\n\nEach arm's pre-trained models (experiment 1's \
+        "### {}\n\n```sh\n{}\n```\n\nSettings: {cited}.\n\n{}\n\nEach arm's pre-trained models (experiment 1's \
          runs, at the arm's best rate when it ran a sweep) are fine-tuned with {} seeds: \
          fine-tuning seed s starts from the arm's pre-trained run number s mod n of its n \
          seeds (a pre-trained model used twice gets another initial head and data order; \

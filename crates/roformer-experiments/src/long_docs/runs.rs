@@ -12,28 +12,25 @@ use roformer::train::run::EvalMetrics;
 use roformer::train::{ModelStart, TaskOptions, TrainOptions};
 use serde::{Deserialize, Serialize};
 
+use super::super::done::{is_done, mark_done, read_done};
 use super::super::pretrain::RunRecord;
-use super::super::{check_stopped, is_done, mark_done, read_done, start_of, train_run};
+use super::super::{check_stopped, start_of, train_run};
 use super::data::Sizes;
-use super::Task;
+use super::task::Task;
+use roformer::train::out_dir::check_not_in_use;
 use roformer_runner::json;
 use roformer_runner::precision::PrecisionArg;
 use roformer_runner::train::checks::check_vocab_fits;
 use roformer_runner::train::classify::explain;
-use roformer_runner::train::out_dir::check_not_in_use;
 
-/// The arms fine-tuned when `--arms` is not given: those of them that the pre-training
-/// experiment trained.
-pub const DEFAULT_ARMS: [&str; 5] = ["rotary", "absolute", "alibi", "t5", "sinusoidal"];
-
-/// The arms to fine-tune: `asked` (each must have pre-trained runs), or the
-/// [`DEFAULT_ARMS`] that `pretrained` has.
+/// The arms to fine-tune: `asked` (each must have pre-trained runs), or, when none is asked,
+/// those of `defaults` (the settings' arms) that `pretrained` has.
 ///
 /// # Errors
 /// An asked arm without pre-trained runs, or no default arm among them (naming `--arms` and
 /// the arms `from` has).
 pub fn arms_of(
-    asked: &[String],
+    (asked, defaults): (&[String], &[String]),
     pretrained: &[RunRecord],
     from: &Path,
 ) -> anyhow::Result<Vec<String>> {
@@ -42,18 +39,14 @@ pub fn arms_of(
     present.dedup();
     let has = |arm: &str| present.contains(&arm);
     if asked.is_empty() {
-        let arms: Vec<String> = DEFAULT_ARMS
-            .iter()
-            .filter(|a| has(a))
-            .map(|a| a.to_string())
-            .collect();
+        let arms: Vec<String> = defaults.iter().filter(|a| has(a)).cloned().collect();
         anyhow::ensure!(
             !arms.is_empty(),
             "{} has finished runs of {} only, none of the default arms {}: name the arms with \
              --arms",
             from.join("runs").display(),
             present.join(", "),
-            DEFAULT_ARMS.join(", ")
+            defaults.join(", ")
         );
         return Ok(arms);
     }
@@ -492,20 +485,23 @@ mod tests {
             pretrained("rotary", 0),
         ];
         let from = Path::new("conv");
+        let defaults = ["rotary", "absolute", "alibi", "t5", "sinusoidal"].map(String::from);
         assert_eq!(
-            arms_of(&[], &runs, from).unwrap(),
+            arms_of((&[], &defaults), &runs, from).unwrap(),
             ["rotary".to_string(), "absolute".to_string()]
         );
         let asked = ["none".to_string(), "rotary".to_string()];
-        assert_eq!(arms_of(&asked, &runs, from).unwrap(), asked);
-        let err = arms_of(&["alibi".to_string()], &runs, from)
+        assert_eq!(arms_of((&asked, &defaults), &runs, from).unwrap(), asked);
+        let err = arms_of((&["alibi".to_string()], &defaults), &runs, from)
             .unwrap_err()
             .to_string();
         assert!(
             err.contains("--arms names alibi") && err.contains("absolute, none, rotary"),
             "{err}"
         );
-        let err = arms_of(&[], &runs[1..2], from).unwrap_err().to_string();
+        let err = arms_of((&[], &defaults), &runs[1..2], from)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("--arms") && err.contains("none only"), "{err}");
     }
 

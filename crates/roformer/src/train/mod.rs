@@ -16,6 +16,7 @@ pub mod dump;
 mod error;
 pub mod loss;
 pub mod mlm;
+pub mod out_dir;
 pub mod params;
 pub mod resume;
 pub mod run;
