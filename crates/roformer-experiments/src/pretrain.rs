@@ -19,7 +19,7 @@ use roformer::train::mlm::MlmDataOptions;
 use roformer::train::{TaskOptions, TrainError, TrainOptions};
 
 use super::done::{is_done, mark_done, read_done};
-use super::settings::{set, Read, SettingsFile};
+use super::settings::{set, Read, SettingsFile, SettingsFlag};
 use super::{check_stopped, refuse_duplicates, start_of, train_run};
 use roformer_runner::precision::PrecisionArg;
 use roformer_runner::train::checks::{check_numbers, parse_lr};
@@ -38,10 +38,9 @@ pub struct Flags {
     /// The output directory [default: experiments/NAME].
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// The settings [default: experiments/NAME/settings.json, else the copy built in]; the
-    /// flags below override them.
-    #[arg(long)]
-    pub settings: Option<PathBuf>,
+    /// `--settings`.
+    #[command(flatten)]
+    pub settings: SettingsFlag,
     /// The arms, comma-separated; the reference arm, absolute, must be among them.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub arms: Vec<Position>,
@@ -164,7 +163,7 @@ impl Flags {
         let Read {
             mut settings,
             cited,
-        } = file.read::<Settings>(self.settings.as_deref())?;
+        } = file.read::<Settings>(&self.settings)?;
         let s = &mut settings;
         set(&mut s.seeds, self.seeds);
         set(&mut s.steps, self.steps);

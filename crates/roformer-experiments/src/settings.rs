@@ -10,6 +10,15 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::de::DeserializeOwned;
 
+/// `--settings`, the flag of every experiment.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SettingsFlag {
+    /// The settings [default: the experiment's `settings.json` in `experiments/` (its default
+    /// output directory), else the copy built in]; the flags below override them.
+    #[arg(long = "settings")]
+    pub path: Option<PathBuf>,
+}
+
 /// An experiment's settings file: where it is looked for, and the copy compiled in.
 pub struct SettingsFile {
     /// `experiments/NAME/settings.json`, relative to the working directory.
@@ -28,14 +37,14 @@ pub struct Read<T> {
 }
 
 impl SettingsFile {
-    /// Reads `given` (`--settings`), or else this file, or else its copy compiled in.
+    /// Reads `given`'s file, or else this file, or else its copy compiled in.
     ///
     /// # Errors
     /// An unreadable file, or one that is not the experiment's settings (a field missing,
     /// unknown or of the wrong type).
-    pub fn read<T: DeserializeOwned>(&self, given: Option<&Path>) -> anyhow::Result<Read<T>> {
+    pub fn read<T: DeserializeOwned>(&self, given: &SettingsFlag) -> anyhow::Result<Read<T>> {
         let default = PathBuf::from(self.path);
-        let (text, cited) = match given {
+        let (text, cited) = match given.path.as_deref() {
             Some(path) => (read_text(path)?, format!("`{}`", path.display())),
             None if default.is_file() => (read_text(&default)?, format!("`{}`", self.path)),
             None => (
@@ -78,7 +87,7 @@ mod tests {
 
     #[test]
     fn a_missing_file_is_read_from_the_copy_built_in_and_cited_so() {
-        let read: Read<Numbers> = FILE.read(None).unwrap();
+        let read: Read<Numbers> = FILE.read(&SettingsFlag { path: None }).unwrap();
         assert_eq!(read.settings, Numbers { steps: 500 });
         assert_eq!(
             read.cited,
@@ -92,11 +101,14 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("settings.json");
         std::fs::write(&path, r#"{ "steps": 6 }"#).unwrap();
-        let read: Read<Numbers> = FILE.read(Some(&path)).unwrap();
+        let given = SettingsFlag {
+            path: Some(path.clone()),
+        };
+        let read: Read<Numbers> = FILE.read(&given).unwrap();
         assert_eq!(read.settings, Numbers { steps: 6 });
         assert_eq!(read.cited, format!("`{}`", path.display()));
         std::fs::write(&path, r#"{ "steps": 6, "stpes": 7 }"#).unwrap();
-        let err = FILE.read::<Numbers>(Some(&path)).err().unwrap();
+        let err = FILE.read::<Numbers>(&given).err().unwrap();
         assert!(format!("{err:#}").contains("stpes"), "{err:#}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

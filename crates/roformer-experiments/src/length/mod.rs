@@ -16,7 +16,7 @@ mod report;
 use std::path::{Path, PathBuf};
 
 use super::pretrain::{finished_runs, RunRecord};
-use super::settings::{set, Read, SettingsFile};
+use super::settings::{set, Read, SettingsFile, SettingsFlag};
 use super::stats::Spread;
 use super::{command_line, refuse_duplicates, write_json, write_section};
 use anyhow::Context;
@@ -45,10 +45,9 @@ pub struct Args {
     /// The output directory.
     #[arg(long, default_value = "experiments/length")]
     pub out: PathBuf,
-    /// The settings [default: experiments/length/settings.json, else the copy built in]; the
-    /// flags below override them.
-    #[arg(long)]
-    pub settings: Option<PathBuf>,
+    /// `--settings`.
+    #[command(flatten)]
+    pub settings: SettingsFlag,
     /// Block lengths, `[CLS]` and `[SEP]` included.
     #[arg(long, value_delimiter = ',')]
     pub lengths: Vec<usize>,
@@ -86,7 +85,7 @@ impl Args {
     /// # Errors
     /// Unreadable settings.
     fn settings(&self) -> anyhow::Result<Read<Settings>> {
-        let mut read: Read<Settings> = SETTINGS.read(self.settings.as_deref())?;
+        let mut read: Read<Settings> = SETTINGS.read(&self.settings)?;
         if !self.lengths.is_empty() {
             read.settings.lengths.clone_from(&self.lengths);
         }

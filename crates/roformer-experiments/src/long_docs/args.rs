@@ -8,7 +8,7 @@ use roformer_runner::train::masked_lm::Position;
 use serde::Deserialize;
 
 use super::task::Task;
-use crate::settings::{set, Read, SettingsFile};
+use crate::settings::{set, Read, SettingsFile, SettingsFlag};
 
 /// Arguments of `experiment long-docs`.
 #[derive(Debug, Clone, clap::Args)]
@@ -27,10 +27,9 @@ pub struct Flags {
     /// (which of two candidates is by the anchor's poet).
     #[arg(long, value_enum, default_value = "collection")]
     pub task: Task,
-    /// The settings [default: experiments/long-docs-TASK/settings.json, else the copy built
-    /// in]; the flags below override them.
-    #[arg(long)]
-    pub settings: Option<PathBuf>,
+    /// `--settings`.
+    #[command(flatten)]
+    pub settings: SettingsFlag,
     /// The arms fine-tuned, comma-separated [default: the settings' arms that --from has runs
     /// of].
     #[arg(long, value_enum, value_delimiter = ',')]
@@ -158,7 +157,7 @@ impl Flags {
         let Read {
             settings: mut numbers,
             cited,
-        } = settings_file(self.task).read::<Numbers>(self.settings.as_deref())?;
+        } = settings_file(self.task).read::<Numbers>(&self.settings)?;
         let n = &mut numbers;
         set(&mut n.seeds, self.seeds);
         if !self.lengths.is_empty() {
