@@ -1,7 +1,6 @@
 //! `roformer experiment ...` (the binary delegates to [`run`]): the paper's training claims at
-//! small scale, each one command that
-//! trains (or reuses) its runs and writes `results.json`, figures and `section.md` (its part
-//! of EXPERIMENTS.md) into its output directory.
+//! small scale, each one command that trains (or reuses) its runs and writes `results.json`,
+//! figures and `section.md` (its part of EXPERIMENTS.md) into its output directory.
 //!
 //! - `convergence`: MLM pre-training with rotary, absolute (BERT), sinusoidal and no positions,
 //!   everything else identical (the paper's Figure 3, left);
@@ -11,6 +10,10 @@
 //!   collection, or (`--task authorship`) to tell which of two candidates is by an anchor's
 //!   poet;
 //! - `linear`: the same pre-training with linear attention (Figure 3, right).
+//!
+//! Each experiment's numbers (arms, rates, seeds, steps, sizes) are read from
+//! `experiments/NAME/settings.json` (`settings.rs`); the flags of the same names override them
+//! for one command, and the section names the file.
 //!
 //! `convergence` and `linear` take `--sweep RATES`: each arm's learning rate tuned on seed 0,
 //! then the arms compared at their own best rates (`sweep.rs`).

@@ -432,3 +432,71 @@ fn clear_run(out: &Path) -> Result<(), OutDirError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh scratch directory for test `name`.
+    fn scratch(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("roformer-out-dir-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn request<'a>(out: &'a Path, resume: bool, overwrite: bool) -> OutRequest<'a> {
+        OutRequest {
+            out,
+            resume,
+            overwrite,
+            init: None,
+            inputs: Vec::new(),
+            plot: Path::new("loss.png"),
+        }
+    }
+
+    #[test]
+    fn a_directory_is_refused_by_kind_and_replaced_only_when_it_holds_a_run() {
+        let root = scratch("kinds");
+        let out = root.join("run");
+        let paths = prepare_out_dir(&request(&out, false, false)).unwrap();
+        assert!(paths.restored.is_empty() && out.join(LOCK_FILE).is_file());
+        // The lock is held: a second writer is refused, naming this process.
+        match prepare_out_dir(&request(&out, true, false)) {
+            Err(OutDirError::InUse { holder, .. }) => {
+                assert_eq!(holder, format!("process {}", std::process::id()));
+            }
+            other => panic!("{other:?}"),
+        }
+        drop(paths);
+        assert!(matches!(
+            prepare_out_dir(&request(&out, true, false)),
+            Err(OutDirError::NoCheckpoint { .. })
+        ));
+        std::fs::write(out.join("notes.txt"), "mine").unwrap();
+        assert!(matches!(
+            prepare_out_dir(&request(&out, false, false)),
+            Err(OutDirError::NotEmpty(_))
+        ));
+        let err = prepare_out_dir(&request(&out, false, true)).unwrap_err();
+        assert!(matches!(&err, OutDirError::Foreign { name, .. } if name == "notes.txt"));
+        assert!(
+            err.to_string().contains("not part of a training run"),
+            "{err}"
+        );
+        std::fs::remove_file(out.join("notes.txt")).unwrap();
+        std::fs::write(out.join("metrics.jsonl"), "").unwrap();
+        assert!(matches!(
+            prepare_out_dir(&request(&out, false, true)),
+            Err(OutDirError::NoRun(_))
+        ));
+        std::fs::write(out.join("run.json"), "{}").unwrap();
+        let paths = prepare_out_dir(&request(&out, false, true)).unwrap();
+        let left: Vec<_> = std::fs::read_dir(&out).unwrap().flatten().collect();
+        assert_eq!(left.len(), 1, "only the lock stays");
+        drop(paths);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}
