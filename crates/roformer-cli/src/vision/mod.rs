@@ -5,7 +5,7 @@ mod classify;
 mod embed;
 mod eval;
 mod forward;
-mod train;
+pub(crate) mod train;
 
 /// The `vision` commands.
 #[derive(Debug, clap::Subcommand)]

@@ -5,7 +5,7 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use roformer::images::augment::Augmentation;
@@ -102,14 +102,35 @@ pub struct Args {
     log_every: u64,
 }
 
-/// Prints progress and appends every event to `metrics.jsonl`.
-struct Printer {
+/// Prints progress and appends every event to `metrics.jsonl` (also the vision experiment's
+/// observer of each run).
+pub(crate) struct Printer {
     metrics: BufWriter<File>,
     log_every: u64,
     total: u64,
 }
 
 impl Printer {
+    /// A printer of a step line every `log_every` steps of `total`, appending to
+    /// `out/metrics.jsonl` (created, with `out`, when missing).
+    ///
+    /// # Errors
+    /// The directory or the file cannot be created or opened.
+    pub(crate) fn open(out: &Path, log_every: u64, total: u64) -> anyhow::Result<Printer> {
+        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+        let metrics_path = out.join("metrics.jsonl");
+        let metrics = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&metrics_path)
+            .with_context(|| format!("opening {}", metrics_path.display()))?;
+        Ok(Printer {
+            metrics: BufWriter::new(metrics),
+            log_every,
+            total,
+        })
+    }
+
     fn record(&mut self, value: serde_json::Value) {
         // A full disk loses a metrics line, not the run; the checkpoint writer reports its own.
         let _ = writeln!(self.metrics, "{value}");
@@ -231,20 +252,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             args.out.display()
         );
     }
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
-    let metrics_path = args.out.join("metrics.jsonl");
-    let metrics = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&metrics_path)
-        .with_context(|| format!("opening {}", metrics_path.display()))?;
+    let mut printer = Printer::open(&args.out, args.log_every, args.steps)?;
     let options = train_options(&args, config);
-    let mut printer = Printer {
-        metrics: BufWriter::new(metrics),
-        log_every: args.log_every,
-        total: args.steps,
-    };
     let stop = stop_flag();
     let finished = fit_vision(&options, &mut printer, &stop)?;
     let last = finished.last_eval.map(|m| m.accuracy);
