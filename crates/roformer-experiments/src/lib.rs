@@ -41,6 +41,7 @@ mod settings;
 mod stats;
 mod summary;
 mod sweep;
+mod vision;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -72,6 +73,10 @@ pub enum Command {
     /// MLM convergence with linear attention: rotary against none and absolute (`--sweep`:
     /// each at its own best learning rate).
     Linear(pretrain::Flags),
+    /// Seed 003 on Fashion-MNIST: a ViT with 2D (axial, mixed), flattened 1D, absolute and no
+    /// positions, trained at 28 x 28 and tested at 20..56, and the rotations' relativity and
+    /// invertibility.
+    Vision(vision::Args),
 }
 
 /// Runs an experiment; Ctrl-C stops the current run after its step and exits (the same
@@ -86,6 +91,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Length(a) => length::run(&a),
         Command::LongDocs(a) => long_docs::run(&a, &stop),
         Command::Linear(a) => linear::run(&a, &stop),
+        Command::Vision(a) => vision::run(&a, &stop),
     }
 }
 

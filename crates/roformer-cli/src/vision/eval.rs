@@ -5,13 +5,14 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
-use candle_core::{DType, Device, Tensor, D};
+use std::sync::atomic::AtomicBool;
+
+use candle_core::{DType, Device};
 use roformer::images::augment::Augmentation;
 use roformer::images::batch::BatchBuilder;
-use roformer::images::fashion_mnist::{self, Part, Split};
+use roformer::images::fashion_mnist::{self, Part};
 use roformer::images::planes::Channels;
-use roformer::vision::VisionForImageClassification;
-use roformer::{Mode, ModelError};
+use roformer::train::score_split;
 use serde::Serialize;
 
 use crate::default_vision_model;
@@ -59,44 +60,6 @@ struct Report {
     per_class: Vec<(String, f64)>,
 }
 
-/// Right answers and images per class, `per_pass` test images a forward pass at `side`.
-///
-/// # Errors
-/// The model's errors, and a non-finite logit.
-fn count_right(
-    model: &VisionForImageClassification,
-    builder: &BatchBuilder,
-    test: &Split,
-    side: usize,
-    per_pass: usize,
-) -> anyhow::Result<(Vec<usize>, Vec<usize>)> {
-    let classes = model.config().num_labels;
-    let (mut correct, mut seen) = (vec![0usize; classes], vec![0usize; classes]);
-    let all: Vec<usize> = (0..test.len()).collect();
-    for chunk in all.chunks(per_pass) {
-        let batch = builder.eval_batch(test, chunk, side)?;
-        let shape = (batch.batch, batch.channels, batch.side, batch.side);
-        let x = Tensor::from_slice(&batch.pixels, shape, &Device::Cpu)?;
-        let logits = model
-            .forward(&x, model.plan(Mode::Inference))
-            .map_err(|e| anyhow::anyhow!(e))?;
-        let finite = logits
-            .flatten_all()?
-            .to_vec1::<f32>()?
-            .iter()
-            .all(|v| v.is_finite());
-        if !finite {
-            return Err(ModelError::Input("the model gave a non-finite logit".into()).into());
-        }
-        let predicted = logits.argmax(D::Minus1)?.to_vec1::<u32>()?;
-        for (&p, &y) in predicted.iter().zip(&batch.labels) {
-            seen[y as usize] += 1;
-            correct[y as usize] += usize::from(p == y);
-        }
-    }
-    Ok((correct, seen))
-}
-
 /// Runs `roformer vision eval`.
 ///
 /// # Errors
@@ -134,22 +97,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         test = test.select(&(0..limit.min(test.len())).collect::<Vec<_>>())?;
     }
     let builder = BatchBuilder::with_stats(Augmentation::none(args.size), channels, 0, mean, std)?;
-    let classes = cfg.num_labels;
     // Images per pass: --batch-size, fewer at large sides so that a pass holds about as many
     // patch tokens as 250 images at 28 x 28.
     let tokens = (args.size / cfg.patch_size.max(1)).max(1).pow(2);
     let per_pass = args.batch_size.min((TOKENS_PER_PASS / tokens).max(1));
-    let (correct, seen) = count_right(&model, &builder, &test, args.size, per_pass)?;
-    let images: usize = seen.iter().sum();
-    let right: usize = correct.iter().sum();
+    let never = AtomicBool::new(false);
+    let scored = score_split(&model, &builder, &test, (args.size, per_pass), &never)?
+        .context("the evaluation stopped")?;
+    let per_label = scored.counts.per_label();
+    let (images, right) = (scored.counts.items(), scored.counts.right());
     let report = Report {
         model: model_name,
         size: args.size,
         images,
         correct: right,
         accuracy: right as f64 / images.max(1) as f64,
-        per_class: (0..classes)
-            .map(|c| (cfg.label(c), correct[c] as f64 / seen[c].max(1) as f64))
+        per_class: (per_label.iter().enumerate())
+            .map(|(c, &(right, seen))| (cfg.label(c), right as f64 / seen.max(1) as f64))
             .collect(),
     };
     if args.stdout.json {

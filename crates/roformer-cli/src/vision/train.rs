@@ -3,20 +3,19 @@
 //! evaluation, `metrics.jsonl` in the run's directory, checkpoints as Hugging Face
 //! directories, and the first Ctrl-C or SIGTERM saving a checkpoint before it exits.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use roformer::images::augment::Augmentation;
-use roformer::train::run::{Event, Outcome};
-use roformer::train::{fit_vision, Observer, TrainError, VisionTrainOptions};
+use roformer::train::run::Outcome;
+use roformer::train::{fit_vision, VisionTrainOptions};
 use roformer::vision::VisionConfig;
 
 use crate::output::outln;
 use crate::precision::PrecisionArg;
 use crate::train::args::Decay;
 use roformer_runner::train::stop_flag;
+use roformer_runner::train::vision::Printer;
 
 /// The largest `--batch-size` taken.
 const MAX_BATCH: usize = 4096;
@@ -102,60 +101,6 @@ pub struct Args {
     log_every: u64,
 }
 
-/// Prints progress and appends every event to `metrics.jsonl`.
-struct Printer {
-    metrics: BufWriter<File>,
-    log_every: u64,
-    total: u64,
-}
-
-impl Printer {
-    fn record(&mut self, value: serde_json::Value) {
-        // A full disk loses a metrics line, not the run; the checkpoint writer reports its own.
-        let _ = writeln!(self.metrics, "{value}");
-        let _ = self.metrics.flush();
-    }
-}
-
-impl Observer for Printer {
-    fn starting(&mut self, done: u64, total: u64) -> Result<(), TrainError> {
-        self.total = total;
-        eprintln!("training steps {}..{total}", done + 1);
-        Ok(())
-    }
-
-    fn event(&mut self, event: Event) {
-        match event {
-            Event::Step(m) => {
-                if m.step == 1 || m.step % self.log_every.max(1) == 0 || m.step == self.total {
-                    eprintln!(
-                        "step {}/{}  loss {:.4}  lr {:.2e}  grad norm {:.3}  {:.0} images/s",
-                        m.step,
-                        self.total,
-                        m.loss,
-                        m.lr,
-                        m.grad_norm,
-                        m.tokens as f64 / m.seconds.max(1e-9)
-                    );
-                }
-                self.record(serde_json::json!({"event": "step", "metrics": m}));
-            }
-            Event::Eval(m) => {
-                eprintln!(
-                    "eval at step {}: validation loss {:.4}, top-1 {:.2} %",
-                    m.step,
-                    m.loss,
-                    100.0 * m.accuracy
-                );
-                self.record(serde_json::json!({"event": "eval", "metrics": m}));
-            }
-            Event::Saved(path) => {
-                self.record(serde_json::json!({"event": "saved", "path": path}));
-            }
-        }
-    }
-}
-
 /// The config of the run: `--config`, else `--init`'s.
 fn config_of(args: &Args) -> anyhow::Result<VisionConfig> {
     let path = match (&args.config, &args.init) {
@@ -231,20 +176,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             args.out.display()
         );
     }
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
-    let metrics_path = args.out.join("metrics.jsonl");
-    let metrics = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&metrics_path)
-        .with_context(|| format!("opening {}", metrics_path.display()))?;
+    let mut printer = Printer::open(&args.out, args.log_every, args.steps)?;
     let options = train_options(&args, config);
-    let mut printer = Printer {
-        metrics: BufWriter::new(metrics),
-        log_every: args.log_every,
-        total: args.steps,
-    };
     let stop = stop_flag();
     let finished = fit_vision(&options, &mut printer, &stop)?;
     let last = finished.last_eval.map(|m| m.accuracy);

@@ -14,6 +14,7 @@ mod default_model;
 mod embed;
 mod eval;
 mod experiment;
+mod experiment_vision;
 mod fill_mask;
 mod forward;
 mod inputs_not_outputs;

@@ -10,5 +10,6 @@ pub mod out_dir;
 mod progress;
 pub mod record;
 pub mod signals;
+pub mod vision;
 
 pub use signals::{stop_flag, termination_signal};

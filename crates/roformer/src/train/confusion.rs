@@ -144,6 +144,16 @@ impl ConfusionCounts {
         self.right
     }
 
+    /// Per label `l`: the items of gold label `l` predicted right, and the items of gold label
+    /// `l` (their ratio is the label's recall, its accuracy).
+    pub fn per_label(&self) -> Vec<(usize, usize)> {
+        self.correct
+            .iter()
+            .copied()
+            .zip(self.gold.iter().copied())
+            .collect()
+    }
+
     /// Macro-averaged F1: the mean over labels of `2 tp / (2 tp + fp + fn)`, leaving out a
     /// label absent from both gold and predictions (as scikit-learn's
     /// `f1_score(average="macro")` over the labels present).

@@ -29,4 +29,4 @@ pub use params::{build_trainable, Params, Trainable};
 pub use session::{
     fit, Finished, ModelStart, Observer, Prepared, PreparedData, TaskOptions, TrainOptions,
 };
-pub use vision::{fit_vision, VisionTrainOptions};
+pub use vision::{fit_vision, score_split, SplitScore, VisionTrainOptions};

@@ -162,35 +162,25 @@ impl ImageTask<'_> {
         step: u64,
         stop: &AtomicBool,
     ) -> Result<Option<EvalMetrics>, TrainError> {
-        let mut counts = ConfusionCounts::new(self.config.num_labels);
-        let mut loss_sum = 0.0f64;
-        let all: Vec<usize> = (0..self.validation.len()).collect();
-        for chunk in all.chunks(256) {
-            if stop.load(Ordering::Relaxed) {
-                return Ok(None);
-            }
-            let batch = self
-                .builder
-                .eval_batch(&self.validation, chunk, self.eval_side)?;
-            let labels = batch.labels.clone();
-            let x = Self::pixels(batch)?;
-            let logits = self.model.forward(&x, self.model.plan(Mode::Inference))?;
-            let loss = smoothed_cross_entropy(&logits, &labels, 0.0)?;
-            loss_sum += f64::from(loss.to_scalar::<f32>()?) * labels.len() as f64;
-            let predicted = logits.argmax(D::Minus1)?.to_vec1::<u32>()?;
-            for (&y, &p) in labels.iter().zip(&predicted) {
-                counts.add(y, p);
-            }
-        }
-        let count = counts.items();
-        let loss = loss_sum / count.max(1) as f64;
+        let Some(scored) = score_split(
+            &self.model,
+            &self.builder,
+            &self.validation,
+            (self.eval_side, 256),
+            stop,
+        )?
+        else {
+            return Ok(None);
+        };
+        let count = scored.counts.items();
+        let loss = scored.loss_sum / count.max(1) as f64;
         Ok(Some(EvalMetrics {
             step,
             loss,
-            accuracy: counts.right() as f64 / count.max(1) as f64,
+            accuracy: scored.counts.right() as f64 / count.max(1) as f64,
             perplexity: loss.exp(),
-            macro_f1: Some(counts.macro_f1()),
-            confusion: Some(counts.report()),
+            macro_f1: Some(scored.counts.macro_f1()),
+            confusion: Some(scored.counts.report()),
             count,
         }))
     }
@@ -202,6 +192,56 @@ impl ImageTask<'_> {
         files.push(("preprocessor_config.json".into(), self.preprocessor.clone()));
         Ok(files)
     }
+}
+
+/// A classifier's predictions on a split: the confusion counts and the summed cross entropy
+/// `sum_i -log p_i[y_i]`.
+#[derive(Debug, Clone)]
+pub struct SplitScore {
+    /// Gold label against predicted label, per image.
+    pub counts: ConfusionCounts,
+    /// The cross entropy summed over the images.
+    pub loss_sum: f64,
+}
+
+/// Scores `model` on every image of `split`, each resized to `side x side` by `builder`'s
+/// evaluation batches (no augmentation), `per_pass` images a forward pass: the argmax of the
+/// logits against the label, and the cross entropy. `None` when `stop` was set before the
+/// last pass.
+///
+/// # Errors
+/// The data's and the model's errors; [`crate::error::ModelError::Input`] for a NaN or
+/// infinite logit.
+pub fn score_split(
+    model: &VisionForImageClassification,
+    builder: &BatchBuilder,
+    split: &Split,
+    (side, per_pass): (usize, usize),
+    stop: &AtomicBool,
+) -> Result<Option<SplitScore>, TrainError> {
+    let mut counts = ConfusionCounts::new(model.config().num_labels);
+    let mut loss_sum = 0.0f64;
+    let all: Vec<usize> = (0..split.len()).collect();
+    for chunk in all.chunks(per_pass.max(1)) {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let batch = builder.eval_batch(split, chunk, side)?;
+        let labels = batch.labels.clone();
+        let x = ImageTask::pixels(batch)?;
+        let logits = model.forward(&x, model.plan(Mode::Inference))?;
+        let loss = f64::from(smoothed_cross_entropy(&logits, &labels, 0.0)?.to_scalar::<f32>()?);
+        if !loss.is_finite() {
+            let reason = "the model gave a non-finite logit".to_string();
+            return Err(crate::error::ModelError::Input(reason).into());
+        }
+        loss_sum += loss * labels.len() as f64;
+        let predicted = logits.argmax(D::Minus1)?.to_vec1::<u32>()?;
+        for (&y, &p) in labels.iter().zip(&predicted) {
+            counts.add(y, p);
+        }
+    }
+    Ok(Some(SplitScore { counts, loss_sum }))
 }
 
 /// `(1 - eps) * NLL + eps * mean_c(-log p)` over the rows of `logits` `[b, classes]`.

@@ -14,7 +14,8 @@
 //!
 //! The position kind is one config field ([`PositionKind`]: `rope_axial`, `rope_mixed`,
 //! `rope_flat`, `absolute`, `none`), the coordinates another ([`Coordinates`]: DINOv3's
-//! normalised patch centres or the seed's integer indices). The rotation goes through
+//! normalised patch centres, the seed's integer indices, or those indices stretched onto the
+//! config's grid). The rotation goes through
 //! [`rotary::nd`]: a per-token cos/sin table whose prefix rows are the identity, handed to
 //! the encoder's fused attention on the CPU, or the same angles as candle ops elsewhere and for
 //! RoPE-Mixed's learned frequencies.

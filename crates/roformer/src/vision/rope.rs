@@ -29,7 +29,7 @@ use rotary::{AxisSchedule, Coefficients, Layout, NdRope};
 
 use crate::vision::config::{PositionKind, VisionConfig};
 use crate::vision::error::Result;
-use crate::vision::positions::{flat_positions, grid_positions, PatchGrid};
+use crate::vision::positions::{flat_positions, grid_positions, PatchGrid, Placement};
 
 /// The pair layout of every vision rotation: `(j, j + d/2)`, as DINOv3's `rotate_half`.
 pub const LAYOUT: Layout = Layout::Half;
@@ -102,12 +102,16 @@ impl Rotation {
         device: &Device,
     ) -> Result<PassRotation> {
         let prefix = cfg.prefix_tokens();
+        let placement = Placement {
+            coordinates: cfg.coordinates,
+            config_grid: cfg.config_grid(),
+        };
         Ok(match self {
             Rotation::None => PassRotation::None,
             Rotation::Fixed(rope) => {
                 let positions = match rope.axes() {
-                    1 => flat_positions(grid, prefix, cfg.coordinates)?,
-                    _ => grid_positions(grid, prefix, cfg.coordinates)?,
+                    1 => flat_positions(grid, prefix, placement)?,
+                    _ => grid_positions(grid, prefix, placement)?,
                 };
                 let table = Arc::new(rope.table(&positions)?);
                 PassRotation::Fixed {
@@ -122,13 +126,26 @@ impl Rotation {
             }
             Rotation::Mixed => PassRotation::Mixed {
                 positions: positions_tensor(
-                    &grid_positions(grid, prefix, cfg.coordinates)?,
+                    &grid_positions(grid, prefix, placement)?,
                     dtype,
                     device,
                 )?,
             },
         })
     }
+}
+
+/// The fixed rotation of `cfg` as an [`NdRope`] over the head (`rope_axial`: two axes,
+/// `rope_flat`: one, frequencies as [`Rotation::of_config`] makes them); `None` for the kinds
+/// without fixed frequencies (`rope_mixed` learns them, `absolute` and `none` have none).
+///
+/// # Errors
+/// As [`Rotation::of_config`].
+pub fn fixed_rope(cfg: &VisionConfig) -> Result<Option<NdRope>> {
+    Ok(match Rotation::of_config(cfg)? {
+        Rotation::Fixed(rope) => Some(rope),
+        Rotation::None | Rotation::Mixed => None,
+    })
 }
 
 /// Turns head-major `x` (`[b, heads, t, d]`) by `positions @ omega` with candle ops (any

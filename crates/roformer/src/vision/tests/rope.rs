@@ -8,7 +8,7 @@ use rotary::{rotate_tensor, Direction, Order};
 
 use super::{max_diff, random, tiny};
 use crate::vision::config::PositionKind;
-use crate::vision::positions::{grid_positions, Coordinates, PatchGrid};
+use crate::vision::positions::{flat_positions, grid_positions, Coordinates, PatchGrid, Placement};
 use crate::vision::rope::{rotate_heads, PassRotation, Rotation};
 
 /// The pass rotation of `cfg` over `grid`, in f32.
@@ -172,14 +172,47 @@ fn vision_axial_scores_depend_on_the_offset_only() {
 #[test]
 fn vision_positions_put_the_prefix_at_the_origin_and_patches_row_major() {
     let grid = PatchGrid { rows: 2, cols: 3 };
-    let p = grid_positions(grid, 2, Coordinates::Indices).unwrap();
+    let at = |coordinates| Placement {
+        coordinates,
+        config_grid: grid,
+    };
+    let p = grid_positions(grid, 2, at(Coordinates::Indices)).unwrap();
     assert_eq!(p.rows(), 8);
     assert_eq!(p.row(0), Some(&[0.0, 0.0][..]));
     assert_eq!(p.row(1), Some(&[0.0, 0.0][..]));
     assert_eq!(p.row(2 + 4), Some(&[1.0, 1.0][..]));
-    let n = grid_positions(grid, 1, Coordinates::Normalised).unwrap();
+    let n = grid_positions(grid, 1, at(Coordinates::Normalised)).unwrap();
     // Row 0 of 2: centre -1/2; column 2 of 3: centre 2/3; in turns (2 pi).
     let want = [2.0 * PI * -0.5, 2.0 * PI * (2.0 / 3.0)];
     let got = n.row(1 + 2).unwrap();
     assert!((got[0] - want[0]).abs() < 1e-12 && (got[1] - want[1]).abs() < 1e-12);
+}
+
+#[test]
+fn interpolated_positions_are_the_indices_on_the_config_grid_and_stretch_onto_its_span() {
+    let config_grid = PatchGrid { rows: 7, cols: 7 };
+    let placement = |coordinates| Placement {
+        coordinates,
+        config_grid,
+    };
+    let on_config = grid_positions(config_grid, 1, placement(Coordinates::Interpolated)).unwrap();
+    let indices = grid_positions(config_grid, 1, placement(Coordinates::Indices)).unwrap();
+    assert_eq!(on_config.rows(), indices.rows());
+    for t in 0..indices.rows() {
+        let (a, b) = (on_config.row(t).unwrap(), indices.row(t).unwrap());
+        assert!(
+            a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-12),
+            "row {t}"
+        );
+    }
+    // A 14 x 14 grid: twice as fine, on the same span [-1/4, 6 + 1/4].
+    let fine = PatchGrid { rows: 14, cols: 14 };
+    let p = grid_positions(fine, 0, placement(Coordinates::Interpolated)).unwrap();
+    assert_eq!(p.row(0), Some(&[-0.25, -0.25][..]));
+    assert_eq!(p.row(14 * 13 + 13), Some(&[6.25, 6.25][..]));
+    assert_eq!(p.row(1), Some(&[-0.25, 0.25][..]));
+    // The flat index stretches by patch counts: 196 patches onto the span of 49.
+    let flat = flat_positions(fine, 0, placement(Coordinates::Interpolated)).unwrap();
+    let want = 195.5 * 49.0 / 196.0 - 0.5;
+    assert!((flat.row(195).unwrap()[0] - want).abs() < 1e-12);
 }
