@@ -9,10 +9,12 @@
 //! - `long-docs`: fine-tuning them at 128 and 512 tokens to classify ten-poem documents by
 //!   collection, or (`--task authorship`) to tell which of two candidates is by an anchor's
 //!   poet;
-//! - `linear`: the same pre-training with linear attention (Figure 3, right).
+//! - `linear`: the same pre-training with linear attention (Figure 3, right);
+//! - `vision`: a ViT on Fashion-MNIST with 2D, flattened 1D, absolute and no positions, tested
+//!   at other image sizes (its settings: `experiments/vision/config.json`).
 //!
 //! Each experiment's numbers (arms, rates, seeds, steps, sizes) are read from
-//! `experiments/NAME/settings.json` (`settings.rs`); the flags of the same names override them
+//! `experiments/NAME/settings.json` (`settings.rs`; `vision`: its `config.json`); the flags of the same names override them
 //! for one command, and the section names the file.
 //!
 //! `convergence` and `linear` take `--sweep RATES`: each arm's learning rate tuned on seed 0,

@@ -2,7 +2,8 @@
 //! `roformer` binary and the experiments (`roformer-experiments`):
 //!
 //! - [`train`]: the observer of a training run ([`train::observer::train`]: announcements,
-//!   progress bar, `metrics.jsonl`, loss plot, summary), stop signals, the run's record
+//!   progress bar, `metrics.jsonl`, loss plot, summary; [`train::vision::Printer`] for a
+//!   vision run), stop signals, the run's record
 //!   (`run.json`) and fingerprint, the note of a repaired output directory (whose rules are
 //!   [`roformer::train::out_dir`]'s), and the checks of a run's flags;
 //! - [`output`]: every file write (atomic) and every line on standard output ([`outln!`]);
