@@ -1,11 +1,14 @@
 //! The image routes: `/image-classification` and `/embed_image` answer as the library's
 //! pipeline does on the same file, bad images get a 4xx JSON reason and the server keeps
-//! serving, limits are 413, and images of different sizes queued together answer as alone.
+//! serving, limits are 413, images of different sizes queued together answer as alone, and
+//! images share the text routes' concurrency limit (429).
 
 use roformer::images::decode::{decode_image, DecodeLimits};
 use roformer::pipeline::image::{classify_image, embed_image, preprocessed};
+use std::time::Duration;
+
 use roformer_serve::ServeConfig;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::common::{
     config, error_of, floats, image_bytes, start, start_with_vision, vision_backend, Model, Vision,
@@ -338,5 +341,58 @@ async fn info_describes_the_vision_model_and_without_one_the_routes_are_404() {
         assert_eq!(status, 404);
         assert!(error_of(&e, "NotFound").contains("--vision"), "{e}");
     }
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn images_share_the_concurrency_limit_and_are_429_at_once_beyond_it() {
+    let s = start_with_vision(
+        Vision::Fashion,
+        ServeConfig {
+            max_concurrent_requests: 1,
+            max_wait: Duration::from_millis(1500),
+            ..config()
+        },
+    )
+    .await;
+    // A text request holds the one slot while the batcher waits 1.5 s for company.
+    let (client, url) = (s.client.clone(), format!("{}/embed", s.base));
+    let held = tokio::spawn(async move {
+        let body = json!({"inputs": "一"});
+        client
+            .post(url)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let boot = image_bytes("cli/ankle-boot.png");
+    for route in ["/image-classification", "/embed_image"] {
+        let started = std::time::Instant::now();
+        let r = s
+            .client
+            .post(format!("{}{route}", s.base))
+            .header("content-type", "image/png")
+            .body(boot.clone())
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "refused at once"
+        );
+        assert_eq!(r.status(), 429, "{route}");
+        assert_eq!(r.headers()["retry-after"], "1");
+        let e: Value = r.json().await.unwrap();
+        assert!(error_of(&e, "Overloaded").contains("--max-concurrent-requests"));
+    }
+    assert_eq!(held.await.unwrap(), 200, "the admitted request is served");
+    let (status, _) = s
+        .post_bytes("/image-classification", "image/png", boot)
+        .await;
+    assert_eq!(status, 200, "the slot is free again");
     s.stop().await;
 }
