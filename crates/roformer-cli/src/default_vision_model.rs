@@ -1,7 +1,8 @@
 //! The vision model built into the binary: a small ViT with 2D RoPE (DINOv3's architecture:
 //! axial rotation of normalised patch centres) trained on Fashion-MNIST; see
-//! `assets/fashion-model/MODEL_CARD.md`. `vision eval`, `vision classify`, `vision embed` and
-//! `serve` use it when no model is given, read from memory (nothing is written to disk).
+//! `assets/fashion-model/MODEL_CARD.md`. `vision eval`, `vision classify` and `vision embed`
+//! use it when no model is given, and `serve --vision` serves it, read from memory (nothing is
+//! written to disk).
 
 use std::path::{Path, PathBuf};
 

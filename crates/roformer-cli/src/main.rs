@@ -68,7 +68,7 @@ enum Command {
     /// Label texts with a fine-tuned classifier.
     Classify(classify::Args),
     /// Serve the models over HTTP (embeddings, fill-mask, classification; completions with
-    /// --gguf), with batching, limits and metrics.
+    /// --gguf; images with --vision or --vision-model), with batching, limits and metrics.
     Serve(serve::Args),
     /// The paper's training claims at small scale (results.json, figures, EXPERIMENTS.md
     /// sections).

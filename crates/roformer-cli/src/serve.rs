@@ -1,6 +1,7 @@
 //! `roformer serve`: the model as an HTTP service (see the `roformer-serve` crate for the
 //! routes, batching, limits and shutdown). Flags become a [`ServeConfig`]; the models are
-//! loaded (the RoFormer one always, a GGUF LLaMA with `--gguf`), the address bound, and
+//! loaded (the RoFormer one always, a GGUF LLaMA with `--gguf`, a vision model with `--vision`
+//! or `--vision-model`), the address bound, and
 //! `listening on http://HOST:PORT` is the first line on standard output (with `--port 0`, the
 //! port picked), so scripts can read it.
 
@@ -10,9 +11,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use roformer::pipeline::Pooling;
-use roformer_serve::{access_log, Backend, LlamaModel, Models, ServeConfig};
+use roformer_serve::{access_log, Backend, LlamaModel, Models, ServeConfig, VisionBackend};
 
 use crate::default_model;
+use crate::default_vision_model;
 use crate::precision::PrecisionArg;
 
 /// `--pooling`.
@@ -38,6 +40,21 @@ pub struct Args {
     /// --model or, without it, the built-in model
     #[arg(long, value_name = "FILE")]
     gguf: Option<PathBuf>,
+    /// Also serve the built-in Fashion-MNIST vision model: POST /image-classification and
+    /// POST /embed_image, the image file's bytes as the body
+    #[arg(long, conflicts_with = "vision_model")]
+    vision: bool,
+    /// Also serve this vision model (a DINOv3ViTModel directory, or a classifier from `vision
+    /// train`; its preprocessor_config.json if present): POST /embed_image, and
+    /// /image-classification for a classifier
+    #[arg(long, value_name = "DIR")]
+    vision_model: Option<PathBuf>,
+    /// Most pixels (width x height) an image may declare; a larger one is answered 413 before
+    /// it is decoded. Image bodies are also bounded by --max-body-bytes. With --vision or
+    /// --vision-model.
+    #[arg(long, default_value_t = ServeConfig::default().max_image_pixels,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_image_pixels: u64,
     /// Most new tokens one completion may ask for, and its default (the model's context also
     /// bounds it). With --gguf.
     #[arg(long, default_value_t = ServeConfig::default().max_tokens as u64,
@@ -129,6 +146,7 @@ impl Args {
             precision: self.precision.resolve(),
             max_tokens: size(self.max_tokens),
             max_waiting_generations: size(self.max_waiting_generations),
+            max_image_pixels: self.max_image_pixels,
             ..ServeConfig::default()
         }
     }
@@ -142,11 +160,29 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let name = default_model::describe(args.model.as_deref());
     let generator = args.gguf.as_deref().map(LlamaModel::load).transpose()?;
     let encoder = Backend::load(name, &dir, tokenizer, config.precision)?;
-    let models = Models { encoder, generator };
+    let vision = vision_backend(&args)?;
+    let models = Models {
+        encoder,
+        generator,
+        vision,
+    };
     roformer_serve::run_blocking(config, models, access_log::stderr(), |addr| {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "listening on http://{addr}");
         let _ = out.flush();
     })?;
     Ok(())
+}
+
+/// The vision model of `--vision-model DIR`, or the built-in one with `--vision`; none
+/// without either.
+fn vision_backend(args: &Args) -> anyhow::Result<Option<VisionBackend>> {
+    if !args.vision && args.vision_model.is_none() {
+        return Ok(None);
+    }
+    let model = args.vision_model.as_deref();
+    let dir = default_vision_model::model_dir(model)?;
+    let processor = default_vision_model::processor(model)?;
+    let name = default_vision_model::describe(model);
+    Ok(Some(VisionBackend::load(name, &dir, processor)?))
 }

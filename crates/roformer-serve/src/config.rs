@@ -59,6 +59,10 @@ pub struct ServeConfig {
     /// Completions that may wait while one runs (`--max-waiting-generations`, default 8);
     /// beyond it a completion is answered 429 at once. `--gguf` only.
     pub max_waiting_generations: usize,
+    /// Most pixels (`width * height`) an image's header may declare (`--max-image-pixels`,
+    /// default 4096 x 4096); a larger image is answered 413 before it is decoded.
+    /// `--vision` / `--vision-model` only.
+    pub max_image_pixels: u64,
     /// A pause after each generated token: zero (no flag). Tests set it to hold a generation
     /// open long enough to disconnect from it or to fill the queue behind it.
     pub generation_pause: Duration,
@@ -84,6 +88,7 @@ impl Default for ServeConfig {
             precision: Precision::F32,
             max_tokens: 512,
             max_waiting_generations: 8,
+            max_image_pixels: 4096 * 4096,
             generation_pause: Duration::ZERO,
         }
     }
@@ -112,6 +117,13 @@ impl ServeConfig {
         at_least("--max-client-batch-size", self.max_client_batch_size, 1)?;
         at_least("--max-body-bytes", self.max_body_bytes, 1)?;
         at_least("--max-tokens", self.max_tokens, 1)?;
+        if self.max_image_pixels == 0 {
+            return Err(ServeError::Config {
+                flag: "--max-image-pixels",
+                value: "0".into(),
+                accepted: "an integer of at least 1".into(),
+            });
+        }
         if let Some(n) = self.max_input_length {
             at_least("--max-input-length", n, 2)?;
         }

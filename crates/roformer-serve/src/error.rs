@@ -37,6 +37,14 @@ pub enum ServeError {
         /// The cause.
         source: roformer::TokenizerError,
     },
+    /// The vision model of `--vision` or `--vision-model` could not be loaded.
+    #[error("loading the vision model {model}")]
+    VisionModel {
+        /// The model's name (directory or built-in).
+        model: String,
+        /// The cause.
+        source: roformer::vision::VisionError,
+    },
     /// The GGUF file of `--gguf` could not be read or built into a model.
     #[error("loading the LLaMA of --gguf {path}")]
     Gguf {
@@ -98,6 +106,12 @@ pub enum ApiError {
         /// The limit.
         limit: usize,
     },
+    /// An input too large to decode or to run: an image over the pixel or patch limit (413).
+    #[error("{0}")]
+    TooLarge(String),
+    /// A body of a media type the route does not take (415).
+    #[error("{0}")]
+    UnsupportedMediaType(String),
     /// A missing or wrong bearer token (401).
     #[error("missing or wrong API key: send the header 'Authorization: Bearer KEY'")]
     Unauthorized,
@@ -150,7 +164,9 @@ impl ApiError {
             ApiError::Validation(_) | ApiError::Empty(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::InputTooLong { .. }
             | ApiError::PromptTooLong { .. }
-            | ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            | ApiError::BodyTooLarge { .. }
+            | ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
@@ -170,9 +186,10 @@ impl ApiError {
             | ApiError::Validation(_)
             | ApiError::InputTooLong { .. }
             | ApiError::PromptTooLong { .. }
-            | ApiError::MethodNotAllowed { .. } => "Validation",
+            | ApiError::MethodNotAllowed { .. }
+            | ApiError::UnsupportedMediaType(_) => "Validation",
             ApiError::Empty(_) => "Empty",
-            ApiError::BodyTooLarge { .. } => "PayloadTooLarge",
+            ApiError::BodyTooLarge { .. } | ApiError::TooLarge(_) => "PayloadTooLarge",
             ApiError::Unauthorized => "Unauthorized",
             ApiError::NotFound(_) => "NotFound",
             ApiError::Overloaded { .. } | ApiError::GenerationQueueFull { .. } => "Overloaded",

@@ -4,9 +4,11 @@
 //! `GET /health`, `GET /info`, `GET /metrics`, `GET /`, `GET /v1/models`, `POST /embed`,
 //! `POST /v1/embeddings`, `POST /similarity`, `POST /embed_all`, `POST /embed_sparse`,
 //! `POST /fill-mask`, `POST /predict`, `POST /rerank`, `POST /tokenize`, `POST /decode`
-//! (`GET /info` lists those the loaded model serves), and with a GGUF
+//! (`GET /info` lists those the loaded model serves), with a GGUF
 //! LLaMA ([`Models::generator`]) `POST /v1/completions` and `POST /v1/chat/completions`, decoded
-//! one at a time behind a bounded queue ([`generate`]). Texts are admitted up to
+//! one at a time behind a bounded queue ([`generate`]), and with a vision model
+//! ([`Models::vision`]) `POST /image-classification` and `POST /embed_image`, the image file's
+//! bytes as the body, run by their own thread ([`vision`]). Texts are admitted up to
 //! `--max-concurrent-requests` (429 beyond), encoded and checked in the handler, and queued
 //! to one batcher thread ([`batcher`]) that runs the model as soon as it is free, on every
 //! request queued meanwhile (up to a token budget). Errors are JSON `{"error", "error_type"}`
@@ -37,6 +39,7 @@ pub mod routes;
 pub mod shutdown;
 pub mod state;
 pub mod timeout;
+pub mod vision;
 
 use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
@@ -49,6 +52,7 @@ use axum::http::{header, HeaderValue, Method};
 use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
 use axum::Router;
+use roformer::images::decode::DecodeLimits;
 use tokio::net::TcpListener;
 use tower_http::cors::CorsLayer;
 
@@ -56,6 +60,7 @@ pub use backend::{Backend, Head};
 pub use config::ServeConfig;
 pub use error::{ApiError, ServeError};
 pub use generate::LlamaModel;
+pub use vision::VisionBackend;
 
 use access_log::LogSink;
 use admission::Admission;
@@ -63,9 +68,11 @@ use batcher::{BatchLimits, Batcher};
 use generate::Generator;
 use metrics::Metrics;
 use state::{AppState, Shared};
+use vision::ImageQueue;
 
-/// The models a server runs: the RoFormer encoder (always), and a GGUF LLaMA for the
-/// completion routes (optional). A [`Backend`] alone converts into one.
+/// The models a server runs: the RoFormer encoder (always), a GGUF LLaMA for the completion
+/// routes and a vision model for the image routes (both optional). A [`Backend`] alone converts
+/// into one.
 #[derive(Debug)]
 pub struct Models {
     /// The RoFormer model of the text routes.
@@ -73,6 +80,8 @@ pub struct Models {
     /// The decoder of `/v1/completions` and `/v1/chat/completions`; without it they answer
     /// 404.
     pub generator: Option<LlamaModel>,
+    /// The model of `/image-classification` and `/embed_image`; without it they answer 404.
+    pub vision: Option<VisionBackend>,
 }
 
 impl From<Backend> for Models {
@@ -80,6 +89,7 @@ impl From<Backend> for Models {
         Models {
             encoder,
             generator: None,
+            vision: None,
         }
     }
 }
@@ -92,8 +102,8 @@ pub struct Server {
 }
 
 impl Server {
-    /// Checks `config`, starts the batcher on the encoder of `models` (and the generator on
-    /// its decoder, if any) and binds `--host`:`--port`; access log lines go to `log`.
+    /// Checks `config`, starts the batcher on the encoder of `models` (the generator on its
+    /// decoder and the image queue on its vision model, if any) and binds `--host`:`--port`; access log lines go to `log`.
     ///
     /// # Errors
     /// [`ServeError::Config`] for a bad setting, [`ServeError::Io`] when the address cannot be
@@ -107,6 +117,7 @@ impl Server {
         let Models {
             encoder: backend,
             generator,
+            vision,
         } = models.into();
         let max_input_length = config
             .max_input_length
@@ -127,6 +138,13 @@ impl Server {
                 config.generation_pause,
             )
         });
+        let images = vision.map(|model| {
+            let limits = DecodeLimits {
+                max_bytes: u64::try_from(config.max_body_bytes).unwrap_or(u64::MAX),
+                max_pixels: config.max_image_pixels,
+            };
+            ImageQueue::start(Arc::new(model), metrics.clone(), limits)
+        });
         let wanted = SocketAddr::new(config.host, config.port);
         let io = |source| ServeError::Io {
             addr: wanted.to_string(),
@@ -140,6 +158,7 @@ impl Server {
             backend,
             batcher,
             generator,
+            images,
             metrics,
             draining: AtomicBool::new(false),
             max_input_length,
@@ -224,6 +243,11 @@ pub fn router(state: AppState) -> Router {
         .route("/embed_all", post(routes::embed_all::embed_all))
         .route("/embed_sparse", post(routes::embed_sparse::embed_sparse))
         .route("/rerank", post(routes::rerank::rerank))
+        .route(
+            "/image-classification",
+            post(routes::images::image_classification),
+        )
+        .route("/embed_image", post(routes::images::embed_image))
         .route("/v1/completions", post(routes::completions::completions))
         .route(
             "/v1/chat/completions",

@@ -1,4 +1,5 @@
-//! What every handler shares: the settings, the model, the batcher, the generator, admission,
+//! What every handler shares: the settings, the model, the batcher, the generator, the image
+//! queue, admission,
 //! metrics, the health state and the access log.
 
 use std::ops::Deref;
@@ -12,6 +13,7 @@ use crate::batcher::Batcher;
 use crate::config::ServeConfig;
 use crate::generate::Generator;
 use crate::metrics::Metrics;
+use crate::vision::ImageQueue;
 
 /// The shared state; cloning it is cheap.
 #[derive(Clone)]
@@ -27,6 +29,8 @@ pub struct Shared {
     pub batcher: Batcher,
     /// The GGUF model's queue (`--gguf`), if one was loaded.
     pub generator: Option<Generator>,
+    /// The vision model's queue (`--vision`, `--vision-model`), if one was loaded.
+    pub images: Option<ImageQueue>,
     /// The bound on admitted requests.
     pub admission: Admission,
     /// Counters and histograms.

@@ -31,6 +31,7 @@ mod rope_freqs;
 mod run_checks;
 mod serve;
 mod serve_child;
+mod serve_vision;
 mod stops;
 mod tokenize;
 mod train;

@@ -2,15 +2,13 @@
 //! errors, and SIGTERM with requests in flight (none lost). A plain HTTP/1.1 client over a
 //! socket, one connection per request.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use crate::common::roformer;
-use crate::serve_child::ServeChild;
+use crate::serve_child::{exchange, ServeChild};
 
 /// `POST path` with a JSON body: the status and the body as JSON (null when it is not JSON).
 fn post_json(addr: &str, path: &str, body: Value) -> (u16, Value) {
@@ -21,22 +19,7 @@ fn post_json(addr: &str, path: &str, body: Value) -> (u16, Value) {
 /// `METHOD path` with a JSON body: the status and the body.
 fn call(addr: &str, method: &str, path: &str, body: Option<Value>) -> (u16, String) {
     let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let mut s = TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut answer = String::new();
-    s.read_to_string(&mut answer).unwrap();
-    let status = answer.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let body = answer
-        .split_once("\r\n\r\n")
-        .map_or("", |(_, b)| b)
-        .to_owned();
-    (status, body)
+    exchange(addr, method, path, "application/json", body.as_bytes())
 }
 
 #[test]

@@ -1,8 +1,9 @@
 //! A `roformer serve` process for the tests that need a running server: started on port 0,
 //! its address read from the first line it prints, its stderr (the access log) collected,
-//! killed when dropped.
+//! killed when dropped; and one HTTP/1.1 exchange over a plain socket.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
@@ -81,4 +82,34 @@ impl Drop for ServeChild {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `METHOD path` to `addr` with `body` sent as `content_type`, on a connection of its own: the
+/// status and the body of the answer.
+pub fn exchange(
+    addr: &str,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &[u8],
+) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: {content_type}\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    // A body refused early may find the connection closed: the answer is read all the same.
+    let _ = s.write_all(body);
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    let status = answer.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_owned();
+    (status, body)
 }

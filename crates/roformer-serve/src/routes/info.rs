@@ -6,6 +6,8 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::Json;
+use roformer::pipeline::image::MAX_PATCHES;
+use roformer::pipeline::Pooling;
 use roformer::Precision;
 use serde::Serialize;
 
@@ -13,6 +15,7 @@ use crate::backend::Head;
 use crate::error::ApiError;
 use crate::generate::ModelCard;
 use crate::state::AppState;
+use crate::vision::ImageQueue;
 
 /// The page: one file, no build step, no external assets.
 const PAGE: &str = include_str!("../page/index.html");
@@ -61,7 +64,58 @@ pub struct Info {
     max_client_batch_size: usize,
     version: &'static str,
     generation_model: Option<GenerationModel>,
+    vision_model: Option<VisionModelInfo>,
     routes: Vec<&'static str>,
+}
+
+/// The vision model of `--vision` / `--vision-model` in `/info` (`null` without one): what it
+/// is, how its images are read, and the image routes' limits.
+#[derive(Debug, Serialize)]
+pub struct VisionModelInfo {
+    model_id: String,
+    /// `image-classification` for a classifier, `image-feature-extraction` for a backbone.
+    model_type: &'static str,
+    /// The label of each index (empty for a backbone).
+    id2label: BTreeMap<String, String>,
+    patch_size: usize,
+    hidden_size: usize,
+    num_channels: usize,
+    /// The default pooling of `/embed_image`.
+    pooling: &'static str,
+    /// The largest image body, in bytes (`--max-body-bytes`).
+    max_image_bytes: u64,
+    /// The most pixels an image may declare (`--max-image-pixels`).
+    max_image_pixels: u64,
+    /// The most patches an image may make after preprocessing.
+    max_image_patches: usize,
+}
+
+/// The vision model's part of `/info`.
+fn vision_info(queue: &ImageQueue) -> VisionModelInfo {
+    let backend = queue.backend();
+    let config = backend.model().config();
+    let limits = queue.limits();
+    VisionModelInfo {
+        model_id: backend.model_id.clone(),
+        model_type: if backend.classifier().is_some() {
+            "image-classification"
+        } else {
+            "image-feature-extraction"
+        },
+        id2label: backend
+            .labels()
+            .into_iter()
+            .enumerate()
+            .map(|(i, l)| (i.to_string(), l))
+            .collect(),
+        patch_size: config.patch_size,
+        hidden_size: config.hidden_size,
+        num_channels: config.num_channels,
+        pooling: Pooling::Cls.name(),
+        max_image_bytes: limits.max_bytes,
+        max_image_pixels: limits.max_pixels,
+        max_image_patches: MAX_PATCHES,
+    }
 }
 
 /// The GGUF model of `--gguf` in `/info` (`null` without one): its card and the completion
@@ -74,7 +128,8 @@ pub struct GenerationModel {
     max_waiting_generations: usize,
 }
 
-/// `GET /info`: the model and the limits, and the GGUF model with its limits.
+/// `GET /info`: the model and the limits, the GGUF model and the vision model with theirs, and
+/// the routes served.
 pub async fn info(State(state): State<AppState>) -> Json<Info> {
     let backend = &state.backend;
     let id2label = || {
@@ -115,6 +170,7 @@ pub async fn info(State(state): State<AppState>) -> Json<Info> {
             max_tokens: state.config.max_tokens,
             max_waiting_generations: state.config.max_waiting_generations,
         }),
+        vision_model: state.images.as_ref().map(vision_info),
         routes: routes(&state),
     })
 }
@@ -122,12 +178,14 @@ pub async fn info(State(state): State<AppState>) -> Json<Info> {
 /// The routes the loaded models serve: every route of the server but those that need a head
 /// or a model it lacks (`/fill-mask` and `/embed_sparse` a masked-LM head, `/predict` a
 /// classifier, `/rerank` a classifier of one label, the completion routes `--gguf`, the chat
-/// route a ChatML model).
+/// route a ChatML model, `/embed_image` a vision model and `/image-classification` a vision
+/// classifier).
 pub fn routes(state: &AppState) -> Vec<&'static str> {
     let backend = &state.backend;
     let masked_lm = backend.masked_lm().is_some();
     let classifier = backend.classifier().is_some();
     let card = state.generator.as_ref().map(|g| g.model().card());
+    let vision = state.images.as_ref().map(ImageQueue::backend);
     [
         ("GET /", true),
         ("GET /health", true),
@@ -146,6 +204,11 @@ pub fn routes(state: &AppState) -> Vec<&'static str> {
         ("POST /decode", true),
         ("POST /v1/completions", card.is_some()),
         ("POST /v1/chat/completions", card.is_some_and(|c| c.chat)),
+        (
+            "POST /image-classification",
+            vision.is_some_and(|v| v.classifier().is_some()),
+        ),
+        ("POST /embed_image", vision.is_some()),
     ]
     .into_iter()
     .filter_map(|(route, served)| served.then_some(route))

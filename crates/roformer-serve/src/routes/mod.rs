@@ -1,4 +1,5 @@
 //! The routes, one module per family, and what the text routes share: admit, encode, queue.
+//! (The image routes share theirs in [`images`].)
 
 pub mod completions;
 pub mod decode;
@@ -6,6 +7,7 @@ pub mod embed;
 pub mod embed_all;
 pub mod embed_sparse;
 pub mod fill_mask;
+pub mod images;
 pub mod info;
 pub mod models;
 pub mod openai;

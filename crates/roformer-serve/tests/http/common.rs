@@ -4,8 +4,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use roformer::images::processor::ImageProcessor;
+use roformer::vision::VisionModelDir;
 use roformer::{ModelDir, Precision, RoFormerTokenizer};
-use roformer_serve::{Backend, LlamaModel, Models, ServeConfig, Server};
+use roformer_serve::{Backend, LlamaModel, Models, ServeConfig, Server, VisionBackend};
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -112,8 +114,66 @@ pub async fn start_with_gguf(config: ServeConfig) -> TestServer {
     let models = Models {
         encoder: backend(Model::MaskedLm),
         generator: Some(LlamaModel::load(&tiny_gguf()).unwrap()),
+        vision: None,
     };
     start_models(models, config).await
+}
+
+/// The vision models of the image tests.
+#[derive(Debug, Clone, Copy)]
+pub enum Vision {
+    /// The CLI's built-in Fashion-MNIST classifier (28 x 28 grey, patches of 4, 10 labels),
+    /// read from its directory with its processor (which resizes every image to 28 x 28).
+    Fashion,
+    /// The roformer crate's tiny random DINOv3 backbone (RGB, patches of 4, hidden 32), with a
+    /// processor that keeps each image's size (rescale and normalise only).
+    Backbone,
+}
+
+/// The vision model of `vision`, loaded as the server loads it.
+pub fn vision_backend(vision: Vision) -> VisionBackend {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let (dir, processor) = match vision {
+        Vision::Fashion => {
+            let dir = root.join("../roformer-cli/assets/fashion-model");
+            let processor = ImageProcessor::from_path(&dir.join("preprocessor_config.json"));
+            (dir, processor.unwrap())
+        }
+        Vision::Backbone => {
+            let keep_size = r#"{"do_resize": false, "do_rescale": true,
+                "rescale_factor": 0.00392156862745098, "do_normalize": true,
+                "image_mean": [0.5, 0.5, 0.5], "image_std": [0.25, 0.25, 0.25]}"#;
+            let dir = root.join("../roformer/tests/fixtures/vision/base");
+            (dir, ImageProcessor::from_json(keep_size).unwrap())
+        }
+    };
+    let md = VisionModelDir::open(&dir).unwrap();
+    VisionBackend::load(dir.display().to_string(), &md, processor).unwrap()
+}
+
+/// Starts the masked LM with `vision` for the image routes.
+pub async fn start_with_vision(vision: Vision, config: ServeConfig) -> TestServer {
+    let models = Models {
+        encoder: backend(Model::MaskedLm),
+        generator: None,
+        vision: Some(vision_backend(vision)),
+    };
+    start_models(models, config).await
+}
+
+/// The bytes of a committed image: `cli/NAME` from the CLI's fixtures (28 x 28 grey PNGs),
+/// `roformer/NAME` from the roformer crate's, `serve/NAME` from this crate's.
+pub fn image_bytes(name: &str) -> Vec<u8> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let path = match name.split_once('/') {
+        Some(("cli", file)) => root
+            .join("../roformer-cli/tests/fixtures/images")
+            .join(file),
+        Some(("roformer", file)) => root.join("../roformer/tests/fixtures/images").join(file),
+        Some(("serve", file)) => root.join("tests/fixtures").join(file),
+        _ => panic!("no image fixture {name}"),
+    };
+    std::fs::read(path).unwrap()
 }
 
 async fn start_models(models: Models, config: ServeConfig) -> TestServer {
@@ -147,6 +207,19 @@ impl TestServer {
             .send()
             .await
             .unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// POSTs raw `bytes` to `path` with `content_type` (none if empty): the status and the
+    /// parsed JSON answer (Null if none).
+    pub async fn post_bytes(&self, path: &str, content_type: &str, bytes: Vec<u8>) -> (u16, Value) {
+        let mut request = self.client.post(format!("{}{path}", self.base)).body(bytes);
+        if !content_type.is_empty() {
+            request = request.header("content-type", content_type);
+        }
+        let r = request.send().await.unwrap();
         let status = r.status().as_u16();
         let text = r.text().await.unwrap();
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))

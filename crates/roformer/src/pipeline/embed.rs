@@ -119,7 +119,7 @@ fn locate(
 }
 
 /// `v / |v|`, the norm summed in f64; a zero vector is returned as it is.
-fn l2_normalized(v: Vec<f32>) -> Vec<f32> {
+pub(crate) fn l2_normalized(v: Vec<f32>) -> Vec<f32> {
     let norm = v.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
     if norm == 0.0 {
         return v;

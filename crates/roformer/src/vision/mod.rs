@@ -50,7 +50,7 @@ pub mod save;
 pub mod tensors;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use attention::VisionAttention;
 pub use block::VisionLayer;
