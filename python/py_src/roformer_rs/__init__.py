@@ -1,0 +1,24 @@
+"""RoPE and RoFormer in Rust.
+
+- the rotary core: :class:`RotaryEmbedding` (after rotary-embedding-torch),
+  :func:`apply_rotary_pos_emb` (after transformers), :class:`RopeScaling` (a Hugging Face
+  ``config.json``'s schedule);
+- the models: :class:`Model` (RoFormer: ``forward``, ``fill_mask``, ``embed``, ``tokenize``)
+  and :class:`VisionModel` (a ViT with 2D RoPE: ``embed``, ``classify``).
+
+Errors: ``ValueError`` for bad shapes or arguments, ``FileNotFoundError`` / ``OSError`` for
+files, :class:`ModelError` for a checkpoint that cannot be loaded.
+"""
+
+from ._roformer_rs import ModelError
+from .models import Model, VisionModel
+from .rotary import RopeScaling, RotaryEmbedding, apply_rotary_pos_emb
+
+__all__ = [
+    "ModelError",
+    "Model",
+    "VisionModel",
+    "RopeScaling",
+    "RotaryEmbedding",
+    "apply_rotary_pos_emb",
+]
