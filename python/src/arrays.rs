@@ -5,12 +5,13 @@
 //! bf16 viewed as its `uint16` bits (numpy has no bf16 of its own; `ml_dtypes.bfloat16` and
 //! `torch.bfloat16` are both viewed so), and views the result back.
 
+use candle_core::{DType, Tensor};
 use half::slice::HalfBitsSliceExt;
 use half::{bf16, f16};
-use numpy::{PyArrayDyn, PyReadonlyArrayDyn, PyReadwriteArrayDyn};
+use numpy::{PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyReadwriteArrayDyn};
 use pyo3::prelude::*;
 
-use crate::errors::value_error;
+use crate::errors::{self, value_error};
 
 /// A numpy storage type and the element the kernels compute on.
 pub trait Storage: numpy::Element + Copy + Send + Sync {
@@ -106,4 +107,15 @@ pub fn axis(axis: isize, ndim: usize, what: &str) -> PyResult<usize> {
         )));
     }
     Ok(a as usize)
+}
+
+/// A model's output tensor as a numpy float32 array of its shape.
+pub fn to_numpy<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+    let dims = t.dims().to_vec();
+    let data = t
+        .to_dtype(DType::F32)
+        .and_then(|t| t.flatten_all())
+        .and_then(|t| t.to_vec1::<f32>())
+        .map_err(|e| errors::model(e.into()))?;
+    numpy::PyArray1::from_vec(py, data).reshape(dims)
 }

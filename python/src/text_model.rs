@@ -4,8 +4,8 @@
 
 use std::path::PathBuf;
 
-use candle_core::{DType, Device, Tensor};
-use numpy::{PyArray2, PyArrayDyn, PyArrayMethods, PyReadonlyArray2};
+use candle_core::{Device, Tensor};
+use numpy::{PyArray2, PyArrayMethods, PyReadonlyArray2};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use roformer::pipeline::{self, Pooling};
@@ -14,6 +14,7 @@ use roformer::{
 };
 use roformer_builtin::poetry;
 
+use crate::arrays::to_numpy;
 use crate::errors::{self, not_found, value_error};
 
 /// The network: with its masked-LM head when the checkpoint has one.
@@ -95,17 +96,6 @@ fn ids_tensor(a: &PyReadonlyArray2<'_, i64>) -> PyResult<Tensor> {
     let (b, t) = view.dim();
     let data: Vec<i64> = view.iter().copied().collect();
     Tensor::from_vec(data, (b, t), &Device::Cpu).map_err(|e| errors::model(e.into()))
-}
-
-/// A tensor as a numpy f32 array of its shape.
-fn to_numpy<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
-    let dims = t.dims().to_vec();
-    let data = t
-        .to_dtype(DType::F32)
-        .and_then(|t| t.flatten_all())
-        .and_then(|t| t.to_vec1::<f32>())
-        .map_err(|e| errors::model(e.into()))?;
-    numpy::PyArray1::from_vec(py, data).reshape(dims)
 }
 
 #[pymethods]

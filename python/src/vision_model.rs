@@ -4,15 +4,21 @@
 use std::path::PathBuf;
 
 use candle_core::{DType, Device, Tensor};
-use numpy::{PyArray2, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use numpy::{
+    PyArray2, PyArrayMethods, PyReadonlyArray4, PyReadonlyArrayDyn, PyUntypedArrayMethods,
+};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyDict};
 use roformer::images::processor::ImageProcessor;
 use roformer::images::{DecodeLimits, Planes};
 use roformer::pipeline::image::{self, ImagePipelineError};
-use roformer::vision::{VisionForImageClassification, VisionModel as Vit, VisionModelDir};
+use roformer::vision::{
+    VisionError, VisionForImageClassification, VisionModel as Vit, VisionModelDir,
+};
+use roformer::Mode;
 use roformer_builtin::fashion;
 
+use crate::arrays::to_numpy;
 use crate::errors::{self, not_found, value_error};
 
 /// The network: a classifier (whose backbone embeds) or a bare backbone.
@@ -189,6 +195,39 @@ impl NativeVisionModel {
             }
             Network::Backbone(_) => Vec::new(),
         }
+    }
+
+    /// `{"last_hidden_state": [b, tokens, hidden], "pooler_output": [b, hidden]}` (and
+    /// `"logits": [b, labels]` with a classifier) for preprocessed `pixel_values`
+    /// `[b, c, h, w]`, as transformers' DINOv3 models return them.
+    fn forward<'py>(
+        &self,
+        py: Python<'py>,
+        pixel_values: PyReadonlyArray4<'py, f32>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let view = pixel_values.as_array();
+        let dims = view.dim();
+        let data: Vec<f32> = view.iter().copied().collect();
+        let pixels =
+            Tensor::from_vec(data, dims, &Device::Cpu).map_err(|e| errors::model(e.into()))?;
+        let vit = self.network.backbone();
+        let (out, logits) = py
+            .detach(|| -> Result<_, VisionError> {
+                let out = vit.forward(&pixels, vit.plan(Mode::Inference))?;
+                let logits = match &self.network {
+                    Network::Classifier(m) => Some(m.forward(&pixels, m.plan(Mode::Inference))?),
+                    Network::Backbone(_) => None,
+                };
+                Ok((out, logits))
+            })
+            .map_err(errors::vision)?;
+        let dict = PyDict::new(py);
+        dict.set_item("last_hidden_state", to_numpy(py, &out.last_hidden_state)?)?;
+        dict.set_item("pooler_output", to_numpy(py, &out.pooler_output)?)?;
+        if let Some(logits) = logits {
+            dict.set_item("logits", to_numpy(py, &logits)?)?;
+        }
+        Ok(dict)
     }
 
     /// One embedding per image (the normed CLS token, `pooler_output`): `[n, hidden]`.

@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 ASSETS = REPO / "crates" / "roformer-builtin" / "assets"
 MODEL_FIXTURES = REPO / "crates" / "roformer" / "tests" / "fixtures" / "model"
 IMAGE_FIXTURES = REPO / "crates" / "roformer" / "tests" / "fixtures" / "images"
+VISION_FIXTURES = REPO / "crates" / "roformer" / "tests" / "fixtures" / "vision"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 _DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "U32": np.uint32, "U8": np.uint8}

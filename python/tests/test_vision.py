@@ -13,7 +13,7 @@ import pytest
 import roformer_rs
 from roformer_rs import VisionModel
 
-from conftest import ASSETS, IMAGE_FIXTURES, broken_copy
+from conftest import ASSETS, IMAGE_FIXTURES, VISION_FIXTURES, broken_copy, read_safetensors
 
 
 def fashion_test_images() -> tuple[np.ndarray, np.ndarray]:
@@ -65,6 +65,24 @@ def test_from_pretrained_loads_the_builtin_directory() -> None:
     np.testing.assert_array_equal(model.embed(images[0]), builtin.embed(images[0]))
 
 
+def test_forward_matches_transformers_on_the_committed_fixture() -> None:
+    """transformers' DINOv3ViTModel outputs (scripts/make_dinov3_fixtures.py) at four image
+    sizes: 1e-4 absolute, as the Rust parity tests allow for f32."""
+    case = VISION_FIXTURES / "base"
+    model = VisionModel.from_pretrained(case)
+    ref = read_safetensors(case / "reference.safetensors")
+    for i in range(4):
+        out = model.forward(ref[f"pixel_values_{i}"])
+        assert "logits" not in out
+        np.testing.assert_allclose(out["last_hidden_state"], ref[f"last_hidden_state_{i}"], atol=1e-4)
+        np.testing.assert_allclose(out["pooler_output"], ref[f"pooler_output_{i}"], atol=1e-4)
+
+
+def test_forward_of_the_classifier_adds_logits(fashion: VisionModel) -> None:
+    out = fashion.forward(np.zeros((2, 1, 28, 28), np.float32))
+    assert out["logits"].shape == (2, 10) and out["pooler_output"].shape == (2, fashion.hidden_size)
+
+
 def test_missing_directory_is_file_not_found(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         VisionModel.from_pretrained(tmp_path / "nowhere")
@@ -99,6 +117,9 @@ def test_truncated_weights_are_model_error(tmp_path: Path) -> None:
         lambda m: m.embed(np.zeros((28,), np.uint8)),
         lambda m: m.embed(12),
         lambda m: m.classify(np.zeros((28, 28), np.uint8), top_k=0),
+        lambda m: m.forward(np.zeros((1, 28, 28), np.float32)),
+        lambda m: m.forward(np.zeros((1, 3, 28, 28), np.float32)),
+        lambda m: m.forward(np.zeros((1, 1, 2, 2), np.float32)),
     ],
 )
 def test_bad_images_raise_value_error(fashion: VisionModel, call) -> None:

@@ -186,6 +186,17 @@ class VisionModel:
         """The classifier's labels in id order (empty for a backbone)."""
         return self._native.labels
 
+    def forward(self, pixel_values: Any) -> dict[str, np.ndarray]:
+        """``{"last_hidden_state": [b, tokens, hidden], "pooler_output": [b, hidden]}``, plus
+        ``"logits": [b, labels]`` with a classifier, float32, for preprocessed float
+        ``pixel_values`` ``[b, c, h, w]`` (transformers' DINOv3 outputs)."""
+        pixels = np.asarray(pixel_values)
+        if pixels.ndim != 4:
+            raise ValueError(f"pixel_values must be [b, c, h, w], got shape {pixels.shape}")
+        return self._native.forward(np.ascontiguousarray(pixels, dtype=np.float32))
+
+    __call__ = forward
+
     def embed(self, images: Image | Sequence[Image]) -> np.ndarray:
         """One embedding per image (the normed CLS token), float32 ``[n, hidden]``."""
         return self._native.embed(_images(images))
