@@ -120,6 +120,18 @@ pub fn image(e: ImagePipelineError) -> PyErr {
     }
 }
 
+/// A training run: its files, data and model errors as above, the rest `RuntimeError`.
+pub fn train(e: roformer::train::TrainError) -> PyErr {
+    use roformer::train::TrainError as E;
+    match e {
+        E::Model(m) => model(m),
+        E::Tokenizer(t) => tokenizer(t),
+        E::Io { ref source, .. } => io_error(&e, source),
+        E::Data(_) | E::TooLarge(_) => PyValueError::new_err(message(&e)),
+        other => PyRuntimeError::new_err(message(&other)),
+    }
+}
+
 /// An image processor config that does not parse: the checkpoint's fault.
 pub fn processor(e: roformer::images::ConfigError) -> PyErr {
     ModelError::new_err(message(&e))

@@ -9,6 +9,7 @@ mod half_rotation;
 mod rotary_core;
 mod scaling;
 mod text_model;
+mod train;
 mod vision_model;
 
 use pyo3::prelude::*;
@@ -22,5 +23,6 @@ fn _roformer_rs(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<text_model::NativeModel>()?;
     m.add_class::<vision_model::NativeVisionModel>()?;
     m.add_function(wrap_pyfunction!(half_rotation::apply_rotary_pos_emb, m)?)?;
+    m.add_function(wrap_pyfunction!(train::train_mlm, m)?)?;
     Ok(())
 }

@@ -45,7 +45,7 @@ pub struct NativeModel {
 }
 
 /// `f32` or `bf16` (bf16 only where the CPU has a native bf16 dot product; f32 elsewhere).
-fn precision(name: &str) -> PyResult<Precision> {
+pub(crate) fn precision(name: &str) -> PyResult<Precision> {
     match name {
         "f32" => Ok(Precision::F32),
         "bf16" => Ok(Precision::Bf16.effective()),

@@ -1,7 +1,7 @@
 """Type stubs of the native module (``python/src``). Use the wrappers in ``roformer_rs``."""
 
 import os
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -98,3 +98,37 @@ class NativeVisionModel:
     def classify(
         self, images: list[bytes | npt.NDArray[np.uint8]], top_k: int = 5
     ) -> list[list[tuple[str, float]]]: ...
+
+def train_mlm(
+    out: str | os.PathLike[str],
+    corpus: Sequence[str | os.PathLike[str]],
+    steps: int,
+    *,
+    init: str | os.PathLike[str] | None = None,
+    batch_size: int = 16,
+    seq_len: int = 128,
+    lr: float = 5e-4,
+    warmup: int = 0,
+    decay: str = "linear",
+    weight_decay: float = 0.01,
+    max_grad_norm: float = 1.0,
+    grad_accum: int = 1,
+    seed: int = 0,
+    eval_every: int = 0,
+    save_every: int = 0,
+    eval_batches: int = 50,
+    validation: float = 0.05,
+    line_by_line: bool = False,
+    whole_word: bool = False,
+    precision: str = "f32",
+    resume: bool = False,
+    progress: Callable[[dict[str, Any]], object] | None = None,
+) -> dict[str, Any]:
+    """Trains a masked LM on ``corpus`` (text, JSON-lines or chinese-poetry JSON files, or
+    directories of them) into ``out/checkpoint``, starting from ``init`` (a checkpoint
+    directory) or the built-in poetry model, with ``roformer train mlm``'s options.
+    ``progress`` receives a dict per event (``{"event": "step", "step", "loss", "lr",
+    "grad_norm", "tokens", "seconds"}``, ``"eval"``, ``"saved"``); an exception it raises,
+    or Ctrl-C, stops the run at the next micro-batch with the last completed step saved, then
+    propagates. Returns ``{"outcome": "finished" | "stopped", "steps", "last_eval"}``."""
+
