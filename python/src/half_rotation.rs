@@ -91,7 +91,7 @@ impl Tables<'_> {
                 self.batch, self.seq, self.r, x.batch, x.seq
             )));
         }
-        if self.r > x.d || self.r % 2 != 0 || self.r == 0 {
+        if self.r > x.d || !self.r.is_multiple_of(2) || self.r == 0 {
             return Err(value_error(format!(
                 "cos/sin have {} features; {what} has {}: the rotated features must be even, \
                  non-zero and at most the head size",

@@ -8,6 +8,9 @@ use rotary::RopeSpec;
 
 use crate::errors::{self, value_error};
 
+/// A cos or sin table, `[batch, seq, 2 * pairs]`.
+type Table<'py> = Bound<'py, PyArray3<f32>>;
+
 /// A checkpoint's rotary schedule, from its `config.json`.
 #[pyclass(name = "RopeScaling", module = "roformer_rs._roformer_rs", frozen)]
 pub struct RopeScaling {
@@ -73,7 +76,7 @@ impl RopeScaling {
         &self,
         py: Python<'py>,
         position_ids: PyReadonlyArray2<'py, i64>,
-    ) -> PyResult<(Bound<'py, PyArray3<f32>>, Bound<'py, PyArray3<f32>>)> {
+    ) -> PyResult<(Table<'py>, Table<'py>)> {
         let ids = position_ids.as_array();
         if let Some(bad) = ids.iter().find(|&&p| p < 0) {
             return Err(value_error(format!("position_ids must be >= 0, got {bad}")));

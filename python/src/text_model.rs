@@ -35,6 +35,18 @@ impl Network {
     }
 }
 
+/// One fill-mask candidate: `(score, token id, token text, filled text)`.
+type Candidate = (f64, u32, String, String);
+
+/// An encoding: `(ids, token texts, char offsets, type ids, attention mask)`.
+type Tokenized = (
+    Vec<u32>,
+    Vec<String>,
+    Vec<(usize, usize)>,
+    Vec<u32>,
+    Vec<u32>,
+);
+
 /// A RoFormer checkpoint, its tokenizer and the precision its products run in.
 #[pyclass(name = "NativeModel", module = "roformer_rs._roformer_rs", frozen)]
 pub struct NativeModel {
@@ -189,12 +201,7 @@ impl NativeModel {
     /// The `top_k` candidates of each mask of `text`: one list per mask of
     /// `(score, token id, token text, filled text)`.
     #[pyo3(signature = (text, top_k = 5))]
-    fn fill_mask(
-        &self,
-        py: Python<'_>,
-        text: &str,
-        top_k: usize,
-    ) -> PyResult<Vec<Vec<(f64, u32, String, String)>>> {
+    fn fill_mask(&self, py: Python<'_>, text: &str, top_k: usize) -> PyResult<Vec<Vec<Candidate>>> {
         if top_k == 0 {
             return Err(value_error("top_k must be at least 1"));
         }
@@ -279,16 +286,7 @@ impl NativeModel {
     }
 
     /// `text` as `[CLS] text [SEP]`: ids, token texts, char offsets, type ids and mask.
-    fn tokenize(
-        &self,
-        text: &str,
-    ) -> (
-        Vec<u32>,
-        Vec<String>,
-        Vec<(usize, usize)>,
-        Vec<u32>,
-        Vec<u32>,
-    ) {
+    fn tokenize(&self, text: &str) -> Tokenized {
         let e = self.tokenizer.encode(text);
         (e.ids, e.tokens, e.offsets, e.type_ids, e.attention_mask)
     }
