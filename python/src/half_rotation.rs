@@ -13,12 +13,12 @@
 //! tables are `[b or 1, seq, r]` and broadcast over the heads: `q` is `[b, heads, seq, d]` for
 //! `unsqueeze_dim = 1`, `[b, seq, heads, d]` for `unsqueeze_dim = 2`.
 
-use numpy::{PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use numpy::{PyArrayMethods, PyReadonlyArrayDyn, PyReadwriteArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use rayon::prelude::*;
 use rotary::Element;
 
-use crate::arrays::{new_array, slice, slice_mut, Floats, Storage};
+use crate::arrays::{new_array, slice, slice_mut, Floats, FloatsMut, Storage};
 use crate::errors::value_error;
 
 /// Where the rows of one q or k array find their table row.
@@ -103,26 +103,43 @@ impl Tables<'_> {
 
     /// Rotates every row of `src` into `dst` on the threads.
     fn apply<T: Element>(&self, src: &[T], dst: &mut [T], x: Layout4) {
-        let (r, h) = (self.r, self.r / 2);
         dst.par_chunks_mut(x.d.max(1))
             .zip(src.par_chunks(x.d.max(1)))
             .enumerate()
             .for_each(|(row, (out, xs))| {
-                let (b, s) = x.token(row);
-                let at = ((if self.batch == 1 { 0 } else { b }) * self.seq + s) * r;
-                let (c, sn) = (&self.cos[at..at + r], &self.sin[at..at + r]);
-                for i in 0..x.d {
-                    let v = xs[i].to_f32();
-                    let y = if i < h {
-                        v * c[i] - xs[i + h].to_f32() * sn[i]
-                    } else if i < r {
-                        v * c[i] + xs[i - h].to_f32() * sn[i]
-                    } else {
-                        v
-                    };
-                    out[i] = T::from_f32(y);
-                }
+                let values: Vec<f32> = xs.iter().map(|v| v.to_f32()).collect();
+                self.rotate_row(&values, out, row, x);
             });
+    }
+
+    /// Rotates every row of `data` in place on the threads.
+    fn apply_inplace<T: Element>(&self, data: &mut [T], x: Layout4) {
+        data.par_chunks_mut(x.d.max(1))
+            .enumerate()
+            .for_each(|(row, out)| {
+                let values: Vec<f32> = out.iter().map(|v| v.to_f32()).collect();
+                self.rotate_row(&values, out, row, x);
+            });
+    }
+
+    /// `out = values * cos + rotate_half(values) * sin` for row `row` of an array laid out as
+    /// `x`, rounded once to `T`.
+    fn rotate_row<T: Element>(&self, values: &[f32], out: &mut [T], row: usize, x: Layout4) {
+        let (r, h) = (self.r, self.r / 2);
+        let (b, s) = x.token(row);
+        let at = ((if self.batch == 1 { 0 } else { b }) * self.seq + s) * r;
+        let (c, sn) = (&self.cos[at..at + r], &self.sin[at..at + r]);
+        for (i, o) in out.iter_mut().enumerate() {
+            let v = values[i];
+            let y = if i < h {
+                v * c[i] - values[i + h] * sn[i]
+            } else if i < r {
+                v * c[i] + values[i - h] * sn[i]
+            } else {
+                v
+            };
+            *o = T::from_f32(y);
+        }
     }
 }
 
@@ -161,18 +178,11 @@ fn rotated_any<'py>(
     }
 }
 
-/// `(q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin)`, as transformers'
-/// `apply_rotary_pos_emb`; `cos` and `sin` are float32 `[b or 1, seq, r]`.
-#[pyfunction]
-#[pyo3(signature = (q, k, cos, sin, unsqueeze_dim = 1))]
-pub fn apply_rotary_pos_emb<'py>(
-    py: Python<'py>,
-    q: Floats<'py>,
-    k: Floats<'py>,
-    cos: PyReadonlyArrayDyn<'py, f32>,
-    sin: PyReadonlyArrayDyn<'py, f32>,
-    unsqueeze_dim: usize,
-) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+/// The tables of `cos` and `sin` (float32 `[b or 1, seq, r]`), checked against each other.
+fn tables<'a>(
+    cos: &'a PyReadonlyArrayDyn<'_, f32>,
+    sin: &'a PyReadonlyArrayDyn<'_, f32>,
+) -> PyResult<Tables<'a>> {
     if cos.shape() != sin.shape() {
         return Err(value_error(format!(
             "cos {:?} and sin {:?} differ in shape",
@@ -186,13 +196,87 @@ pub fn apply_rotary_pos_emb<'py>(
             cos.shape()
         )));
     };
-    let tables = Tables {
-        cos: slice(&cos, "cos")?,
-        sin: slice(&sin, "sin")?,
+    Ok(Tables {
+        cos: slice(cos, "cos")?,
+        sin: slice(sin, "sin")?,
         batch,
         seq,
         r,
-    };
+    })
+}
+
+/// One of q or k rotated in place.
+fn rotate_in_place<S: Storage>(
+    py: Python<'_>,
+    x: &mut PyReadwriteArrayDyn<'_, S>,
+    tables: &Tables<'_>,
+    unsqueeze_dim: usize,
+    what: &str,
+) -> PyResult<()> {
+    let layout = Layout4::new(x.shape(), unsqueeze_dim, what)?;
+    tables.check(&layout, what)?;
+    let data = slice_mut(x, what)?;
+    py.detach(|| tables.apply_inplace(S::view_mut(data), layout));
+    Ok(())
+}
+
+/// One of q or k in place, any accepted storage type.
+fn rotate_any_in_place(
+    py: Python<'_>,
+    x: &mut FloatsMut<'_>,
+    tables: &Tables<'_>,
+    unsqueeze_dim: usize,
+    what: &str,
+) -> PyResult<()> {
+    match x {
+        FloatsMut::F32(a) => rotate_in_place(py, a, tables, unsqueeze_dim, what),
+        FloatsMut::F16(a) => rotate_in_place(py, a, tables, unsqueeze_dim, what),
+        FloatsMut::Bf16(a) => rotate_in_place(py, a, tables, unsqueeze_dim, what),
+    }
+}
+
+/// The shape of a writable array.
+fn dims_mut(x: &FloatsMut<'_>) -> Vec<usize> {
+    match x {
+        FloatsMut::F32(a) => a.shape().to_vec(),
+        FloatsMut::F16(a) => a.shape().to_vec(),
+        FloatsMut::Bf16(a) => a.shape().to_vec(),
+    }
+}
+
+/// [`apply_rotary_pos_emb`] in place on writable `q` and `k`.
+#[pyfunction]
+#[pyo3(signature = (q, k, cos, sin, unsqueeze_dim = 1))]
+pub fn apply_rotary_pos_emb_<'py>(
+    py: Python<'py>,
+    mut q: FloatsMut<'py>,
+    mut k: FloatsMut<'py>,
+    cos: PyReadonlyArrayDyn<'py, f32>,
+    sin: PyReadonlyArrayDyn<'py, f32>,
+    unsqueeze_dim: usize,
+) -> PyResult<()> {
+    let tables = tables(&cos, &sin)?;
+    // Both checked before either changes: a refused call leaves q and k as they were.
+    for (x, what) in [(&q, "q"), (&k, "k")] {
+        tables.check(&Layout4::new(&dims_mut(x), unsqueeze_dim, what)?, what)?;
+    }
+    rotate_any_in_place(py, &mut q, &tables, unsqueeze_dim, "q")?;
+    rotate_any_in_place(py, &mut k, &tables, unsqueeze_dim, "k")
+}
+
+/// `(q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin)`, as transformers'
+/// `apply_rotary_pos_emb`; `cos` and `sin` are float32 `[b or 1, seq, r]`.
+#[pyfunction]
+#[pyo3(signature = (q, k, cos, sin, unsqueeze_dim = 1))]
+pub fn apply_rotary_pos_emb<'py>(
+    py: Python<'py>,
+    q: Floats<'py>,
+    k: Floats<'py>,
+    cos: PyReadonlyArrayDyn<'py, f32>,
+    sin: PyReadonlyArrayDyn<'py, f32>,
+    unsqueeze_dim: usize,
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+    let tables = tables(&cos, &sin)?;
     Ok((
         rotated_any(py, &q, &tables, unsqueeze_dim, "q")?,
         rotated_any(py, &k, &tables, unsqueeze_dim, "k")?,

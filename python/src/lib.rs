@@ -23,6 +23,7 @@ fn _roformer_rs(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<text_model::NativeModel>()?;
     m.add_class::<vision_model::NativeVisionModel>()?;
     m.add_function(wrap_pyfunction!(half_rotation::apply_rotary_pos_emb, m)?)?;
+    m.add_function(wrap_pyfunction!(half_rotation::apply_rotary_pos_emb_, m)?)?;
     m.add_function(wrap_pyfunction!(train::train_mlm, m)?)?;
     Ok(())
 }

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import roformer_rs
-from roformer_rs import RotaryEmbedding, apply_rotary_pos_emb
+from roformer_rs import RotaryEmbedding, apply_rotary_pos_emb, apply_rotary_pos_emb_
 
 from conftest import lang_inv_freq, rotate_reference
 
@@ -151,6 +151,15 @@ def test_apply_rotary_pos_emb_matches_rotate_half() -> None:
         unsqueeze_dim=2,
     )
     np.testing.assert_array_equal(tq.transpose(0, 2, 1, 3), rq)
+    # In place: the same values, in q's and k's own memory.
+    q2, k2 = q.copy(), k.copy()
+    out = apply_rotary_pos_emb_(q2, k2, cos, sin)
+    assert out[0] is q2 and out[1] is k2
+    np.testing.assert_array_equal(q2, rq)
+    np.testing.assert_array_equal(k2, rk)
+    half16 = q.astype(np.float16)
+    apply_rotary_pos_emb_(half16, k.astype(np.float16), cos, sin)
+    np.testing.assert_allclose(half16.astype(np.float32), rq, atol=4e-3)
 
 
 @pytest.mark.parametrize(
@@ -176,11 +185,21 @@ def test_apply_rotary_pos_emb_matches_rotate_half() -> None:
         lambda: apply_rotary_pos_emb(randn(2, 3, 8), randn(2, 3, 8), randn(1, 3, 8), randn(1, 3, 8)),
         lambda: apply_rotary_pos_emb(randn(1, 2, 3, 8), randn(1, 2, 3, 8), randn(1, 3, 8), randn(1, 3, 6)),
         lambda: apply_rotary_pos_emb(randn(1, 2, 3, 8), randn(1, 2, 3, 8), randn(1, 3, 8), randn(1, 3, 8), unsqueeze_dim=3),
+        lambda: apply_rotary_pos_emb_(randn(1, 2, 6, 8)[:, :, ::2], randn(1, 2, 3, 8), randn(1, 3, 8), randn(1, 3, 8)),
+        lambda: apply_rotary_pos_emb_(randn(1, 2, 3, 8), randn(1, 2, 4, 8), randn(1, 3, 8), randn(1, 3, 8)),
     ],
 )
 def test_bad_arguments_raise_value_error(call) -> None:
     with pytest.raises(ValueError):
         call()
+
+
+def test_a_refused_in_place_call_changes_nothing() -> None:
+    q, k = randn(1, 2, 3, 8), randn(1, 2, 4, 8)
+    q0 = q.copy()
+    with pytest.raises(ValueError):
+        apply_rotary_pos_emb_(q, k, randn(1, 3, 8), randn(1, 3, 8))
+    np.testing.assert_array_equal(q, q0)
 
 
 def test_read_only_arrays_are_refused_in_place_but_rotated_out_of_place() -> None:

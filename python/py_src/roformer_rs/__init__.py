@@ -13,7 +13,7 @@ files, :class:`ModelError` for a checkpoint that cannot be loaded.
 
 from ._roformer_rs import ModelError, train_mlm
 from .models import Model, VisionModel
-from .rotary import RopeScaling, RotaryEmbedding, apply_rotary_pos_emb
+from .rotary import RopeScaling, RotaryEmbedding, apply_rotary_pos_emb, apply_rotary_pos_emb_
 
 __all__ = [
     "ModelError",
@@ -22,5 +22,6 @@ __all__ = [
     "RopeScaling",
     "RotaryEmbedding",
     "apply_rotary_pos_emb",
+    "apply_rotary_pos_emb_",
     "train_mlm",
 ]

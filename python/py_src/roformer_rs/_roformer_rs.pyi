@@ -38,6 +38,14 @@ def apply_rotary_pos_emb(
     unsqueeze_dim: int = 1,
 ) -> tuple[np.ndarray, np.ndarray]: ...
 
+def apply_rotary_pos_emb_(
+    q: np.ndarray,
+    k: np.ndarray,
+    cos: npt.NDArray[np.float32],
+    sin: npt.NDArray[np.float32],
+    unsqueeze_dim: int = 1,
+) -> None: ...
+
 class RopeScaling:
     @staticmethod
     def from_config_json(text: str) -> RopeScaling: ...

@@ -116,6 +116,18 @@ def apply_rotary_pos_emb(
     return q_back(rq), k_back(rk)
 
 
+def apply_rotary_pos_emb_(
+    q: Any, k: Any, cos: Any, sin: Any, unsqueeze_dim: int = 1
+) -> tuple[Any, Any]:
+    """``apply_rotary_pos_emb`` in place on writable, C-contiguous ``q`` and ``k``; returns
+    them."""
+    q_array, _ = to_native(q, "q", writable=True)
+    k_array, _ = to_native(k, "k", writable=True)
+    cos_t, sin_t = float32_table(cos, "cos"), float32_table(sin, "sin")
+    _native.apply_rotary_pos_emb_(q_array, k_array, cos_t, sin_t, unsqueeze_dim)
+    return q, k
+
+
 class RopeScaling:
     """The rotary schedule of a Hugging Face ``config.json`` (``rope_theta``, ``rope_scaling``
     or ``rope_parameters``: default, linear, dynamic, yarn, llama3, longrope), computed in
