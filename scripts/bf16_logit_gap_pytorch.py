@@ -75,7 +75,7 @@ def masked_batch(tokenizer, texts, rng, seq_len):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default=str(ROOT / "crates/roformer-cli/assets/poetry-model"))
+    ap.add_argument("--model", default=str(ROOT / "crates/roformer-builtin/assets/poetry-model"))
     ap.add_argument("--famous-file", required=True)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seq-len", type=int, default=128)

@@ -13,7 +13,7 @@ bin=${BIN:-$root/target/release/roformer}
 out=$1; shift
 seeds=("$@")
 [ ${#seeds[@]} -eq 0 ] && seeds=(0 1 2)
-assets=$root/crates/roformer-cli/assets/poetry-model
+assets=$root/crates/roformer-builtin/assets/poetry-model
 mkdir -p "$out"
 for seed in "${seeds[@]}"; do
   for precision in f32 bf16; do

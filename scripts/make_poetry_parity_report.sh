@@ -14,7 +14,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 py="${1:-$HOME/.cache/roformer-peers/venv/bin/python}"
 roformer="$root/target/release/roformer"
-model="$root/crates/roformer-cli/assets/poetry-model"
+model="$root/crates/roformer-builtin/assets/poetry-model"
 report="$root/crates/roformer-cli/tests/fixtures/poetry_model_hf_report.json"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

@@ -4,7 +4,7 @@
 machine the corpus is carried to as a compressed file).
 
     ~/.cache/roformer-peers/venv/bin/python scripts/pack_poetry_blocks.py \\
-        --init crates/roformer-cli/assets/poetry-model --corpus data/chinese-poetry/poems \\
+        --init crates/roformer-builtin/assets/poetry-model --corpus data/chinese-poetry/poems \\
         --split held-out --out held-out.npy
     ... --split train --also-simplified --also-lines 0.3 --sample 0.85 --out train.npy
 

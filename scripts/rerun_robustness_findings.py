@@ -37,7 +37,7 @@ import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "crates/roformer/tests/fixtures/model")
-POETRY = os.path.join(ROOT, "crates/roformer-cli/assets/poetry-model")
+POETRY = os.path.join(ROOT, "crates/roformer-builtin/assets/poetry-model")
 CORPUS = os.path.join(ROOT, "crates/roformer/tests/fixtures/poetry")
 LIMIT_KB = 4_000_000
 TIMEOUT_S = 20

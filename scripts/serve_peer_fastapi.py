@@ -11,7 +11,7 @@ sends it the same requests.
 
 --model DIR: a checkpoint directory in Hugging Face format (config.json with architectures
 RoFormerForMaskedLM, model.safetensors, vocab.txt, tokenizer_config.json), as our Rust code
-writes them; default: the built-in poetry model, crates/roformer-cli/assets/poetry-model (f16
+writes them; default: the built-in poetry model, crates/roformer-builtin/assets/poetry-model (f16
 weights, widened to f32 in memory by `from_pretrained(dtype=float32)`, as our server runs it).
 --port 0 picks a free port. The first line on stdout is `listening on http://HOST:PORT`.
 
@@ -56,7 +56,7 @@ from pydantic import BaseModel
 from transformers import AutoTokenizer, RoFormerForMaskedLM, pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
-BUILT_IN = ROOT / "crates" / "roformer-cli" / "assets" / "poetry-model"
+BUILT_IN = ROOT / "crates" / "roformer-builtin" / "assets" / "poetry-model"
 MAX_TEXTS = 32
 
 

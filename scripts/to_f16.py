@@ -2,7 +2,7 @@
 """Copies a checkpoint directory written by `roformer train mlm` with its weights stored as f16
 (half the size; every f32 value rounded to the nearest f16, except the sinusoidal position
 table, which transformers reads from the file), for the model built into the
-`roformer` binary (crates/roformer-cli/assets/poetry-model/).
+`roformer` binary (crates/roformer-builtin/assets/poetry-model/).
 
 Copies config.json, vocab.txt and tokenizer_config.json unchanged and writes model.safetensors
 with the metadata {"format": "pt"}; optimizer.safetensors and trainer_state.json are left out.

@@ -1,4 +1,4 @@
-//! The built-in poetry model (`crates/roformer-cli/assets/poetry-model/`): `fill-mask`,
+//! The built-in poetry model (`crates/roformer-builtin/assets/poetry-model/`): `fill-mask`,
 //! `tokenize` and `embed` without `--model`.
 
 use serde_json::Value;
@@ -178,7 +178,7 @@ fn transformers_loads_the_built_in_model() {
     // (scripts/make_poetry_parity_report.sh).
     let weights = std::fs::read(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("assets/poetry-model/model.safetensors"),
+            .join("../roformer-builtin/assets/poetry-model/model.safetensors"),
     )
     .unwrap();
     assert_eq!(

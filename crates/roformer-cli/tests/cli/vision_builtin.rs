@@ -195,7 +195,8 @@ fn train_runs_on_the_subset_and_its_checkpoint_evaluates() {
 #[test]
 fn train_continues_the_built_in_weights_with_init_in_bf16() {
     let dir = scratch("init");
-    let assets = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/fashion-model");
+    let assets =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../roformer-builtin/assets/fashion-model");
     let out_dir = dir.join("run");
     let data = subset().display().to_string();
     let out = roformer_ok(&[

@@ -135,7 +135,7 @@ pub fn vision_backend(vision: Vision) -> VisionBackend {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let (dir, processor) = match vision {
         Vision::Fashion => {
-            let dir = root.join("../roformer-cli/assets/fashion-model");
+            let dir = root.join("../roformer-builtin/assets/fashion-model");
             let processor = ImageProcessor::from_path(&dir.join("preprocessor_config.json"));
             (dir, processor.unwrap())
         }
