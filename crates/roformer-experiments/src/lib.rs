@@ -11,7 +11,7 @@
 //!   poet;
 //! - `linear`: the same pre-training with linear attention (Figure 3, right);
 //! - `vision`: a ViT on Fashion-MNIST with 2D, flattened 1D, absolute and no positions, tested
-//!   at other image sizes (its settings: `experiments/vision/config.json`).
+//!   at other image sizes (its settings: `experiments/vision/settings.json`).
 //!
 //! Each experiment's numbers (arms, rates, seeds, steps, sizes) are read from
 //! `experiments/NAME/settings.json` (`settings.rs`; `vision`: its `config.json`); the flags of the same names override them

@@ -14,39 +14,35 @@ fn subset() -> String {
     dir.display().to_string()
 }
 
-/// A scratch directory holding a small settings file and the experiment's model config.
+/// A scratch directory holding a small settings file: the committed one with a smaller model
+/// and a few steps.
 fn settings(name: &str, arms: &[&str]) -> (PathBuf, PathBuf) {
     let dir =
         std::env::temp_dir().join(format!("roformer-expvision-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let mut model: Value = serde_json::from_str(
-        &std::fs::read_to_string(root.join("experiments/vision/model.json")).unwrap(),
-    )
-    .unwrap();
+    let committed = root.join("experiments/vision/settings.json");
+    let mut plan: Value =
+        serde_json::from_str(&std::fs::read_to_string(committed).unwrap()).unwrap();
     // Smaller still: two layers of width 32 (heads of 16: 4 frequencies per axis).
-    model["hidden_size"] = 32.into();
-    model["intermediate_size"] = 64.into();
-    model["num_hidden_layers"] = 2.into();
-    std::fs::write(dir.join("model.json"), model.to_string()).unwrap();
-    let plan = serde_json::json!({
-        "model": "model.json",
-        "arms": arms,
-        "rates": [1e-3, 3e-3],
-        "sweep_seed": 0,
-        "seeds": [0, 1],
-        "steps": 3,
-        "warmup": 1,
-        "batch_size": 16,
-        "weight_decay": 0.05,
-        "label_smoothing": 0.1,
-        "max_grad_norm": 1.0,
-        "eval_sides": [20, 28, 36],
-        "test_images": 40,
-        "property_sides": [28, 36]
-    });
-    let path = dir.join("config.json");
+    plan["model"]["hidden_size"] = 32.into();
+    plan["model"]["intermediate_size"] = 64.into();
+    plan["model"]["num_hidden_layers"] = 2.into();
+    for (key, value) in [
+        ("arms", serde_json::json!(arms)),
+        ("rates", serde_json::json!([1e-3, 3e-3])),
+        ("seeds", serde_json::json!([0, 1])),
+        ("steps", 3.into()),
+        ("warmup", 1.into()),
+        ("batch_size", 16.into()),
+        ("eval_sides", serde_json::json!([20, 28, 36])),
+        ("test_images", 40.into()),
+        ("property_sides", serde_json::json!([28, 36])),
+    ] {
+        plan[key] = value;
+    }
+    let path = dir.join("settings.json");
     std::fs::write(&path, plan.to_string()).unwrap();
     (path, dir.join("out"))
 }
@@ -65,7 +61,7 @@ fn the_vision_experiment_trains_tests_measures_and_reports_then_reuses_its_runs(
         &subset(),
         "--out",
         out.to_str().unwrap(),
-        "--config",
+        "--settings",
         config.to_str().unwrap(),
     ];
     let first = roformer_ok(&args);
@@ -211,7 +207,7 @@ fn bad_settings_are_refused_before_any_run() {
         &subset(),
         "--out",
         out.to_str().unwrap(),
-        "--config",
+        "--settings",
         config.to_str().unwrap(),
     ];
     let refused = roformer(&args);

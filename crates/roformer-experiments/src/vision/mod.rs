@@ -11,7 +11,7 @@
 //! -> results.json, accuracy.png, section.md (the part of EXPERIMENTS.md)
 //! ```
 //!
-//! All settings come from `experiments/vision/config.json` ([`plan::Plan`]). Every run trains
+//! All settings come from `experiments/vision/settings.json` ([`plan::Plan`]). Every run trains
 //! at 28 x 28 without augmentation, on the 55,000 training images (60,000 less the validation cut); the 5,000
 //! validation images choose the rates; the test images only report.
 
@@ -26,6 +26,7 @@ use std::sync::atomic::AtomicBool;
 
 use anyhow::Context;
 
+use crate::settings::SettingsFlag;
 use plan::Plan;
 use runs::{best_rate, Run};
 
@@ -38,9 +39,8 @@ pub struct Args {
     /// The experiment's directory: runs/, results.json, accuracy.png, section.md.
     #[arg(long)]
     out: PathBuf,
-    /// The experiment's settings.
-    #[arg(long, default_value = "experiments/vision/config.json")]
-    config: PathBuf,
+    #[command(flatten)]
+    settings: SettingsFlag,
 }
 
 /// Runs the experiment: the runs it lacks, then the evaluations and the report.
@@ -48,7 +48,7 @@ pub struct Args {
 /// # Errors
 /// Bad settings, the runs' and the data's errors, a stop.
 pub fn run(args: &Args, stop: &AtomicBool) -> anyhow::Result<()> {
-    let (plan, model) = Plan::read(&args.config)?;
+    let (plan, model, cited) = Plan::read(&args.settings)?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     let paths = (args.data.as_path(), args.out.as_path());
@@ -83,8 +83,8 @@ pub fn run(args: &Args, stop: &AtomicBool) -> anyhow::Result<()> {
     let command = super::command_line();
     let written = report::write(
         &args.out,
-        &args.config,
-        &plan,
+        &cited,
+        (&plan, &model),
         (&sweep, &finals),
         (&accuracy, &properties),
         &command,

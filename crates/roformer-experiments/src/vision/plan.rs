@@ -1,20 +1,25 @@
-//! The vision experiment's settings, read from `experiments/vision/config.json`: the arms,
-//! the rates of the sweep, the seeds, the steps and the sizes, so that a reader changes a
-//! number without reading Rust. The model itself is a DINOv3 ViT `config.json` beside it
-//! (`"model"`, a path relative to the settings file), whose position kind each arm replaces.
-
-use std::path::{Path, PathBuf};
+//! The vision experiment's settings, read from `experiments/vision/settings.json` (through
+//! [`crate::settings`], as every experiment's): the arms, the rates of the sweep, the seeds,
+//! the steps and the sizes, so that a reader changes a number without reading Rust, and the
+//! model itself (`"model"`: a DINOv3 ViT `config.json`), whose position kind each arm
+//! replaces.
 
 use anyhow::{bail, Context};
 use roformer::vision::{Coordinates, PositionKind, VisionConfig};
 use serde::{Deserialize, Serialize};
 
-/// `experiments/vision/config.json`.
+use crate::settings::{Read, SettingsFile, SettingsFlag};
+
+/// The settings of `experiment vision`.
+pub const SETTINGS: SettingsFile = SettingsFile {
+    path: "experiments/vision/settings.json",
+    built_in: include_str!("../../../../experiments/vision/settings.json"),
+};
+
+/// `experiments/vision/settings.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Plan {
-    /// The model's `config.json`, relative to the settings file.
-    pub model: PathBuf,
     /// The position kinds compared, each an arm.
     pub arms: Vec<PositionKind>,
     /// The peak learning rates of each arm's sweep.
@@ -41,24 +46,24 @@ pub struct Plan {
     pub test_images: usize,
     /// The sides whose patch grids the rotation's properties are measured on.
     pub property_sides: Vec<usize>,
+    /// The model: a DINOv3 ViT `config.json` with `num_labels` 10.
+    pub model: serde_json::Value,
 }
 
 impl Plan {
-    /// Reads and checks the settings at `path`, and the model config they name.
+    /// Reads and checks the settings `given` names (or the default file, or its built-in
+    /// copy), and validates the model they hold; also returns how the report cites them.
     ///
     /// # Errors
-    /// Unreadable or malformed files; empty lists, a list naming a value twice, a rate that is
-    /// not positive, a side of 0 or a model with another label count than Fashion-MNIST's.
-    pub fn read(path: &Path) -> anyhow::Result<(Plan, VisionConfig)> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading the experiment's settings {}", path.display()))?;
-        let plan: Plan = serde_json::from_str(&text)
-            .with_context(|| format!("{}: not the vision experiment's settings", path.display()))?;
-        let model_path = path.parent().unwrap_or(Path::new(".")).join(&plan.model);
-        let model = VisionConfig::from_file(&model_path)
-            .with_context(|| format!("reading the model config {}", model_path.display()))?;
-        plan.check(&model)?;
-        Ok((plan, model))
+    /// Unreadable or malformed settings; an invalid model config; empty lists, a list naming
+    /// a value twice, a rate that is not positive, a side smaller than a patch or a model with
+    /// another label count than Fashion-MNIST's.
+    pub fn read(given: &SettingsFlag) -> anyhow::Result<(Plan, VisionConfig, String)> {
+        let Read { settings, cited } = SETTINGS.read::<Plan>(given)?;
+        let model = VisionConfig::from_json_str(&settings.model.to_string())
+            .with_context(|| format!("{cited}: \"model\" is not a valid ViT config.json"))?;
+        settings.check(&model)?;
+        Ok((settings, model, cited))
     }
 
     fn check(&self, model: &VisionConfig) -> anyhow::Result<()> {

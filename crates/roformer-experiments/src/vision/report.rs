@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use plotters::prelude::SeriesLabelPosition;
-use roformer::vision::{Coordinates, PositionKind};
+use roformer::vision::{Coordinates, PositionKind, VisionConfig};
 use serde::Serialize;
 
 use super::accuracy::Cell;
@@ -62,8 +62,8 @@ fn records(runs: &[Trained]) -> Vec<RunRecord> {
 /// File and drawing errors.
 pub fn write(
     out: &Path,
-    settings_path: &Path,
-    plan: &Plan,
+    cited: &str,
+    (plan, model): (&Plan, &VisionConfig),
     (sweep, finals): (&[Trained], &[Trained]),
     (test, properties): (&[Cell], &[ArmProperties]),
     command: &str,
@@ -80,7 +80,7 @@ pub fn write(
     let figure = out.join("accuracy.png");
     plot::save(&accuracy_figure(plan, test), &figure, (900, 560))?;
     let mut text = String::new();
-    header(&mut text, settings_path, plan, command);
+    header(&mut text, cited, (plan, model), command);
     sweep_table(&mut text, plan, sweep);
     test_table(&mut text, plan, test);
     properties_table(&mut text, properties);
@@ -165,18 +165,22 @@ fn accuracy_figure(plan: &Plan, test: &[Cell]) -> BandFigure {
     }
 }
 
-fn header(text: &mut String, settings_path: &Path, plan: &Plan, command: &str) {
+fn header(text: &mut String, cited: &str, (plan, model): (&Plan, &VisionConfig), command: &str) {
     let images = plan.steps * plan.batch_size as u64;
     let _ = writeln!(
         text,
-        "Command: `{command}`, with the settings in `{}` (the model: `{}` beside it, each \
-         arm replacing its position kind). Every run trains {} steps of {} images at 28 x 28 \
-         ({images} images, about {:.1} epochs of the 55,000), with no augmentation; the \
-         rotary arms on the seed's integer patch indices. Each arm's rate is the best of \
-         the sweep by validation top-1 (5,000 images cut from the training set); the test \
-         set ({} images) only reports.\n",
-        settings_path.display(),
-        plan.model.display(),
+        "Command: `{command}`. Settings: {cited}. The model: a ViT of width {}, {} layers, {} \
+         heads, patches of {} (a 7 x 7 grid at 28 x 28), a CLS token and {} registers, each arm \
+         replacing its position kind. Every run trains {} steps of {} images at 28 x 28 \
+         ({images} images, about {:.2} epochs of the 55,000), with no augmentation; the rotary \
+         arms on the seed's integer patch indices. Each arm's rate is the best of its sweep by \
+         validation top-1 (5,000 images cut from the training set); the test set (the first \
+         {} of its images) only reports.\n",
+        model.hidden_size,
+        model.num_hidden_layers,
+        model.num_attention_heads,
+        model.patch_size,
+        model.num_register_tokens,
         plan.steps,
         plan.batch_size,
         images as f64 / 55_000.0,
