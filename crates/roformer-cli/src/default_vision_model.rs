@@ -12,7 +12,8 @@ use roformer::vision::VisionModelDir;
 /// How the built-in vision model is named in messages.
 pub const NAME: &str = "<built-in Fashion-MNIST model>";
 
-const CONFIG: &str = include_str!("../assets/fashion-model/config.json");
+/// The built-in model's `config.json` (also the config `bench vision --part train` times).
+pub const CONFIG: &str = include_str!("../assets/fashion-model/config.json");
 const WEIGHTS: &[u8] = include_bytes!("../assets/fashion-model/model.safetensors");
 const PREPROCESSOR: &str = include_str!("../assets/fashion-model/preprocessor_config.json");
 

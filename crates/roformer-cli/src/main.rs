@@ -89,10 +89,16 @@ enum Command {
 impl Command {
     /// Whether the command trains a model (backward passes through candle's autograd).
     fn trains(&self) -> bool {
-        matches!(
-            self,
-            Command::Train(_) | Command::Experiment(_) | Command::Bench(bench::Command::Train(_))
-        )
+        match self {
+            Command::Bench(bench::Command::Vision(a)) => a.trains(),
+            _ => matches!(
+                self,
+                Command::Train(_)
+                    | Command::Experiment(_)
+                    | Command::Vision(vision::Command::Train(_))
+                    | Command::Bench(bench::Command::Train(_))
+            ),
+        }
     }
 
     /// Whether the command runs under the warm allocator ([`alloc`]): training, and the
@@ -101,7 +107,9 @@ impl Command {
         self.trains()
             || matches!(
                 self,
-                Command::Bench(bench::Command::Model(_) | bench::Command::Rope(_))
+                Command::Bench(
+                    bench::Command::Model(_) | bench::Command::Rope(_) | bench::Command::Vision(_)
+                )
             )
     }
 }
