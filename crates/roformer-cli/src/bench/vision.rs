@@ -30,7 +30,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use rand::rngs::StdRng;
@@ -45,6 +45,7 @@ use roformer::{Dropout, Mode, Precision};
 use serde_json::json;
 
 use super::memory::cpu_seconds;
+use super::model::set_threads;
 use super::timing::{median, round_robin, Budget, Stats};
 use crate::alloc;
 use crate::json;
@@ -417,21 +418,6 @@ fn train_cases(
                 last_loss,
             }),
         })?;
-    }
-    Ok(())
-}
-
-/// Sizes candle's matrix products (by `RAYON_NUM_THREADS`) and rayon's pool.
-///
-/// # Errors
-/// A pool already built.
-fn set_threads(threads: Option<u32>) -> Result<()> {
-    if let Some(n) = threads {
-        std::env::set_var("RAYON_NUM_THREADS", n.to_string());
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(n as usize)
-            .build_global()
-            .context("sizing the thread pool")?;
     }
     Ok(())
 }
