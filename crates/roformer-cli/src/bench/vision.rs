@@ -21,8 +21,8 @@
 //!   passed; images/s = `batch / median step`.
 //!
 //! `tiny` (hidden 32, 2 layers, 16 x 16) is a smoke test of either part. The command runs
-//! under the warm allocator ([`crate::alloc`]); the train part runs as `roformer vision
-//! train` does (candle's element-wise ops inline, `main`'s `trains`).
+//! under the warm allocator ([`crate::alloc`]) and, as every `roformer vision` command, with
+//! candle's element-wise ops inline (`main`'s `inline_candle_elementwise`).
 //!
 //! [`fit_vision`]: roformer::train::fit_vision
 
@@ -169,13 +169,6 @@ pub struct Args {
     /// The precision of the matrix products (bf16: f32 where the CPU has no native bf16).
     #[arg(long, value_enum, default_value = "f32")]
     precision: PrecisionArg,
-}
-
-impl Args {
-    /// Whether this run times training steps (`main` then runs it as a training command).
-    pub fn trains(&self) -> bool {
-        self.part == Part::Train
-    }
 }
 
 /// What every line of a run reports beside its case.
