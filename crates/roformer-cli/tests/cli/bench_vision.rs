@@ -1,7 +1,7 @@
 //! `roformer bench vision` on the tiny config: the records each part prints and its option
 //! errors (no timing asserts).
 
-use crate::common::{assert_each_fails, roformer_ok};
+use crate::common::{assert_each_fails, roformer_ok, table_rows};
 
 /// The JSON lines of `roformer bench vision --json ARGS` on the tiny config, and its stderr.
 fn records(args: &[&str]) -> (Vec<serde_json::Value>, String) {
@@ -139,11 +139,7 @@ fn table_output_has_a_row_per_batch() {
     assert!(text.contains("VisionModel forward"), "{text}");
     assert!(text.contains("tiny config at 16x16"), "{text}");
     assert!(text.contains("1 thread(s)"), "{text}");
-    let rows: Vec<Vec<&str>> = text
-        .lines()
-        .skip(2)
-        .map(|l| l.split_whitespace().collect())
-        .collect();
+    let rows = table_rows(&text);
     assert_eq!(rows.len(), 2, "{text}");
     assert_eq!(rows[0][..2], ["1", "19"], "{text}");
     assert_eq!(rows[1][..2], ["2", "19"], "{text}");
