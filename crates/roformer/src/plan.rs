@@ -48,6 +48,18 @@ impl<'a> Plan<'a> {
         Plan { mode, kernels }
     }
 
+    /// This plan with the CPU kernels' matrix products in `precision` (unchanged where the
+    /// kernels are [`Kernels::Candle`]): bf16 products at inference for the models whose layers
+    /// read the precision from the plan (the vision transformer), as a training pass has them.
+    /// The caller resolves `precision` ([`Precision::effective`]) for this CPU.
+    pub fn with_precision(self, precision: Precision) -> Plan<'a> {
+        let kernels = match self.kernels {
+            Kernels::Cpu(_) => Kernels::Cpu(precision),
+            Kernels::Candle => Kernels::Candle,
+        };
+        Plan { kernels, ..self }
+    }
+
     /// The mode: inference or training.
     pub fn mode(&self) -> Mode<'a> {
         self.mode
@@ -201,6 +213,18 @@ mod tests {
                 assert!(diff.to_scalar::<f32>().unwrap() < 1e-5, "{dtype:?}");
             }
         }
+    }
+
+    #[test]
+    fn with_precision_sets_the_cpu_products_and_leaves_the_rest() {
+        let bf16 = plan(Mode::Inference).with_precision(Precision::Bf16);
+        assert_eq!(bf16.kernels(), Kernels::Cpu(Precision::Bf16));
+        assert!(!bf16.is_train());
+        let candle = Plan::new(Mode::Inference, &Device::Cpu, DType::F64);
+        assert_eq!(
+            candle.with_precision(Precision::Bf16).kernels(),
+            Kernels::Candle
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod rope;
 mod serve;
 mod timing;
 mod train;
+mod vision;
 
 /// Which benchmark to run.
 #[derive(Debug, clap::Subcommand)]
@@ -26,6 +27,9 @@ pub enum Command {
     Train(train::Args),
     /// LLaMA prefill and decode tokens/s on a GGUF file, and RoPE's share of a step.
     Llama(llama::Args),
+    /// Vision transformer images/s: DINOv3 ViT-S/16 inference, or Fashion-MNIST training
+    /// steps (`--part train`).
+    Vision(vision::Args),
     /// HTTP throughput and latency of `roformer serve` (or the FastAPI peer) under load.
     Serve(serve::Args),
 }
@@ -40,5 +44,6 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Train(a) => train::run(a),
         Command::Llama(a) => llama::run(a),
         Command::Serve(a) => serve::run(a),
+        Command::Vision(a) => vision::run(a),
     }
 }

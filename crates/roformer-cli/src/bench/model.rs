@@ -215,11 +215,12 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-/// `--threads`: sizes candle's matrix products (by `RAYON_NUM_THREADS`) and rayon's pool.
+/// `--threads`: sizes candle's matrix products (by `RAYON_NUM_THREADS`) and rayon's pool
+/// (`bench model`, `bench train` and `bench vision`).
 ///
 /// # Errors
 /// A pool already built.
-fn set_threads(threads: Option<u32>) -> Result<()> {
+pub(super) fn set_threads(threads: Option<u32>) -> Result<()> {
     if let Some(n) = threads {
         std::env::set_var("RAYON_NUM_THREADS", n.to_string());
         rayon::ThreadPoolBuilder::new()

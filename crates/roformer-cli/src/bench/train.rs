@@ -35,7 +35,7 @@ use roformer::{Dropout, Mode, RoFormerForMaskedLM};
 use serde::{Deserialize, Serialize};
 
 use super::memory::{cpu_seconds, proc_status};
-use super::model::{parse_shape, ConfigName};
+use super::model::{parse_shape, set_threads, ConfigName};
 use super::timing::{median, Stats};
 use crate::alloc::{self, WARM_ENV};
 use crate::output::outln;
@@ -234,18 +234,6 @@ impl Trainer {
             loss,
         })
     }
-}
-
-/// Sizes the thread pools (candle's matrix products read `RAYON_NUM_THREADS`).
-fn set_threads(threads: Option<u32>) -> Result<()> {
-    if let Some(n) = threads {
-        std::env::set_var("RAYON_NUM_THREADS", n.to_string());
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(n as usize)
-            .build_global()
-            .context("sizing the thread pool")?;
-    }
-    Ok(())
 }
 
 /// The child's side: measures one shape and prints it as one JSON line.

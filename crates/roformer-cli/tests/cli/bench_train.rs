@@ -1,7 +1,7 @@
 //! `roformer bench train` on the tiny config: the records it prints and its option errors (no
 //! timing asserts).
 
-use crate::common::{assert_each_fails, roformer_ok};
+use crate::common::{assert_each_fails, roformer_ok, table_rows};
 
 /// Trainable scalars of the tiny config's `RoFormerForMaskedLM`: embeddings 97x32 + 2x32 +
 /// norm, two layers of 4 (32x32 + 32), 2 norms, 32x64 + 64 and 64x32 + 32, the MLM transform
@@ -113,11 +113,7 @@ fn table_output_has_a_row_per_shape() {
     assert!(text.contains("1 thread(s)"), "{text}");
     // The header names the products' precision (it said f32 whatever ran).
     assert!(text.contains("products in f32"), "{text}");
-    let rows: Vec<Vec<&str>> = text
-        .lines()
-        .skip(2)
-        .map(|l| l.split_whitespace().collect())
-        .collect();
+    let rows = table_rows(&text);
     assert_eq!(rows.len(), 2, "{text}");
     assert_eq!(rows[0][..2], ["1", "4"], "{text}");
     assert_eq!(rows[1][..2], ["2", "8"], "{text}");

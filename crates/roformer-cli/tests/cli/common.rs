@@ -23,6 +23,14 @@ pub fn roformer_ok<S: AsRef<OsStr> + Debug>(args: &[S]) -> Output {
     out
 }
 
+/// The rows of a bench table below its title and header lines, split on whitespace.
+pub fn table_rows(text: &str) -> Vec<Vec<&str>> {
+    text.lines()
+        .skip(2)
+        .map(|l| l.split_whitespace().collect())
+        .collect()
+}
+
 /// Runs `command` followed by each of `cases`, asserting that every run fails with a
 /// non-zero status and a message that says `error`.
 pub fn assert_each_fails(command: &[&str], cases: &[&[&str]]) {

@@ -9,6 +9,7 @@ mod bench_rope;
 mod bench_rope_variants;
 mod bench_serve;
 mod bench_train;
+mod bench_vision;
 mod common;
 mod default_model;
 mod embed;

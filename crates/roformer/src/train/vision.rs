@@ -244,8 +244,16 @@ pub fn score_split(
     Ok(Some(SplitScore { counts, loss_sum }))
 }
 
-/// `(1 - eps) * NLL + eps * mean_c(-log p)` over the rows of `logits` `[b, classes]`.
-fn smoothed_cross_entropy(logits: &Tensor, labels: &[u32], eps: f64) -> Result<Tensor, TrainError> {
+/// `(1 - eps) * NLL + eps * mean_c(-log p)` over the rows of `logits` `[b, classes]`: the
+/// training loss of [`fit_vision`] (`eps` 0: the plain cross entropy of its evaluations).
+///
+/// # Errors
+/// Labels out of range or a batch that does not match `logits`; candle errors.
+pub fn smoothed_cross_entropy(
+    logits: &Tensor,
+    labels: &[u32],
+    eps: f64,
+) -> Result<Tensor, TrainError> {
     let log_p = candle_nn::ops::log_softmax(logits, D::Minus1)?; // [b, classes]
     let targets = Tensor::from_slice(labels, (labels.len(), 1), logits.device())?;
     let nll = log_p.gather(&targets, 1)?.neg()?.mean_all()?;
@@ -303,7 +311,7 @@ impl Task for ImageTask<'_> {
 ///
 /// # Errors
 /// The config's and the checkpoint's errors (every missing or mis-shaped tensor named).
-fn build_model(
+pub fn build_model(
     config: &VisionConfig,
     init: Option<&Path>,
     seed: u64,
@@ -342,7 +350,7 @@ fn build_model(
 
 /// Whether a variable gets weight decay: matrices and the patch kernel, not biases, norms,
 /// layer scales, tokens or position tables (as the PyTorch recipe and timm do).
-fn vision_decays(name: &str) -> bool {
+pub fn vision_decays(name: &str) -> bool {
     let leaf = name.rsplit('.').next().unwrap_or(name);
     !(leaf == "bias"
         || leaf == "lambda1"

@@ -105,6 +105,16 @@ fn vision_bf16_products_stay_near_f32() {
             max_diff(&f32_logits, &bf16_logits) < 0.05 * scale.max(1.0),
             "{kind}"
         );
+        // Inference with bf16 products (`bench vision --precision bf16`): the same bound.
+        let inference = model.plan(Mode::Inference);
+        let bf16_inference = inference.with_precision(Precision::Bf16.effective());
+        let plain = model.forward(&pixels(), inference).unwrap();
+        let bf16 = model.forward(&pixels(), bf16_inference).unwrap();
+        assert!(
+            max_diff(&plain, &f32_logits) < 1e-5 * scale.max(1.0),
+            "{kind}"
+        );
+        assert!(max_diff(&plain, &bf16) < 0.05 * scale.max(1.0), "{kind}");
     }
 }
 
