@@ -135,12 +135,14 @@ impl Rotation {
     }
 }
 
-/// The fixed rotation of `cfg` as an [`NdRope`] over the head (`rope_axial`: two axes,
-/// `rope_flat`: one, frequencies as [`Rotation::of_config`] makes them); `None` for the kinds
-/// without fixed frequencies (`rope_mixed` learns them, `absolute` and `none` have none).
+/// The fixed rotation of `cfg` as an [`NdRope`] over the head, the one its model turns q and
+/// k by (`rope_axial`: two axes, `theta^(-4i/d)` on each half of the pairs; `rope_flat`: one
+/// axis, `theta^(-2i/d)`); `None` for the kinds without fixed frequencies (`rope_mixed` learns
+/// them, `absolute` and `none` have none).
 ///
 /// # Errors
-/// As [`Rotation::of_config`].
+/// [`crate::vision::VisionError::Rope`] for frequencies [`NdRope`] refuses (a validated config
+/// has none).
 pub fn fixed_rope(cfg: &VisionConfig) -> Result<Option<NdRope>> {
     Ok(match Rotation::of_config(cfg)? {
         Rotation::Fixed(rope) => Some(rope),
