@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_roformer_forward import WARM, uptime, wait_quiet  # noqa: E402
 
-FASHION_CONFIG = ROOT / "crates" / "roformer-cli" / "assets" / "fashion-model" / "config.json"
+FASHION_CONFIG = ROOT / "crates" / "roformer-builtin" / "assets" / "fashion-model" / "config.json"
 
 
 def timed(call, warmup, min_reps, min_time):

@@ -2,7 +2,7 @@
 
 plotters renders PNG text with ab_glyph from a font we register at run time, so the binary needs
 no system fonts (no fontconfig/freetype). This script cuts DejaVu Sans (Bitstream Vera license,
-see crates/roformer-cli/assets/DejaVuSans-LICENSE.txt) down to printable ASCII plus the few math
+see crates/roformer-runner/assets/DejaVuSans-LICENSE.txt) down to printable ASCII plus the few math
 symbols our axis labels use, which keeps the committed file small.
 
 Usage (needs `pip install fonttools`; Debian ships the source font in fonts-dejavu-core):
@@ -15,7 +15,7 @@ from pathlib import Path
 from fontTools import subset
 
 SOURCE = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
-TARGET = Path(__file__).resolve().parent.parent / "crates/roformer-cli/assets/DejaVuSans-subset.ttf"
+TARGET = Path(__file__).resolve().parent.parent / "crates/roformer-runner/assets/DejaVuSans-subset.ttf"
 # Printable ASCII, then: capital sigma, theta, phi, middle dot, times, minus, less-or-equal,
 # angle brackets, approximately-equal.
 EXTRA = "\u03a3\u03b8\u03c6\u00b7\u00d7\u2212\u2264\u27e8\u27e9\u2248"
