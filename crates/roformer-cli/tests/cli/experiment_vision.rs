@@ -47,6 +47,28 @@ fn settings(name: &str, arms: &[&str]) -> (PathBuf, PathBuf) {
     (path, dir.join("out"))
 }
 
+/// `experiment vision` on the subset with the settings file `settings`, into `out`.
+fn command(settings: &Path, out: &Path) -> Vec<String> {
+    let paths = [
+        subset(),
+        out.display().to_string(),
+        settings.display().to_string(),
+    ];
+    let [data, out, settings] = paths;
+    [
+        "experiment",
+        "vision",
+        "--data",
+        &data,
+        "--out",
+        &out,
+        "--settings",
+        &settings,
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
@@ -54,16 +76,7 @@ fn stderr(out: &std::process::Output) -> String {
 #[test]
 fn the_vision_experiment_trains_tests_measures_and_reports_then_reuses_its_runs() {
     let (config, out) = settings("full", &["rope_axial", "rope_flat", "absolute"]);
-    let args = [
-        "experiment",
-        "vision",
-        "--data",
-        &subset(),
-        "--out",
-        out.to_str().unwrap(),
-        "--settings",
-        config.to_str().unwrap(),
-    ];
+    let args = command(&config, &out);
     let first = roformer_ok(&args);
     // 3 arms x 2 rates in the sweep, then seed 1 of each at its best rate (seed 0 reused).
     let trained = stderr(&first)
@@ -200,16 +213,7 @@ fn the_vision_experiment_trains_tests_measures_and_reports_then_reuses_its_runs(
 #[test]
 fn bad_settings_are_refused_before_any_run() {
     let (config, out) = settings("bad", &["rope_axial", "rope_axial"]);
-    let args = [
-        "experiment",
-        "vision",
-        "--data",
-        &subset(),
-        "--out",
-        out.to_str().unwrap(),
-        "--settings",
-        config.to_str().unwrap(),
-    ];
+    let args = command(&config, &out);
     let refused = roformer(&args);
     assert!(!refused.status.success());
     assert!(

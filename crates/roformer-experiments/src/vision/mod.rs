@@ -52,30 +52,19 @@ pub fn run(args: &Args, stop: &AtomicBool) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     let paths = (args.data.as_path(), args.out.as_path());
+    let train = |run: Run| runs::train(&plan, &model, paths, run, stop);
     let mut sweep = Vec::new();
     for &arm in &plan.arms {
         for &lr in &plan.rates {
             let seed = plan.sweep_seed;
-            sweep.push(runs::train(
-                &plan,
-                &model,
-                paths,
-                Run { arm, lr, seed },
-                stop,
-            )?);
+            sweep.push(train(Run { arm, lr, seed })?);
         }
     }
     let mut finals = Vec::new();
     for &arm in &plan.arms {
         let lr = best_rate(&sweep, arm).context("an arm without sweep runs")?;
         for &seed in &plan.seeds {
-            finals.push(runs::train(
-                &plan,
-                &model,
-                paths,
-                Run { arm, lr, seed },
-                stop,
-            )?);
+            finals.push(train(Run { arm, lr, seed })?);
         }
     }
     let accuracy = accuracy::measure(&plan, &args.data, &finals, stop)?;
