@@ -83,10 +83,31 @@ fn decay(name: &str) -> PyResult<Decay> {
     }
 }
 
-/// The model a run starts from: a checkpoint directory, or the built-in poetry model.
-fn start(init: Option<PathBuf>) -> PyResult<ModelStart> {
-    match init {
-        Some(dir) => {
+/// The model a run starts from: a checkpoint directory, a fresh model of a config and a
+/// vocabulary (both given, and no `init`), or the built-in poetry model.
+fn start(
+    init: Option<PathBuf>,
+    config: Option<PathBuf>,
+    vocab: Option<PathBuf>,
+) -> PyResult<ModelStart> {
+    let must_exist = |path: &PathBuf, what: &str| {
+        if path.exists() {
+            Ok(())
+        } else {
+            Err(errors::not_found(format!(
+                "{}: no such {what}",
+                path.display()
+            )))
+        }
+    };
+    match (init, config, vocab) {
+        (Some(_), Some(_), _) | (Some(_), _, Some(_)) => Err(value_error(
+            "give init (a checkpoint), or config and vocab (a fresh model), not both",
+        )),
+        (None, Some(_), None) | (None, None, Some(_)) => Err(value_error(
+            "a fresh model needs both config (config.json) and vocab (vocab.txt)",
+        )),
+        (Some(dir), None, None) => {
             if !dir.is_dir() {
                 return Err(errors::not_found(format!(
                     "{}: no such directory",
@@ -95,7 +116,12 @@ fn start(init: Option<PathBuf>) -> PyResult<ModelStart> {
             }
             ModelStart::from_checkpoint(&dir).map_err(errors::train)
         }
-        None => {
+        (None, Some(config), Some(vocab)) => {
+            must_exist(&config, "file")?;
+            must_exist(&vocab, "file")?;
+            ModelStart::fresh(&config, &vocab, None).map_err(errors::train)
+        }
+        (None, None, None) => {
             let dir = poetry::model_dir().map_err(errors::model)?;
             Ok(ModelStart {
                 config: dir.config,
@@ -107,11 +133,13 @@ fn start(init: Option<PathBuf>) -> PyResult<ModelStart> {
 }
 
 /// Trains a masked LM on `corpus` into `out` (`out/checkpoint`), from `init` (a checkpoint
-/// directory; the built-in poetry model when `None`). Returns `{"outcome", "steps",
+/// directory), from scratch on `config` and `vocab` (a `config.json` and a `vocab.txt`, as
+/// `roformer train mlm --config --vocab`), or from the built-in poetry model when none is
+/// given. Returns `{"outcome", "steps",
 /// "last_eval"}`.
 #[pyfunction]
 #[pyo3(signature = (
-    out, corpus, steps, *, init = None, batch_size = 16, seq_len = 128, lr = 5e-4, warmup = 0,
+    out, corpus, steps, *, init = None, config = None, vocab = None, batch_size = 16, seq_len = 128, lr = 5e-4, warmup = 0,
     decay = "linear", weight_decay = 0.01, max_grad_norm = 1.0, grad_accum = 1, seed = 0,
     eval_every = 0, save_every = 0, eval_batches = 50, validation = 0.05, line_by_line = false,
     whole_word = false, precision = "f32", resume = false, progress = None
@@ -123,6 +151,8 @@ pub fn train_mlm<'py>(
     corpus: Vec<PathBuf>,
     steps: u64,
     init: Option<PathBuf>,
+    config: Option<PathBuf>,
+    vocab: Option<PathBuf>,
     batch_size: usize,
     seq_len: usize,
     lr: f64,
@@ -165,7 +195,7 @@ pub fn train_mlm<'py>(
     }
     let precision = crate::text_model::precision(precision)?;
     let decay = self::decay(decay)?;
-    let model = start(init)?;
+    let model = start(init, config, vocab)?;
     let task = TaskOptions::MaskedLm(MlmDataOptions {
         corpus,
         format: None,

@@ -1,8 +1,10 @@
 """train_mlm: a short run from the built-in model on a small corpus, its progress events, the
-checkpoint it leaves (loaded back by Model), an exception in the callback, and bad arguments."""
+checkpoint it leaves (loaded back by Model), a run from scratch on a config and a vocabulary, an
+exception in the callback, and bad arguments."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -41,6 +43,46 @@ def test_a_short_run_reports_progress_and_leaves_a_checkpoint(tmp_path: Path, co
     assert result["last_eval"] is None or result["last_eval"]["loss"] > 0
     trained = Model.from_pretrained(tmp_path / "run" / "checkpoint")
     assert trained.fill_mask("床前明月[MASK]", top_k=1)[0]["token_str"]
+
+
+BUILTIN = Path(__file__).resolve().parents[2] / "crates" / "roformer-builtin" / "assets" / "poetry-model"
+
+
+@pytest.fixture()
+def small_config(tmp_path: Path) -> Path:
+    """The built-in model's config.json, shrunk to one layer of width 16."""
+    config = json.loads((BUILTIN / "config.json").read_text(encoding="utf-8"))
+    config.update(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    return path
+
+
+def test_a_run_from_scratch_takes_config_and_vocab(tmp_path: Path, corpus: Path, small_config: Path) -> None:
+    result = train_mlm(
+        tmp_path / "run", [corpus], steps=2, batch_size=2, seq_len=24, validation=0.25, eval_batches=1,
+        config=small_config, vocab=BUILTIN / "vocab.txt",
+    )
+    assert result["outcome"] == "finished" and result["steps"] == 2
+    saved = json.loads((tmp_path / "run" / "checkpoint" / "config.json").read_text(encoding="utf-8"))
+    assert saved["hidden_size"] == 16 and saved["num_hidden_layers"] == 1
+    vocab_lines = (BUILTIN / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    assert saved["vocab_size"] == len([line for line in vocab_lines if line])
+    assert Model.from_pretrained(tmp_path / "run" / "checkpoint").fill_mask("床前明月[MASK]", top_k=1)
+
+
+def test_a_fresh_model_needs_both_files_and_no_init(tmp_path: Path, corpus: Path, small_config: Path) -> None:
+    vocab = BUILTIN / "vocab.txt"
+    with pytest.raises(ValueError, match="both config"):
+        train_mlm(tmp_path / "run", [corpus], steps=1, config=small_config)
+    with pytest.raises(ValueError, match="not both"):
+        train_mlm(tmp_path / "run", [corpus], steps=1, init=BUILTIN, config=small_config, vocab=vocab)
+    with pytest.raises(FileNotFoundError):
+        train_mlm(tmp_path / "run", [corpus], steps=1, config=tmp_path / "nowhere.json", vocab=vocab)
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json", encoding="utf-8")
+    with pytest.raises(roformer_rs.ModelError):
+        train_mlm(tmp_path / "run", [corpus], steps=1, config=broken, vocab=vocab)
 
 
 def test_an_exception_in_the_callback_stops_the_run_and_propagates(tmp_path: Path, corpus: Path) -> None:

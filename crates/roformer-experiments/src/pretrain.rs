@@ -16,16 +16,14 @@ use serde_json::json;
 
 use roformer::optim::Decay;
 use roformer::train::mlm::MlmDataOptions;
-use roformer::train::{TaskOptions, TrainError, TrainOptions};
+use roformer::train::{ModelStart, TaskOptions, TrainError, TrainOptions};
 
 use super::done::{is_done, mark_done, read_done};
 use super::settings::{set, Read, SettingsFile, SettingsFlag};
 use super::{check_stopped, refuse_duplicates, start_of, train_run};
 use roformer_runner::precision::PrecisionArg;
 use roformer_runner::train::checks::{check_numbers, parse_lr};
-use roformer_runner::train::masked_lm::{
-    check_position_table, explain, fresh_start, BlockFlags, Position,
-};
+use roformer_runner::train::masked_lm::{check_position_table, explain, BlockFlags, Position};
 use roformer_runner::{json, output};
 
 /// Arguments shared by the pre-training experiments (`convergence`, `linear`): the corpus,
@@ -591,7 +589,7 @@ fn pretrain(
         plot: "loss.png",
     };
     let (start, interrupted) = start_of(dir, &record, || {
-        fresh_start(config, vocab, Some(arm.into()))
+        Ok(ModelStart::fresh(config, vocab, Some(arm.into()))?)
     })?;
     check_position_table(&start.config, args.settings.seq_len)?;
     let data = MlmDataOptions {

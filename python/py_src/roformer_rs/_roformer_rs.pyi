@@ -113,6 +113,8 @@ def train_mlm(
     steps: int,
     *,
     init: str | os.PathLike[str] | None = None,
+    config: str | os.PathLike[str] | None = None,
+    vocab: str | os.PathLike[str] | None = None,
     batch_size: int = 16,
     seq_len: int = 128,
     lr: float = 5e-4,
@@ -134,7 +136,8 @@ def train_mlm(
 ) -> dict[str, Any]:
     """Trains a masked LM on ``corpus`` (text, JSON-lines or chinese-poetry JSON files, or
     directories of them) into ``out/checkpoint``, starting from ``init`` (a checkpoint
-    directory) or the built-in poetry model, with ``roformer train mlm``'s options.
+    directory), from scratch on ``config`` and ``vocab`` (a ``config.json`` and a ``vocab.txt``),
+    or from the built-in poetry model, with ``roformer train mlm``'s options.
     ``progress`` receives a dict per event (``{"event": "step", "step", "loss", "lr",
     "grad_norm", "tokens", "seconds"}``, ``"eval"``, ``"saved"``); an exception it raises,
     or Ctrl-C, stops the run at the next micro-batch with the last completed step saved, then

@@ -17,9 +17,7 @@ use serde::{Deserialize, Serialize};
 use roformer::train::out_dir::{OutRequest, RunPaths, DUMP_DIR};
 use roformer_runner::train::checks::{check_numbers, check_plot_name, check_vocab_fits, parse_lr};
 use roformer_runner::train::fingerprint::Fingerprint;
-use roformer_runner::train::masked_lm::{
-    check_position_table, explain, fresh_start, BlockFlags, Position,
-};
+use roformer_runner::train::masked_lm::{check_position_table, explain, BlockFlags, Position};
 use roformer_runner::train::observer::train;
 use roformer_runner::train::out_dir::open_out_dir;
 use roformer_runner::train::record::write_record;
@@ -219,7 +217,11 @@ fn model_start(args: &Args, paths: &RunPaths) -> anyhow::Result<ModelStart> {
     let (Some(config), Some(vocab)) = (&args.config, &args.vocab) else {
         bail!("give --config and --vocab, or --init DIR");
     };
-    fresh_start(config, vocab, args.position.map(Into::into))
+    Ok(ModelStart::fresh(
+        config,
+        vocab,
+        args.position.map(Into::into),
+    )?)
 }
 
 /// Runs `roformer train mlm`.

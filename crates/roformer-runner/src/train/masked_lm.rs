@@ -1,14 +1,11 @@
 //! What a masked-LM run of the CLI and of the experiments shares: the position types it
-//! offers, a fresh model of a config and a vocabulary, the check of the position table, and
-//! the flags named when a run fails before its first step.
-
-use std::path::Path;
+//! offers (a fresh model of a config and a vocabulary is `roformer::train::ModelStart::fresh`),
+//! the check of the position table, and the flags named when a run fails before its first step.
 
 use anyhow::bail;
 use clap::ValueEnum;
 use roformer::config::PositionEmbeddingType;
-use roformer::tokenizer::RoFormerTokenizer;
-use roformer::train::{ModelStart, TrainError};
+use roformer::train::TrainError;
 use roformer::RoFormerConfig;
 use serde::{Deserialize, Serialize};
 
@@ -41,32 +38,6 @@ impl From<Position> for PositionEmbeddingType {
             Position::None => PositionEmbeddingType::None,
         }
     }
-}
-
-/// A fresh model of the config file `config` over the vocabulary file `vocab` (the config's
-/// `vocab_size` set to the vocabulary's size), with the position type `position` if given.
-///
-/// # Errors
-/// Unreadable or invalid files.
-pub fn fresh_start(
-    config: &Path,
-    vocab: &Path,
-    position: Option<PositionEmbeddingType>,
-) -> anyhow::Result<ModelStart> {
-    let mut cfg = RoFormerConfig::from_file(config)?;
-    let tokenizer = RoFormerTokenizer::new(
-        roformer::tokenizer::Vocab::from_file(vocab)?,
-        roformer::tokenizer::TokenizerConfig::default(),
-    )?;
-    cfg.vocab_size = tokenizer.vocab_size();
-    if let Some(p) = position {
-        cfg.position_embedding_type = p;
-    }
-    Ok(ModelStart {
-        config: cfg,
-        tokenizer,
-        weights: None,
-    })
 }
 
 /// Checks that `--seq-len` fits an absolute position table.

@@ -26,13 +26,13 @@ use std::sync::atomic::AtomicBool;
 
 use candle_core::Device;
 
-use crate::config::RoFormerConfig;
+use crate::config::{PositionEmbeddingType, RoFormerConfig};
 use crate::cpu::Precision;
 use crate::model::ModelDir;
 use crate::optim::{decays, AdamW, AdamWConfig, Decay, LrSchedule, CLIP_EPS};
 use crate::shapes::ModelKind;
 use crate::tasks::{HeadModel, RoFormerForMaskedLM, RoFormerForSequenceClassification};
-use crate::tokenizer::RoFormerTokenizer;
+use crate::tokenizer::{RoFormerTokenizer, TokenizerConfig, Vocab};
 use crate::train::budget::check_training_memory;
 use crate::train::checkpoint::{model_files, tokenizer_files, SaveStep};
 use crate::train::classify::{best_score, read_examples, ClassifyOptions, ClassifyTask, Example};
@@ -71,6 +71,33 @@ impl ModelStart {
             config: md.config,
             tokenizer,
             weights: Some(md.checkpoint),
+        })
+    }
+
+    /// A fresh model of the config file `config` over the vocabulary file `vocab` (one token a
+    /// line; the config's `vocab_size` set to the vocabulary's size, the default tokenizer
+    /// settings), with the position type `position` when given: seeded weights at the first
+    /// step, no checkpoint.
+    ///
+    /// # Errors
+    /// [`TrainError::Model`] for a config that does not read or validate,
+    /// [`TrainError::Tokenizer`] for a vocabulary that does not.
+    pub fn fresh(
+        config: &Path,
+        vocab: &Path,
+        position: Option<PositionEmbeddingType>,
+    ) -> Result<Self, TrainError> {
+        let mut config = RoFormerConfig::from_file(config)?;
+        let tokenizer =
+            RoFormerTokenizer::new(Vocab::from_file(vocab)?, TokenizerConfig::default())?;
+        config.vocab_size = tokenizer.vocab_size();
+        if let Some(position) = position {
+            config.position_embedding_type = position;
+        }
+        Ok(Self {
+            config,
+            tokenizer,
+            weights: None,
         })
     }
 }
