@@ -116,6 +116,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             unused.join(", ")
         );
     }
+    write_outputs(outputs, &args.output)
+}
+
+/// Writes `outputs` (as f32, contiguous) to `path` as safetensors, after warning about
+/// non-finite values, and names each output with its shape (on stderr when the file goes to
+/// stdout).
+pub(crate) fn write_outputs(
+    mut outputs: HashMap<String, Tensor>,
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
     let mut summary: Vec<String> = Vec::new();
     for (name, t) in outputs.iter_mut() {
         *t = t.to_dtype(DType::F32)?.contiguous()?;
@@ -124,10 +134,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     summary.sort();
     warn_non_finite(&outputs)?;
     let bytes = safetensors::serialize(&outputs, None)
-        .with_context(|| format!("cannot serialise the outputs for {}", args.output.display()))?;
-    output::write(&args.output, &bytes)?;
-    let line = format!("{}: {}", args.output.display(), summary.join(", "));
-    if output::is_stdout(&args.output) {
+        .with_context(|| format!("cannot serialise the outputs for {}", path.display()))?;
+    output::write(path, &bytes)?;
+    let line = format!("{}: {}", path.display(), summary.join(", "));
+    if output::is_stdout(path) {
         eprintln!("{line}");
     } else {
         outln!("{line}")?;

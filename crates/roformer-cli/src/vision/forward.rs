@@ -9,10 +9,8 @@ use candle_core::{DType, Device, Tensor};
 use roformer::vision::{VisionModel, VisionModelDir};
 use roformer::Mode;
 
-use crate::forward::warn_non_finite;
+use crate::forward::write_outputs;
 use crate::inputs::{checkpoint_files, refuse_output_among_inputs, InputPath};
-use crate::output;
-use crate::output::outln;
 
 /// The tensor the input file must hold.
 const PIXELS: &str = "pixel_values";
@@ -80,24 +78,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let out = model
         .forward(&pixels, model.plan(Mode::Inference))
         .with_context(|| format!("running the model on {}", args.input.display()))?;
-    let mut outputs: HashMap<String, Tensor> = HashMap::new();
-    outputs.insert("last_hidden_state".into(), out.last_hidden_state);
-    outputs.insert("pooler_output".into(), out.pooler_output);
-    let mut summary: Vec<String> = Vec::new();
-    for (name, t) in outputs.iter_mut() {
-        *t = t.to_dtype(DType::F32)?.contiguous()?;
-        summary.push(format!("{name} {:?}", t.dims()));
-    }
-    summary.sort();
-    warn_non_finite(&outputs)?;
-    let bytes = safetensors::serialize(&outputs, None)
-        .with_context(|| format!("cannot serialise the outputs for {}", args.output.display()))?;
-    output::write(&args.output, &bytes)?;
-    let line = format!("{}: {}", args.output.display(), summary.join(", "));
-    if output::is_stdout(&args.output) {
-        eprintln!("{line}");
-    } else {
-        outln!("{line}")?;
-    }
-    Ok(())
+    let outputs = HashMap::from([
+        ("last_hidden_state".to_string(), out.last_hidden_state),
+        ("pooler_output".to_string(), out.pooler_output),
+    ]);
+    write_outputs(outputs, &args.output)
 }

@@ -22,6 +22,13 @@ fn stdout(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `vision eval --json` of the model in `model` on the Fashion-MNIST files in `data`.
+fn eval_report(model: &Path, data: &str) -> Value {
+    let model = model.to_str().unwrap();
+    let args = ["vision", "eval", "--model", model, "--data", data, "--json"];
+    serde_json::from_str(&stdout(&roformer_ok(&args))).unwrap()
+}
+
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("roformer-vision-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -176,16 +183,7 @@ fn train_runs_on_the_subset_and_its_checkpoint_evaluates() {
         .filter(|l| l.contains(r#""event":"step""#))
         .count();
     assert_eq!(steps, 6, "{metrics}");
-    let out = roformer_ok(&[
-        "vision",
-        "eval",
-        "--model",
-        checkpoint.to_str().unwrap(),
-        "--data",
-        &data,
-        "--json",
-    ]);
-    let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let report = eval_report(&checkpoint, &data);
     assert!(report["accuracy"].as_f64().unwrap() >= 0.0);
     // A second run into the same directory is refused without --resume.
     let again = roformer(&first);
@@ -223,15 +221,6 @@ fn train_continues_the_built_in_weights_with_init_in_bf16() {
     // A tiny learning rate keeps the continued model close to the built-in one: well above
     // chance on the subset's test images (the built-in model scores over 80 % there).
     let checkpoint = out_dir.join("checkpoint");
-    let out = roformer_ok(&[
-        "vision",
-        "eval",
-        "--model",
-        checkpoint.to_str().unwrap(),
-        "--data",
-        &data,
-        "--json",
-    ]);
-    let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let report = eval_report(&checkpoint, &data);
     assert!(report["accuracy"].as_f64().unwrap() > 0.7, "{report}");
 }

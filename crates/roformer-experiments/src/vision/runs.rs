@@ -8,17 +8,16 @@ use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-
 use roformer::images::augment::Augmentation;
 use roformer::optim::Decay;
 use roformer::train::run::Outcome;
 use roformer::train::{fit_vision, VisionTrainOptions};
 use roformer::vision::{PositionKind, VisionConfig};
 use roformer::Precision;
+use roformer_runner::train::vision::Printer;
 use serde::{Deserialize, Serialize};
 
 use super::plan::{model_of, Plan};
-use roformer_runner::train::vision::Printer;
 
 /// The training side of every run: Fashion-MNIST's own, no resizing.
 pub const TRAIN_SIDE: usize = 28;
