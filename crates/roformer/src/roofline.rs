@@ -9,9 +9,39 @@
 
 pub use crate::cpu::ceiling::{ceilings, Ceiling};
 
-use crate::cpu::{product, Dst, Mat, Precision};
+use crate::cpu::bf16::{self, onednn, Kernel};
+use crate::cpu::product::product_on;
+use crate::cpu::{Dst, Mat, Precision};
 use crate::error::ModelError;
 use crate::memory::check_fits;
+
+/// The oneDNN version loaded here (`major.minor.patch`), where it can run the bf16 products
+/// ([`ProductCase::run_onednn`]).
+pub fn onednn_version() -> Option<&'static str> {
+    bf16::native()?;
+    onednn::version().ok()
+}
+
+/// The bf16 products' kernels here: our AVX512-BF16 kernel, and oneDNN where it loads
+/// (its version, the implementation it picks for a `256 x 256 x 256` product such as
+/// `brg:avx512_core_bf16` or `brg:avx512_core_amx`, and whether it is the default), or why
+/// not. `None` where the CPU has no native bf16 dot product.
+pub fn bf16_kernels() -> Option<String> {
+    let native = bf16::native()?;
+    let onednn = match onednn::version() {
+        Ok(version) => format!(
+            "oneDNN {version} ({}){}",
+            onednn::implementation(256, 256, 256).unwrap_or_else(|| "no matmul".into()),
+            if native == Kernel::OneDnn {
+                ", the default"
+            } else {
+                ", on request (ROFORMER_ONEDNN=1)"
+            }
+        ),
+        Err(why) => why.to_owned(),
+    };
+    Some(format!("ours (AVX512-BF16); {onednn}"))
+}
 
 /// How an operand is stored: as its own rows, or as the rows of its transpose (the `k` of
 /// each row or column is then strided, as the weight gradients' operands are).
@@ -84,19 +114,37 @@ impl ProductCase {
     /// # Errors
     /// Only if the product finds an operand outside its buffer (never, by construction).
     pub fn run(&mut self, precision: Precision, parallel: bool) -> Result<(), ModelError> {
+        let kernel = match precision.effective() {
+            Precision::Bf16 => bf16::native(),
+            Precision::F32 => None,
+        };
+        self.run_on(kernel, parallel)
+    }
+
+    /// Runs `C = A B` once in bf16 through oneDNN's matmul where it takes the product (our
+    /// kernel otherwise), whether or not oneDNN is this machine's default; f32 where the CPU
+    /// has no native bf16 dot product.
+    ///
+    /// # Errors
+    /// As [`ProductCase::run`].
+    pub fn run_onednn(&mut self, parallel: bool) -> Result<(), ModelError> {
+        let kernel = bf16::native().map(|_| Kernel::OneDnn);
+        self.run_on(kernel, parallel)
+    }
+
+    fn run_on(&mut self, kernel: Option<Kernel>, parallel: bool) -> Result<(), ModelError> {
         let (m, n, k) = (self.m, self.n, self.k);
         let a = view(&self.a, (m, k), self.storage.0);
         let b = view(&self.b, (k, n), self.storage.1);
-        product(
+        product_on(
             (m, n, k),
             Dst::Slice(&mut self.c),
             (0, n),
             false,
-            a,
-            b,
+            (a, b),
             1.0,
             parallel,
-            precision.effective(),
+            kernel,
         )?;
         Ok(())
     }

@@ -1,5 +1,6 @@
 //! `roformer bench products`: the matrix products of a training step, f32 (gemm) against bf16
-//! (our kernel), each beside the ceiling of the instruction it runs on.
+//! (our kernel, or oneDNN where it is the default), each beside the ceiling of the instruction
+//! it runs on; and, where oneDNN is installed, bf16 through oneDNN beside them.
 //!
 //! First the ceilings of one core ([`roformer::roofline::ceilings`]), then, per product, the
 //! median seconds of f32 and bf16 timed round-robin, as GFLOP/s (`2 m n k / seconds`) and as a
@@ -28,7 +29,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use roformer::roofline::{ceilings, Ceiling, ProductCase, Storage};
+use roformer::roofline::{bf16_kernels, ceilings, onednn_version, Ceiling, ProductCase, Storage};
 use roformer::Precision;
 use serde_json::json;
 
@@ -40,8 +41,10 @@ use crate::output::OutputArgs;
 #[derive(Debug, clap::Args)]
 #[command(mut_arg("json", |a| a.help(
     "One JSON object per line: {\"ceiling\": instruction, flop_per_instruction, gflops}, then \
-     per product {\"product\": name, m, n, k, a, b, count, threads, f32 and bf16: {seconds, \
-     gflops, share}, bf16_over_f32}, then {\"step\": f32_seconds, bf16_seconds, bf16_over_f32}"
+     per product {\"product\": name, m, n, k, a, b, count, threads, f32, bf16 and onednn: \
+     {seconds, gflops, share}, bf16_over_f32, bf16_over_onednn}, then {\"step\": f32_seconds, \
+     bf16_seconds, bf16_over_f32, onednn_seconds, bf16_over_onednn}; onednn is null where \
+     oneDNN is not installed"
 )))]
 pub struct Args {
     // `--json` (the help says what it prints).
@@ -205,11 +208,19 @@ pub fn run(args: Args) -> Result<()> {
             .build_global()?;
     }
     let threads = rayon::current_num_threads();
-    let precisions: &[Precision] = if Precision::Bf16.effective() == Precision::Bf16 {
-        &[Precision::F32, Precision::Bf16]
-    } else {
-        eprintln!("this CPU has no native bf16 dot product (AVX512-BF16): f32 alone is timed");
-        &[Precision::F32]
+    let paths: &[Path] = match (bf16_kernels(), onednn_version()) {
+        (None, _) => {
+            eprintln!("this CPU has no native bf16 dot product (AVX512-BF16): f32 alone is timed");
+            &[Path::F32]
+        }
+        (Some(kernels), Some(_)) => {
+            eprintln!("bf16 kernels: {kernels}");
+            &[Path::F32, Path::Bf16, Path::OneDnn]
+        }
+        (Some(kernels), None) => {
+            eprintln!("bf16 kernels: {kernels}");
+            &[Path::F32, Path::Bf16]
+        }
     };
     let shapes = if args.shapes.is_empty() {
         step_products(args.config, args.batch as usize, args.seq as usize)?
@@ -242,17 +253,31 @@ pub fn run(args: Args) -> Result<()> {
         // Products shorter than this are timed in batches of calls.
         sample: Duration::from_millis(2),
     };
-    let (mut step_f32, mut step_bf16) = (0.0, (precisions.len() > 1).then_some(0.0));
+    let mut step = [0.0; 3];
     for shape in &shapes {
-        let timed = time_product(shape, precisions, (threads, limits), &budget)?;
-        step_f32 += timed.f32.seconds * timed.weight;
-        if let (Some(sum), Some(r)) = (step_bf16.as_mut(), timed.bf16) {
-            *sum += r.seconds * timed.weight;
+        let timed = time_product(shape, paths, (threads, limits), &budget)?;
+        for (sum, rate) in step.iter_mut().zip(timed.rates()) {
+            *sum += rate.map_or(0.0, |r| r.seconds) * timed.weight;
         }
         write_product(&mut out, &timed, json)?;
         out.flush()?;
     }
-    write_step(&mut out, shapes.len(), (step_f32, step_bf16), json)
+    let ran = |p: Path| paths.contains(&p);
+    let step = (
+        step[0],
+        ran(Path::Bf16).then_some(step[1]),
+        ran(Path::OneDnn).then_some(step[2]),
+    );
+    write_step(&mut out, shapes.len(), step, json)
+}
+
+/// How a product is timed: f32 (gemm), bf16 on this machine's default kernel, or bf16 through
+/// oneDNN where it is installed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    F32,
+    Bf16,
+    OneDnn,
 }
 
 /// One product timed in every precision.
@@ -262,6 +287,7 @@ struct Timed<'a> {
     on: usize,
     f32: Rate,
     bf16: Option<Rate>,
+    onednn: Option<Rate>,
     /// Its weight in the step's sum: its count, times `on / threads`.
     weight: f64,
 }
@@ -271,20 +297,32 @@ impl Timed<'_> {
     fn ratio(&self) -> Option<f64> {
         self.bf16.map(|r| self.f32.seconds / r.seconds)
     }
+
+    /// The default bf16 kernel's seconds over oneDNN's.
+    fn onednn_ratio(&self) -> Option<f64> {
+        Some(self.bf16?.seconds / self.onednn?.seconds)
+    }
+
+    /// The rates in the order of [`Path`].
+    fn rates(&self) -> [Option<Rate>; 3] {
+        [Some(self.f32), self.bf16, self.onednn]
+    }
 }
 
 /// Times `shape` in `precisions` round-robin, on all `threads` or on one (a one-thread
 /// product), its rates set against the f32 and bf16 ceilings `limits` of all the threads.
 fn time_product<'a>(
     shape: &'a Shape,
-    precisions: &[Precision],
+    paths: &[Path],
     (threads, limits): (usize, (Option<f64>, Option<f64>)),
     budget: &Budget,
 ) -> Result<Timed<'a>> {
     let mut case = ProductCase::new(shape.mnk, shape.storage)?;
     let on = if shape.one_thread { 1 } else { threads };
-    let stats = round_robin(precisions.len(), budget, |p| {
-        case.run(precisions[p], on > 1)
+    let stats = round_robin(paths.len(), budget, |p| match paths[p] {
+        Path::F32 => case.run(Precision::F32, on > 1),
+        Path::Bf16 => case.run(Precision::Bf16, on > 1),
+        Path::OneDnn => case.run_onednn(on > 1),
     })?;
     let flop = case.flop();
     let share = on as f64 / threads as f64;
@@ -294,6 +332,7 @@ fn time_product<'a>(
         on,
         f32: Rate::of(stats[0], flop, ceiling(limits.0)),
         bf16: stats.get(1).map(|&s| Rate::of(s, flop, ceiling(limits.1))),
+        onednn: stats.get(2).map(|&s| Rate::of(s, flop, ceiling(limits.1))),
         // A one-thread product's tasks share the threads.
         weight: shape.count as f64 * share,
     })
@@ -308,8 +347,17 @@ fn write_header(out: &mut impl Write, threads: usize) -> Result<()> {
     )?;
     writeln!(
         out,
-        "{:<30} {:>16} {:>3} {:>6} {:>3} {:>14} {:>14} {:>9}",
-        "product", "m x n x k", "a b", "count", "thr", "f32", "bf16", "bf16/f32"
+        "{:<30} {:>16} {:>3} {:>6} {:>3} {:>14} {:>14} {:>9} {:>14} {:>12}",
+        "product",
+        "m x n x k",
+        "a b",
+        "count",
+        "thr",
+        "f32",
+        "bf16",
+        "bf16/f32",
+        "bf16 oneDNN",
+        "bf16/oneDNN"
     )?;
     Ok(())
 }
@@ -330,7 +378,8 @@ fn write_product(out: &mut impl Write, timed: &Timed<'_>, json: bool) -> Result<
                 "product": shape.name, "m": m, "n": n, "k": k, "a": a, "b": b,
                 "count": shape.count, "threads": timed.on,
                 "f32": timed.f32.json(), "bf16": timed.bf16.map(Rate::json),
-                "bf16_over_f32": timed.ratio(),
+                "bf16_over_f32": timed.ratio(), "onednn": timed.onednn.map(Rate::json),
+                "bf16_over_onednn": timed.onednn_ratio(),
             })
         )?;
         return Ok(());
@@ -344,7 +393,7 @@ fn write_product(out: &mut impl Write, timed: &Timed<'_>, json: bool) -> Result<
     };
     writeln!(
         out,
-        "{:<30} {:>16} {:>1} {:>1} {:>6} {:>3} {:>14} {:>14} {:>9}",
+        "{:<30} {:>16} {:>1} {:>1} {:>6} {:>3} {:>14} {:>14} {:>9} {:>14} {:>12}",
         shape.name,
         format!("{m}x{n}x{k}"),
         a,
@@ -353,7 +402,11 @@ fn write_product(out: &mut impl Write, timed: &Timed<'_>, json: bool) -> Result<
         timed.on,
         cell(Some(timed.f32)),
         cell(timed.bf16),
-        timed.ratio().map_or("-".to_string(), |r| format!("{r:.2}"))
+        timed.ratio().map_or("-".to_string(), |r| format!("{r:.2}")),
+        cell(timed.onednn),
+        timed
+            .onednn_ratio()
+            .map_or("-".to_string(), |r| format!("{r:.2}"))
     )?;
     Ok(())
 }
@@ -362,24 +415,31 @@ fn write_product(out: &mut impl Write, timed: &Timed<'_>, json: bool) -> Result<
 fn write_step(
     out: &mut impl Write,
     products: usize,
-    (f32_seconds, bf16_seconds): (f64, Option<f64>),
+    (f32_seconds, bf16_seconds, onednn_seconds): (f64, Option<f64>, Option<f64>),
     json: bool,
 ) -> Result<()> {
     let ratio = bf16_seconds.map(|b| f32_seconds / b);
+    let onednn_ratio = bf16_seconds.zip(onednn_seconds).map(|(b, o)| b / o);
+    let ms = |s: Option<f64>| s.map_or("-".to_string(), |s| format!("{:.1} ms", s * 1e3));
+    let times = |r: Option<f64>| r.map_or("-".to_string(), |r| format!("{r:.2}"));
     if json {
         writeln!(
             out,
             "{}",
             json!({"step": products, "f32_seconds": f32_seconds,
-                   "bf16_seconds": bf16_seconds, "bf16_over_f32": ratio})
+                   "bf16_seconds": bf16_seconds, "bf16_over_f32": ratio,
+                   "onednn_seconds": onednn_seconds, "bf16_over_onednn": onednn_ratio})
         )?;
     } else {
         writeln!(
             out,
-            "all, times their counts: f32 {:.1} ms, bf16 {}, bf16/f32 {}",
+            "all, times their counts: f32 {:.1} ms, bf16 {}, bf16/f32 {}, bf16 oneDNN {}, \
+             bf16/oneDNN {}",
             f32_seconds * 1e3,
-            bf16_seconds.map_or("-".to_string(), |b| format!("{:.1} ms", b * 1e3)),
-            ratio.map_or("-".to_string(), |r| format!("{r:.2}"))
+            ms(bf16_seconds),
+            times(ratio),
+            ms(onednn_seconds),
+            times(onednn_ratio)
         )?;
     }
     Ok(())

@@ -17,7 +17,7 @@ use super::precision::Precision;
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn product(
     (m, n, k): (usize, usize, usize),
-    mut dst: Dst<'_>,
+    dst: Dst<'_>,
     (offset, rs): (usize, usize),
     accumulate: bool,
     a: Mat<'_>,
@@ -25,6 +25,38 @@ pub(crate) fn product(
     alpha: f32,
     parallel: bool,
     precision: Precision,
+) -> candle_core::Result<()> {
+    let kernel = match precision {
+        Precision::Bf16 => bf16::native(),
+        Precision::F32 => None,
+    };
+    product_on(
+        (m, n, k),
+        dst,
+        (offset, rs),
+        accumulate,
+        (a, b),
+        alpha,
+        parallel,
+        kernel,
+    )
+}
+
+/// [`product`] on the bf16 `kernel` given (`None`: f32 through gemm), whatever the default of
+/// this machine: for measuring one kernel against another.
+///
+/// # Errors
+/// As [`product`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn product_on(
+    (m, n, k): (usize, usize, usize),
+    mut dst: Dst<'_>,
+    (offset, rs): (usize, usize),
+    accumulate: bool,
+    (a, b): (Mat<'_>, Mat<'_>),
+    alpha: f32,
+    parallel: bool,
+    kernel: Option<bf16::Kernel>,
 ) -> candle_core::Result<()> {
     let (ptr, len) = dst.raw();
     if !(span_fits(len, offset, (rs, 1), (m, n)) && a.fits(m, k) && b.fits(k, n)) {
@@ -44,24 +76,22 @@ pub(crate) fn product(
         }
         return Ok(());
     }
-    if precision == Precision::Bf16 {
-        if let Some(kernel) = bf16::native() {
-            // SAFETY: the destination was checked above, is exclusive to this call and does
-            // not overlap `a` or `b`.
-            unsafe {
-                bf16::product(
-                    kernel,
-                    (m, n, k),
-                    (ptr.add(offset), rs),
-                    accumulate,
-                    a,
-                    b,
-                    alpha,
-                    parallel,
-                );
-            }
-            return Ok(());
+    if let Some(kernel) = kernel {
+        // SAFETY: the destination was checked above, is exclusive to this call and does not
+        // overlap `a` or `b`.
+        unsafe {
+            bf16::product(
+                kernel,
+                (m, n, k),
+                (ptr.add(offset), rs),
+                accumulate,
+                a,
+                b,
+                alpha,
+                parallel,
+            );
         }
+        return Ok(());
     }
     let parallelism = if parallel {
         Parallelism::Rayon(rayon::current_num_threads())

@@ -22,7 +22,14 @@
 //! and later), chosen at run time ([`native`]); [`portable`] is the same arithmetic one lane at
 //! a time, the reference the tests hold the vector kernel to. Where the CPU has no native bf16
 //! dot product the callers run f32 instead ([`crate::cpu::Precision::effective`]).
+//!
+//! Where Intel's oneDNN 2.x is installed ([`onednn`]: `libdnnl.so.2`, opened at run time) the
+//! products whose depth is a multiple of 32 and whose `A` has contiguous rows can go through
+//! its matmul instead, on the same packed operands; on AMX CPUs it uses the tiles, and it is
+//! chosen there by default ([`onednn::chosen`]). Our kernel stays the fallback for every other
+//! product and the reference the tests hold oneDNN to.
 
+pub(crate) mod onednn;
 mod pack;
 #[cfg(test)]
 mod portable;
@@ -77,6 +84,8 @@ pub(crate) enum Kernel {
     Portable,
     /// AVX512-BF16 `vdpbf16ps`.
     Avx512Bf16,
+    /// oneDNN's matmul where it takes the product ([`onednn::takes`]), else `Avx512Bf16`.
+    OneDnn,
 }
 
 impl Kernel {
@@ -86,16 +95,19 @@ impl Kernel {
             #[cfg(test)]
             Kernel::Portable => portable::micro,
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512Bf16 => x86::micro_avx512bf16,
+            Kernel::Avx512Bf16 | Kernel::OneDnn => x86::micro_avx512bf16,
             #[cfg(not(target_arch = "x86_64"))]
-            Kernel::Avx512Bf16 => unreachable!("AVX512-BF16 is never detected off x86_64"),
+            Kernel::Avx512Bf16 | Kernel::OneDnn => {
+                unreachable!("AVX512-BF16 is never detected off x86_64")
+            }
         }
     }
 }
 
-/// The native bf16 kernel of this CPU, detected once: `Avx512Bf16` where the CPU has
-/// AVX512-BF16 (and AVX-512F), else `None` (the portable kernel is far slower than f32, so
-/// the callers run f32).
+/// The native bf16 kernel of this CPU, detected once: where the CPU has AVX512-BF16 (and
+/// AVX-512F), `OneDnn` when oneDNN is chosen ([`onednn::chosen`]: installed, and an AMX CPU
+/// or `ROFORMER_ONEDNN=1`) and `Avx512Bf16` otherwise; else `None` (the portable kernel is
+/// far slower than f32, so the callers run f32).
 pub(crate) fn native() -> Option<Kernel> {
     static NATIVE: OnceLock<Option<Kernel>> = OnceLock::new();
     *NATIVE.get_or_init(|| {
@@ -103,7 +115,11 @@ pub(crate) fn native() -> Option<Kernel> {
         if std::arch::is_x86_feature_detected!("avx512f")
             && std::arch::is_x86_feature_detected!("avx512bf16")
         {
-            return Some(Kernel::Avx512Bf16);
+            return Some(if onednn::chosen() {
+                Kernel::OneDnn
+            } else {
+                Kernel::Avx512Bf16
+            });
         }
         None
     })
@@ -222,6 +238,14 @@ pub(crate) unsafe fn product_packed(
     }
     scratch::with(&scratch::A, packed_len(m, k, MR), |packed_a| {
         let a_rows = pack_panels(a, (m, k), MR, (parallel, true), packed_a);
+        // SAFETY: as this function's; with the row layout, `packed_a` starts with the `m` rows
+        // of `k / 2` words oneDNN reads.
+        if kernel == Kernel::OneDnn
+            && a_rows
+            && unsafe { onednn::product(m, c, accumulate, packed_a, b, alpha, parallel) }
+        {
+            return;
+        }
         // SAFETY: as this function's.
         unsafe {
             run_tiles(

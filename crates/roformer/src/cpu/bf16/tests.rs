@@ -119,10 +119,117 @@ fn packed(x: Mat<'_>, count: usize, k: usize, width: usize, parallel: bool) -> V
     out
 }
 
+/// The portable kernel, and where this machine has them our vector kernel and oneDNN.
 fn kernels() -> Vec<Kernel> {
     let mut all = vec![Kernel::Portable];
-    all.extend(native());
+    if native().is_some() {
+        all.push(Kernel::Avx512Bf16);
+    }
+    if onednn_here() {
+        all.push(Kernel::OneDnn);
+    }
     all
+}
+
+/// Whether oneDNN can run here (installed, on a CPU with a native bf16 kernel), whether or not
+/// it is chosen by default; else a note that its products are not tested.
+fn onednn_here() -> bool {
+    let here = native().is_some() && onednn::version().is_ok();
+    if !here {
+        eprintln!(
+            "oneDNN cannot run here ({:?}): its products are not tested",
+            onednn::version()
+        );
+    }
+    here
+}
+
+#[test]
+fn onednn_runs_the_products_it_takes_and_agrees_with_our_kernel() {
+    if !onednn_here() {
+        return;
+    }
+    let kernel = onednn::implementation(256, 96, 64).expect("oneDNN takes a 256x96x64 product");
+    assert!(
+        kernel.contains("avx512_core_bf16") || kernel.contains("amx"),
+        "oneDNN's bf16 matmul runs on {kernel}, not a native bf16 kernel"
+    );
+    // Sizes of the vision and text layers, a partial last panel (n = 70), rows past n (rs),
+    // a scale and accumulation, on the threads and on one.
+    for &((m, n, k), rs, alpha, accumulate, parallel) in &[
+        ((201, 1152, 384), 1152, 1.0, false, true),
+        ((97, 70, 64), 75, 0.125, true, false),
+        ((300, 384, 1536), 384, -0.5, true, true),
+    ] {
+        let av = values(m * k, (m + k) as u64);
+        let bv = values(k * n, (n + 3 * k) as u64);
+        let (a, b) = (Mat::rows(&av, k), Mat::rows(&bv, n));
+        let init = values((m - 1) * rs + n, 5);
+        let ours = run(
+            Kernel::Avx512Bf16,
+            (m, n, k),
+            a,
+            b,
+            &init,
+            rs,
+            alpha,
+            accumulate,
+            parallel,
+        );
+        // The oneDNN path, called directly so that a silent fallback cannot pass for it.
+        let mut theirs = init.clone();
+        let mut packed_a = vec![0; packed_len(m, k, MR)];
+        assert!(pack_panels(a, (m, k), MR, (parallel, true), &mut packed_a));
+        let packed_b = PackedB::new(b, k, n, parallel);
+        // SAFETY: `theirs` holds m rows at stride rs and is exclusive; the operands fit.
+        let ran = unsafe {
+            onednn::product(
+                m,
+                (theirs.as_mut_ptr(), rs),
+                accumulate,
+                &packed_a,
+                packed_b.view(),
+                alpha,
+                parallel,
+            )
+        };
+        assert!(ran, "oneDNN refused a {m}x{n}x{k} product");
+        check(&theirs, (m, n, k), a, b, &init, rs, alpha, accumulate);
+        for i in 0..m {
+            for j in 0..n {
+                let (_, abs) = reference(a, b, k, (i, j), true);
+                let (o, t) = (ours[i * rs + j], theirs[i * rs + j]);
+                // Both sum the same exact bf16 products in f32, in different orders.
+                let tol = 2.0 * k as f64 * f64::from(f32::EPSILON) * abs * f64::from(alpha.abs());
+                assert!(
+                    f64::from((o - t).abs()) <= tol + 1e-30,
+                    "({i}, {j}) of {m}x{n}x{k}: oneDNN {t} against ours {o}"
+                );
+            }
+            let past_n = i * rs + n..((i + 1) * rs).min(init.len());
+            assert_eq!(
+                theirs[past_n.clone()],
+                init[past_n],
+                "row {i}: columns past n untouched"
+            );
+        }
+    }
+}
+
+#[test]
+fn onednn_leaves_depths_off_its_blocks_to_our_kernel() {
+    if !onednn_here() {
+        return;
+    }
+    assert!(onednn::takes(64) && onednn::takes(1536));
+    assert!(!onednn::takes(48) && !onednn::takes(7) && !onednn::takes(0));
+    // Through the dispatch, such a product still runs (on our kernel) and is right.
+    let (m, n, k) = (20, 40, 48);
+    let (av, bv) = (values(m * k, 8), values(k * n, 9));
+    let (a, b) = (Mat::rows(&av, k), Mat::rows(&bv, n));
+    let init = vec![0f32; m * n];
+    let c = run(Kernel::OneDnn, (m, n, k), a, b, &init, n, 1.0, false, true);
+    check(&c, (m, n, k), a, b, &init, n, 1.0, false);
 }
 
 #[test]
