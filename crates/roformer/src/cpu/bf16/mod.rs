@@ -236,13 +236,21 @@ pub(crate) unsafe fn product_packed(
     if m == 0 || n == 0 {
         return;
     }
+    // SAFETY: as this function's.
+    if kernel == Kernel::OneDnn
+        && a.cs != 1
+        && a.rs == 1
+        && unsafe { onednn_transposed(m, c, accumulate, a, b, alpha, parallel) }
+    {
+        return;
+    }
     scratch::with(&scratch::A, packed_len(m, k, MR), |packed_a| {
         let a_rows = pack_panels(a, (m, k), MR, (parallel, true), packed_a);
         // SAFETY: as this function's; with the row layout, `packed_a` starts with the `m` rows
         // of `k / 2` words oneDNN reads.
         if kernel == Kernel::OneDnn
             && a_rows
-            && unsafe { onednn::product(m, c, accumulate, packed_a, b, alpha, parallel) }
+            && unsafe { onednn::product(m, c, accumulate, (packed_a, k, 1), b, alpha, parallel) }
         {
             return;
         }
@@ -260,6 +268,35 @@ pub(crate) unsafe fn product_packed(
             )
         };
     });
+}
+
+/// [`product_packed`] through oneDNN for an `a` stored as its transpose (`a.rs == 1`: the
+/// `k` rows of `A^T` are contiguous): those rows rounded to bf16 as they are (no interleaving
+/// into panels), read by oneDNN at strides `(1, ld)`. `false` where oneDNN does not take it.
+///
+/// # Safety
+/// As [`product`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn onednn_transposed(
+    m: usize,
+    c: (*mut f32, usize),
+    accumulate: bool,
+    a: Mat<'_>,
+    b: Packed<'_>,
+    alpha: f32,
+    parallel: bool,
+) -> bool {
+    let k = b.k;
+    if !onednn::takes(k) {
+        return false;
+    }
+    let ld = 2 * m.div_ceil(2);
+    scratch::with(&scratch::A, packed_len(k, m, MR), |rows| {
+        let rows_layout = pack_panels(a.t(), (k, m), MR, (parallel, true), rows);
+        // SAFETY: as this function's; `rows` holds the `k` rows of `ld / 2` words of `A^T`.
+        rows_layout
+            && unsafe { onednn::product(m, c, accumulate, (rows, 1, ld), b, alpha, parallel) }
+    })
 }
 
 /// The micro-kernel over every tile of C, from packed operands.

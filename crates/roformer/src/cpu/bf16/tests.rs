@@ -187,7 +187,7 @@ fn onednn_runs_the_products_it_takes_and_agrees_with_our_kernel() {
                 m,
                 (theirs.as_mut_ptr(), rs),
                 accumulate,
-                &packed_a,
+                (&packed_a, k, 1),
                 packed_b.view(),
                 alpha,
                 parallel,
@@ -195,6 +195,26 @@ fn onednn_runs_the_products_it_takes_and_agrees_with_our_kernel() {
         };
         assert!(ran, "oneDNN refused a {m}x{n}x{k} product");
         check(&theirs, (m, n, k), a, b, &init, rs, alpha, accumulate);
+        // A stored as its transpose (a weight gradient's `dy^T`), read by oneDNN as it is.
+        let a_t = Mat::rows(&av, m).t();
+        let mut transposed = init.clone();
+        // SAFETY: as above.
+        let ran = unsafe {
+            onednn_transposed(
+                m,
+                (transposed.as_mut_ptr(), rs),
+                accumulate,
+                a_t,
+                packed_b.view(),
+                alpha,
+                parallel,
+            )
+        };
+        assert!(
+            ran,
+            "oneDNN refused a {m}x{n}x{k} product of a transposed A"
+        );
+        check(&transposed, (m, n, k), a_t, b, &init, rs, alpha, accumulate);
         for i in 0..m {
             for j in 0..n {
                 let (_, abs) = reference(a, b, k, (i, j), true);

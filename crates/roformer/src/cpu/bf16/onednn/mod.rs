@@ -10,7 +10,9 @@
 //!
 //! with the operands as our own kernel packs them, so nothing is converted twice:
 //! - `A`: rows of pair words (`pack_panels`' row layout), that is bf16 rows of `2 * pairs`
-//!   elements: a plain `m x k` bf16 matrix with row stride `2 * pairs`;
+//!   elements: a plain `m x k` bf16 matrix with row stride `2 * pairs`; or, for an `A` stored
+//!   as its transpose (the weight gradients' `dy^T`), that layout of `A^T`, read by oneDNN at
+//!   strides `(1, ld)`, which spares the interleaving of strided columns into panels;
 //! - `B`: panels of `NR = 32` columns of pair words, which for `k` a multiple of 32 is
 //!   oneDNN's blocked weights layout `BA16a32b2a` (blocks of 32 columns, within them blocks of
 //!   16 pairs of rows, each pair's 32 columns of two bf16 values), zeros past `n` included;
@@ -40,7 +42,7 @@ struct Shape {
     m: usize,
     n: usize,
     k: usize,
-    a_rs: usize,
+    a_strides: (usize, usize),
     c_rs: usize,
     alpha_bits: u32,
     accumulate: bool,
@@ -118,7 +120,7 @@ pub(crate) fn implementation(m: usize, n: usize, k: usize) -> Option<String> {
         m,
         n,
         k,
-        a_rs: k,
+        a_strides: (k, 1),
         c_rs: n,
         alpha_bits: 1f32.to_bits(),
         accumulate: false,
@@ -152,25 +154,31 @@ pub(super) fn takes(k: usize) -> bool {
     k > 0 && k.is_multiple_of(2 * 16) && library().is_ok()
 }
 
-/// `C = (accumulate ? C : 0) + alpha * A B` through oneDNN, `A` the `m` rows of `pairs` words
-/// at the start of `a_words` (`pairs = k / 2`), `B` packed; `false` (nothing written) where
-/// oneDNN is not here or refuses the shape, and the caller runs our kernel.
+/// `C = (accumulate ? C : 0) + alpha * A B` through oneDNN, `A`'s bf16 element `(i, kk)` at
+/// `i * a.1 + kk * a.2` of the bf16 values held (two a word, the low one first) by `a.0`: rows
+/// of `k / 2` words (`(k, 1)`, `pack_panels`' row layout of `A`) or the rows of its transpose
+/// (`(1, ld)`, that layout of `A^T`); `B` packed. `false` (nothing written) where oneDNN is not
+/// here or refuses the shape, and the caller runs our kernel.
 ///
 /// # Safety
 /// As [`super::product`]: `c` is valid for writes of `m` rows of `b.n` elements at row stride
-/// `c.1`, touched by no one else during the call, and overlaps neither operand; `a_words`
-/// holds at least `m * pairs` words.
+/// `c.1`, touched by no one else during the call, and overlaps neither operand.
 pub(super) unsafe fn product(
     m: usize,
     c: (*mut f32, usize),
     accumulate: bool,
-    a_words: &[u32],
+    (a_words, a_rs, a_cs): (&[u32], usize, usize),
     b: Packed<'_>,
     alpha: f32,
     parallel: bool,
 ) -> bool {
     let (n, k) = (b.n, b.k);
-    if !takes(k) || a_words.len() < m * k / 2 || b.words.len() < n.div_ceil(NR) * NR * k / 2 {
+    let a_last = (m.max(1) - 1) * a_rs + (k.max(1) - 1) * a_cs;
+    if !takes(k)
+        || m == 0
+        || a_words.len() * 2 <= a_last
+        || b.words.len() < n.div_ceil(NR) * NR * k / 2
+    {
         return false;
     }
     let Ok(lib) = library() else { return false };
@@ -178,7 +186,7 @@ pub(super) unsafe fn product(
         m,
         n,
         k,
-        a_rs: k,
+        a_strides: (a_rs, a_cs),
         c_rs: c.1,
         alpha_bits: alpha.to_bits(),
         accumulate,
@@ -312,7 +320,7 @@ fn primitive(lib: &Library, shape: Shape) -> Option<Arc<Primitive>> {
         .clone()
 }
 
-/// Makes the matmul primitive of `shape`: bf16 source rows, bf16 `BA16a32b2a` weights, f32
+/// Makes the matmul primitive of `shape`: a bf16 source at its strides, bf16 `BA16a32b2a` weights, f32
 /// destination rows, output scale `alpha`, a `sum` post-op when accumulating, and the caller's
 /// scratch memory.
 fn make_primitive(lib: &Library, shape: Shape) -> Option<Primitive> {
@@ -337,7 +345,7 @@ fn make_primitive(lib: &Library, shape: Shape) -> Option<Primitive> {
             2,
             dims(shape.m, shape.k).as_ptr(),
             library::BF16,
-            dims(shape.a_rs, 1).as_ptr(),
+            dims(shape.a_strides.0, shape.a_strides.1).as_ptr(),
         ) == 0;
         ok &= (lib.dnnl_memory_desc_init_by_tag)(
             &mut *weights,
