@@ -6,8 +6,8 @@ use std::ops::Range;
 
 use candle_core::{DType, Device, Tensor, WithDType};
 use half::{bf16, f16};
+use rotary::finite::{self, NonFinite, BLOCK};
 
-use super::finite::{any_non_finite, FloatBits, BLOCK};
 use super::source::{Source, CHUNK_BYTES};
 
 /// Where a tensor's values lie in a checkpoint's bytes.
@@ -28,13 +28,8 @@ pub(crate) struct StoredTensor {
 /// Why a stored tensor cannot be turned into a tensor.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum DecodeError {
-    /// A NaN or an infinity at this flat (row-major) index.
-    NonFinite {
-        /// The flat index.
-        index: usize,
-        /// The value as printed (`NaN`, `inf`, `-inf`).
-        value: String,
-    },
+    /// A NaN or an infinity (its flat, row-major, index).
+    NonFinite(NonFinite),
     /// Anything else: an unsupported dtype, a layout [`StoredTensor::check`] refuses.
     Unreadable(String),
 }
@@ -167,8 +162,11 @@ impl StoredTensor {
             for block in chunk.as_chunks::<N>().0.chunks(BLOCK) {
                 let from = out.len();
                 out.extend(block.iter().map(|&e| T::from_le(e)));
-                if let Some(i) = T::first_non_finite(block) {
-                    return Err(non_finite(from + i, T::from_le(block[i])));
+                if let Some(bad) = T::first_non_finite_stored(block) {
+                    return Err(DecodeError::NonFinite(NonFinite {
+                        index: from + bad.index,
+                        ..bad
+                    }));
                 }
             }
         }
@@ -204,8 +202,8 @@ impl StoredTensor {
                 break;
             }
         }
-        if let Some(i) = out.iter().position(|v| v.non_finite()) {
-            return Err(non_finite(i, out[i]));
+        if let Some(bad) = T::first_non_finite(out) {
+            return Err(DecodeError::NonFinite(bad));
         }
         Ok(())
     }
@@ -223,26 +221,20 @@ fn advance(index: &mut [usize], dims: &[usize]) -> bool {
     false
 }
 
-fn non_finite(index: usize, value: impl std::fmt::Display) -> DecodeError {
-    DecodeError::NonFinite {
-        index,
-        value: value.to_string(),
-    }
-}
-
 /// An element type a checkpoint stores in `N` little-endian bytes, and how its values are
-/// checked (floats for NaN and infinities, integers not at all).
-pub(crate) trait Element<const N: usize>: WithDType + std::fmt::Display {
+/// checked (floats for NaN and infinities by [`rotary::finite`], integers not at all).
+pub(crate) trait Element<const N: usize>: WithDType {
     /// The value stored as `raw`.
     fn from_le(raw: [u8; N]) -> Self;
 
-    /// Whether the value is NaN or an infinity.
-    fn non_finite(self) -> bool {
-        false
+    /// The first NaN or infinity among `values`.
+    fn first_non_finite(values: &[Self]) -> Option<NonFinite> {
+        let _ = values;
+        None
     }
 
-    /// The index of the first NaN or infinity among the stored values `raw`.
-    fn first_non_finite(raw: &[[u8; N]]) -> Option<usize> {
+    /// The first NaN or infinity among the stored values `raw`.
+    fn first_non_finite_stored(raw: &[[u8; N]]) -> Option<NonFinite> {
         let _ = raw;
         None
     }
@@ -255,15 +247,12 @@ macro_rules! elements {
                 <$t>::from_le_bytes(raw)
             }
 
-            fn non_finite(self) -> bool {
-                FloatBits::non_finite(self)
+            fn first_non_finite(values: &[Self]) -> Option<NonFinite> {
+                finite::first_non_finite(values)
             }
 
-            fn first_non_finite(raw: &[[u8; $n]]) -> Option<usize> {
-                if !any_non_finite::<$t>(raw) {
-                    return None;
-                }
-                raw.iter().position(|&r| FloatBits::non_finite(<$t>::from_le_bytes(r)))
+            fn first_non_finite_stored(raw: &[[u8; $n]]) -> Option<NonFinite> {
+                finite::first_non_finite_stored::<$t>(raw)
             }
         }
     )*};

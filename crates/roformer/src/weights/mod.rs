@@ -15,12 +15,13 @@
 //!   tensor: dtype, shape, strides and the byte range of its storage, with every size checked
 //!   against the file, so memory is bounded by the file's size and not by what it claims;
 //! - `decode`: a tensor the model asks for is copied once into a contiguous tensor, whatever
-//!   its strides, and `finite` refuses NaN and infinities as it goes;
+//!   its strides, and refuses NaN and infinities ([`rotary::finite`]) as it goes; `finite`
+//!   refuses a conversion that overflows;
 //! - `backend`: serves the tensors to candle-nn and reports every problem by name.
 
 mod backend;
 mod decode;
-pub(crate) mod finite;
+mod finite;
 mod pickle;
 mod safetensors_file;
 mod source;
@@ -287,10 +288,10 @@ impl Checkpoint {
             .ok_or_else(|| unreadable("not in the checkpoint".into()))?;
         let data = entry.data.as_ref().map_err(|e| unreadable(e.clone()))?;
         let tensor = data.decode(&self.source).map_err(|e| match e {
-            DecodeError::NonFinite { index, value } => WeightProblem::NonFinite {
+            DecodeError::NonFinite(bad) => WeightProblem::NonFinite {
                 name: stored.to_string(),
-                index,
-                value,
+                index: bad.index,
+                value: bad.value.to_string(),
             },
             DecodeError::Unreadable(reason) => unreadable(reason),
         })?;
