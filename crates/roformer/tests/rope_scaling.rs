@@ -20,8 +20,8 @@ fn config(position: &str) -> RoFormerConfig {
         num_hidden_layers: 2,
         num_attention_heads: 2,
         intermediate_size: 24,
-        position_embedding_type: Some(position.into()),
-        hidden_act: "gelu".into(),
+        position_embedding_type: Some(roformer::PositionEmbeddingType::parse(position).unwrap()),
+        hidden_act: roformer::Activation::Gelu,
         ..RawConfig::default()
     })
     .unwrap()
