@@ -5,10 +5,13 @@
 use std::ops::Range;
 
 use candle_core::{DType, Device, Tensor, WithDType};
+use file_source::Source;
 use half::{bf16, f16};
 use rotary::finite::{self, NonFinite, BLOCK};
 
-use super::source::{Source, CHUNK_BYTES};
+/// Bytes of a contiguous run read and decoded at a time: small next to a tensor, large
+/// enough that the system calls cost little (the peak memory of a load is the model plus this).
+const CHUNK_BYTES: usize = 1 << 20;
 
 /// Where a tensor's values lie in a checkpoint's bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,7 +161,7 @@ impl StoredTensor {
             let elements = self.offset + from..self.offset + count.min(from + per_chunk);
             let chunk = source
                 .read(self.bytes_of(elements, N), &mut buffer)
-                .map_err(DecodeError::Unreadable)?;
+                .map_err(|e| DecodeError::Unreadable(e.to_string()))?;
             for block in chunk.as_chunks::<N>().0.chunks(BLOCK) {
                 let from = out.len();
                 out.extend(block.iter().map(|&e| T::from_le(e)));
@@ -185,7 +188,7 @@ impl StoredTensor {
         let mut buffer = Vec::new();
         let span = source
             .read(self.bytes_of(self.offset..end, N), &mut buffer)
-            .map_err(DecodeError::Unreadable)?;
+            .map_err(|e| DecodeError::Unreadable(e.to_string()))?;
         let (elements, _) = span.as_chunks::<N>();
         let rank = self.shape.len();
         let (inner_len, inner_stride) = (self.shape[rank - 1], self.strides[rank - 1]);

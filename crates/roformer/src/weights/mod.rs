@@ -8,7 +8,7 @@
 //! tensors.
 //!
 //! Reading a checkpoint, from file to tensor:
-//! - `source`: the file, read with bounded positional reads (or a buffer held in memory),
+//! - [`file_source::Source`]: the file, read with bounded positional reads (or a buffer held in memory),
 //!   never held whole in memory nor mapped, so a file truncated during a load is a clean
 //!   [`ModelError::FileChanged`], not a SIGBUS;
 //! - `safetensors_file` and `torch_zip` (with `pickle`, our own pickle reader) index each
@@ -24,7 +24,6 @@ mod decode;
 mod finite;
 mod pickle;
 mod safetensors_file;
-mod source;
 mod torch_zip;
 
 use std::collections::BTreeMap;
@@ -33,10 +32,10 @@ use std::sync::{Arc, Mutex};
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
+use file_source::Source;
 
 use self::backend::{lock, CheckedBackend, Log};
 use self::decode::{DecodeError, StoredTensor};
-use self::source::Source;
 use crate::error::{ModelError, Result, WeightProblem, WeightProblems};
 
 /// The prefix of the encoder's tensors in checkpoints of RoFormer head models.
@@ -81,7 +80,7 @@ pub(crate) struct Entry {
 /// to their data.
 ///
 /// The file is not read into memory: a tensor's bytes are read a chunk at a time into the
-/// tensor the model keeps, when the model asks for it (see `weights/source.rs`).
+/// tensor the model keeps, when the model asks for it (see the `file-source` crate).
 pub struct Checkpoint {
     path: PathBuf,
     format: Format,
