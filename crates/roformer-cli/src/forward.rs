@@ -4,14 +4,17 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use candle_core::{DType, Device, Tensor};
-use roformer::{HeadModel, ModelDir, RoFormerForMaskedLM, RoFormerModel};
+use roformer::{
+    ForwardInput, ForwardTensors, HeadModel, ModelDir, RoFormerForMaskedLM, RoFormerModel,
+};
+use rotary::finite::first_non_finite_in;
 
 use crate::inputs::{checkpoint_files, refuse_output_among_inputs, InputPath};
+use crate::output;
 use crate::output::outln;
 use crate::precision::PrecisionArg;
-use crate::{finite, output};
 
 /// Arguments of `roformer forward`.
 #[derive(Debug, clap::Args)]
@@ -37,44 +40,12 @@ pub struct Args {
     precision: PrecisionArg,
 }
 
-/// The input file.
-#[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Input {
-    input_ids: Vec<Vec<i64>>,
-    attention_mask: Option<Vec<Vec<i64>>>,
-    token_type_ids: Option<Vec<Vec<i64>>>,
-    position_ids: Option<Vec<Vec<i64>>>,
-}
-
-/// A `[rows, cols]` i64 tensor from a list of lists, which must be rectangular and non-empty.
-fn matrix(name: &str, rows: &[Vec<i64>]) -> anyhow::Result<Tensor> {
-    let Some(first) = rows.first() else {
-        bail!("{name} is empty: give at least one sequence");
-    };
-    let width = first.len();
-    if width == 0 {
-        bail!("{name}[0] is empty: give at least one token per sequence");
-    }
-    if let Some((i, row)) = rows.iter().enumerate().find(|(_, r)| r.len() != width) {
-        bail!(
-            "{name} is ragged: row {i} has {} entries, row 0 has {width} (pad the rows to one \
-             length and mark the padding in attention_mask)",
-            row.len()
-        );
-    }
-    let flat: Vec<i64> = rows.iter().flatten().copied().collect();
-    Ok(Tensor::from_vec(flat, (rows.len(), width), &Device::Cpu)?)
-}
-
-fn read_input(path: &Path) -> anyhow::Result<Input> {
+/// The input file, parsed.
+fn read_input(path: &Path) -> anyhow::Result<ForwardInput> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read the input file {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("{}: malformed input JSON", path.display()))
-}
-
-fn optional(name: &str, rows: &Option<Vec<Vec<i64>>>) -> anyhow::Result<Option<Tensor>> {
-    rows.as_deref().map(|r| matrix(name, r)).transpose()
+    ForwardInput::from_json(text.as_bytes())
+        .with_context(|| format!("{}: malformed input JSON", path.display()))
 }
 
 /// Runs the model on the input file and writes the outputs.
@@ -82,11 +53,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut inputs = vec![InputPath::File("--input", args.input.clone())];
     inputs.extend(checkpoint_files("--model", &args.model));
     refuse_output_among_inputs("--output", &args.output, &inputs)?;
-    let input = read_input(&args.input)?;
-    let ids = matrix("input_ids", &input.input_ids)?;
-    let mask = optional("attention_mask", &input.attention_mask)?;
-    let types = optional("token_type_ids", &input.token_type_ids)?;
-    let positions = optional("position_ids", &input.position_ids)?;
+    let ForwardTensors {
+        input_ids: ids,
+        token_type_ids: types,
+        attention_mask: mask,
+        position_ids: positions,
+    } = read_input(&args.input)?.tensors()?;
 
     let dir = ModelDir::open(&args.model)
         .with_context(|| format!("loading the model in {}", args.model.display()))?;
@@ -151,7 +123,9 @@ pub(crate) fn warn_non_finite(outputs: &HashMap<String, Tensor>) -> anyhow::Resu
     let mut names: Vec<&String> = outputs.keys().collect();
     names.sort();
     for name in names {
-        if let Some((index, value)) = finite::first_non_finite_in(&outputs[name])? {
+        let tensor = &outputs[name];
+        if let Some(bad) = first_non_finite_in(tensor)? {
+            let (index, value) = (bad.position(tensor.dims()), bad.value);
             eprintln!(
                 "warning: {name} is not finite: {name}{index:?} = {value} (sequence {}, token \
                  {}); the weights overflow f32 on this input, and the output file holds the \

@@ -12,7 +12,6 @@ mod default_vision_model;
 mod embed;
 mod eval;
 mod fill_mask;
-mod finite;
 mod forward;
 mod inputs;
 mod llama;

@@ -86,15 +86,11 @@ impl Activation {
     /// # Errors
     /// [`ModelError::UnknownActivation`] naming it and listing the known names.
     pub fn parse(field: &'static str, name: &str) -> Result<Activation, ModelError> {
-        NAMES
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, a)| *a)
-            .ok_or_else(|| ModelError::UnknownActivation {
-                field,
-                name: name.to_string(),
-                known: Activation::known_names().join(", "),
-            })
+        by_name(name).ok_or_else(|| ModelError::UnknownActivation {
+            field,
+            name: name.to_string(),
+            known: Activation::known_names().join(", "),
+        })
     }
 
     /// Every name [`Activation::parse`] accepts.
@@ -147,6 +143,31 @@ impl Activation {
         };
         y.to_dtype(dtype)
     }
+}
+
+/// Written as its canonical transformers name ([`Activation::name`]).
+impl serde::Serialize for Activation {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+/// Read from any transformers name [`Activation::parse`] accepts.
+impl<'de> serde::Deserialize<'de> for Activation {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        by_name(&name).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "unknown activation {name:?} (known: {})",
+                Activation::known_names().join(", ")
+            ))
+        })
+    }
+}
+
+/// The activation a transformers name means.
+fn by_name(name: &str) -> Option<Activation> {
+    NAMES.iter().find(|(n, _)| *n == name).map(|(_, a)| *a)
 }
 
 impl FromStr for Activation {

@@ -29,66 +29,110 @@ use crate::error::{ModelError, Result};
 /// Dynamic NTK tables kept at once (one per pass length); past this the cache starts afresh.
 const MAX_CACHED_LENGTHS: usize = 32;
 
-/// The context-extension schemes of [`RopeScaling`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ScalingKind {
-    /// Linear position interpolation: every frequency divided by the factor.
-    Linear,
-    /// NTK-aware: the base raised to `base s^(d / (d - 2))`, the same at every length.
-    NtkAware,
-    /// Dynamic NTK: NTK-aware at `s' = s n / L - (s - 1)` for a pass of `n > L` positions.
-    DynamicNtk,
-    /// YaRN: per-pair interpolation by wavelength, and the attention factor `0.1 ln s + 1`.
-    Yarn,
-}
-
-impl ScalingKind {
-    /// Every scheme, in the order the experiments report them.
-    pub const ALL: [ScalingKind; 4] = [
-        ScalingKind::Linear,
-        ScalingKind::NtkAware,
-        ScalingKind::DynamicNtk,
-        ScalingKind::Yarn,
-    ];
-
-    /// A short name (`pi`, `ntk`, `dynamic-ntk`, `yarn`).
-    pub fn name(self) -> &'static str {
-        match self {
-            ScalingKind::Linear => "pi",
-            ScalingKind::NtkAware => "ntk",
-            ScalingKind::DynamicNtk => "dynamic-ntk",
-            ScalingKind::Yarn => "yarn",
-        }
-    }
-}
-
-/// An inference-time rescaling of the encoder's rotary frequencies (see the module's table).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RopeScaling {
-    /// The scheme.
-    pub kind: ScalingKind,
-    /// The extension factor `s` (at least 1).
-    pub factor: f64,
-    /// The length `L` the model was trained on (at least 1).
-    pub original_length: usize,
-}
+/// An inference-time rescaling of the encoder's rotary frequencies: one of rotary's schemes
+/// (see the module's table), [`Scaling::Linear`] (position interpolation),
+/// [`Scaling::NtkAware`], [`Scaling::Dynamic`] (its `max_position_embeddings` the training
+/// length `L`) or [`Scaling::Yarn`] (its `original_max_position_embeddings` `L`), each with its
+/// factor `s`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RopeScaling(pub Scaling);
 
 impl RopeScaling {
+    /// The schemes of the module's table at factor `s` for a model trained on `l` positions, in
+    /// the order the experiments report them: position interpolation, NTK-aware, dynamic NTK,
+    /// YaRN (with transformers' defaults: `beta_fast` 32, `beta_slow` 1, the attention factor
+    /// `0.1 ln s + 1`).
+    pub fn schemes(s: f64, l: usize) -> [RopeScaling; 4] {
+        let l = l as f64;
+        [
+            Scaling::Linear { factor: s },
+            Scaling::NtkAware { factor: s },
+            Scaling::Dynamic {
+                factor: s,
+                max_position_embeddings: l,
+            },
+            Scaling::Yarn(Yarn {
+                factor: s,
+                original_max_position_embeddings: l,
+                beta_fast: 32.0,
+                beta_slow: 1.0,
+                truncate: true,
+                attention_factor: None,
+                mscale: None,
+                mscale_all_dim: None,
+            }),
+        ]
+        .map(RopeScaling)
+    }
+
+    /// A short name: `pi`, `ntk`, `dynamic-ntk`, `yarn` (rotary's name for another scheme).
+    pub fn name(&self) -> &'static str {
+        match self.0 {
+            Scaling::Linear { .. } => "pi",
+            Scaling::Dynamic { .. } => "dynamic-ntk",
+            _ => self.0.name(),
+        }
+    }
+
+    /// The extension factor `s`.
+    pub fn factor(&self) -> f64 {
+        match &self.0 {
+            Scaling::Linear { factor }
+            | Scaling::NtkAware { factor }
+            | Scaling::Dynamic { factor, .. } => *factor,
+            Scaling::Yarn(y) => y.factor,
+            _ => 1.0,
+        }
+    }
+
+    /// The training length `L` of dynamic NTK, past which its table follows the pass's length.
+    fn dynamic_length(&self) -> Option<usize> {
+        match self.0 {
+            Scaling::Dynamic {
+                max_position_embeddings,
+                ..
+            } => Some(max_position_embeddings as usize),
+            _ => None,
+        }
+    }
+
     /// Checks the factor and the training length.
     ///
     /// # Errors
-    /// [`ModelError::InvalidConfig`] for a factor below 1 or not finite, or a length of 0.
+    /// [`ModelError::InvalidConfig`] for a scheme other than the four of
+    /// [`RopeScaling::schemes`], a factor below 1 or not finite, or a length below 1.
     fn validate(&self) -> Result<()> {
-        if !(self.factor.is_finite() && self.factor >= 1.0) {
+        if !matches!(
+            self.0,
+            Scaling::Linear { .. }
+                | Scaling::NtkAware { .. }
+                | Scaling::Dynamic { .. }
+                | Scaling::Yarn(_)
+        ) {
             return Err(ModelError::InvalidConfig {
-                field: "rope_scaling.factor",
-                reason: format!("{} is not a finite number >= 1", self.factor),
+                field: "rope_scaling.rope_type",
+                reason: format!("{} is not one of pi, ntk, dynamic-ntk, yarn", self.name()),
             });
         }
-        if self.original_length == 0 {
+        let factor = self.factor();
+        if !(factor.is_finite() && factor >= 1.0) {
+            return Err(ModelError::InvalidConfig {
+                field: "rope_scaling.factor",
+                reason: format!("{factor} is not a finite number >= 1"),
+            });
+        }
+        let length = match &self.0 {
+            Scaling::Dynamic {
+                max_position_embeddings: l,
+                ..
+            } => *l,
+            Scaling::Yarn(y) => y.original_max_position_embeddings,
+            _ => 1.0,
+        };
+        if length.is_nan() || length < 1.0 {
             return Err(ModelError::InvalidConfig {
                 field: "rope_scaling.original_max_position_embeddings",
-                reason: "0 is not a length (the training length, at least 1)".into(),
+                reason: format!("{length} is not a length (the training length, at least 1)"),
             });
         }
         Ok(())
@@ -97,36 +141,11 @@ impl RopeScaling {
     /// The schedule of [`rotary::scaling`] for heads of `head_dim` (the rotary spec's `dim`)
     /// and frequency `base`.
     pub fn spec(&self, head_dim: usize, base: f64) -> RopeSpec {
-        let (s, d, l) = (self.factor, head_dim as f64, self.original_length as f64);
-        let (base, scaling) = match self.kind {
-            ScalingKind::Linear => (base, Scaling::Linear { factor: s }),
-            ScalingKind::NtkAware => (base * s.powf(d / (d - 2.0)), Scaling::Default),
-            ScalingKind::DynamicNtk => (
-                base,
-                Scaling::Dynamic {
-                    factor: s,
-                    max_position_embeddings: l,
-                },
-            ),
-            ScalingKind::Yarn => (
-                base,
-                Scaling::Yarn(Yarn {
-                    factor: s,
-                    original_max_position_embeddings: l,
-                    beta_fast: 32.0,
-                    beta_slow: 1.0,
-                    truncate: true,
-                    attention_factor: None,
-                    mscale: None,
-                    mscale_all_dim: None,
-                }),
-            ),
-        };
         RopeSpec {
             head_dim,
             dim: head_dim,
             base,
-            scaling,
+            scaling: self.0.clone(),
         }
     }
 }
@@ -170,9 +189,9 @@ impl RotaryTable {
             return Ok(unscaled);
         };
         scaling.validate()?;
-        let rope = match scaling.kind {
-            ScalingKind::DynamicNtk => unscaled.rope,
-            _ if scaling.factor == 1.0 => unscaled.rope,
+        let rope = match scaling.dynamic_length() {
+            Some(_) => unscaled.rope,
+            None if scaling.factor() == 1.0 => unscaled.rope,
             _ => scaling
                 .spec(head_dim, DEFAULT_BASE)
                 .rope(Layout::Interleaved, None)
@@ -187,8 +206,8 @@ impl RotaryTable {
     }
 
     /// The scaling in force (`None`: the paper's frequencies).
-    pub fn scaling(&self) -> Option<RopeScaling> {
-        self.scaling
+    pub fn scaling(&self) -> Option<&RopeScaling> {
+        self.scaling.as_ref()
     }
 
     /// The table of passes up to the training length (of every pass, but for dynamic NTK).
@@ -202,8 +221,8 @@ impl RotaryTable {
     /// # Errors
     /// [`ModelError::Input`] if the frequencies at `end` are not finite.
     pub fn rope_at(&self, end: usize) -> Result<Arc<Rope>> {
-        let dynamic = match self.scaling {
-            Some(s) if s.kind == ScalingKind::DynamicNtk && end > s.original_length => s,
+        let dynamic = match &self.scaling {
+            Some(s) if s.dynamic_length().is_some_and(|l| end > l) => s,
             _ => return Ok(Arc::clone(&self.rope)),
         };
         let mut cache = match self.by_length.lock() {
@@ -239,7 +258,8 @@ impl RotaryTable {
         let rows = positions.rows(batch, seq).map_err(input)?;
         let dynamic = self
             .scaling
-            .is_some_and(|s| s.kind == ScalingKind::DynamicNtk);
+            .as_ref()
+            .is_some_and(|s| s.dynamic_length().is_some());
         let rope = if dynamic {
             self.rope_at(end_of(positions, rows))?
         } else {

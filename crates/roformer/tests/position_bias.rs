@@ -23,8 +23,8 @@ fn config(position: &str, extra: RawConfig) -> RoFormerConfig {
         num_hidden_layers: 2,
         num_attention_heads: HEADS,
         intermediate_size: 24,
-        position_embedding_type: Some(position.into()),
-        hidden_act: "gelu".into(),
+        position_embedding_type: Some(roformer::PositionEmbeddingType::parse(position).unwrap()),
+        hidden_act: roformer::Activation::Gelu,
         ..extra
     })
     .unwrap()

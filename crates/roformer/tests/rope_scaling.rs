@@ -5,7 +5,7 @@
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use proptest::prelude::*;
-use roformer::rope_scaling::{RopeScaling, ScalingKind};
+use roformer::rope_scaling::RopeScaling;
 use roformer::{Dropout, Mode, ModelError, RawConfig, RoFormerConfig, RoFormerModel};
 use test_support::{max_abs, max_abs_diff};
 
@@ -20,8 +20,8 @@ fn config(position: &str) -> RoFormerConfig {
         num_hidden_layers: 2,
         num_attention_heads: 2,
         intermediate_size: 24,
-        position_embedding_type: Some(position.into()),
-        hidden_act: "gelu".into(),
+        position_embedding_type: Some(roformer::PositionEmbeddingType::parse(position).unwrap()),
+        hidden_act: roformer::Activation::Gelu,
         ..RawConfig::default()
     })
     .unwrap()
@@ -36,12 +36,16 @@ fn model(vars: &VarMap, dtype: DType) -> RoFormerModel {
     .unwrap()
 }
 
-fn scaling(kind: ScalingKind, factor: f64) -> RopeScaling {
-    RopeScaling {
-        kind,
-        factor,
-        original_length: TRAINED,
-    }
+/// The schemes by their place in [`RopeScaling::schemes`].
+const PI: usize = 0;
+const NTK: usize = 1;
+const DYNAMIC: usize = 2;
+const YARN: usize = 3;
+const ALL: [usize; 4] = [PI, NTK, DYNAMIC, YARN];
+
+/// Scheme `kind` at `factor` for a model trained on [`TRAINED`] positions.
+fn scaling(kind: usize, factor: f64) -> RopeScaling {
+    RopeScaling::schemes(factor, TRAINED)[kind].clone()
 }
 
 /// Two sequences of `t` token ids.
@@ -73,9 +77,9 @@ fn scaled(vars: &VarMap, dtype: DType, s: Option<RopeScaling>) -> RoFormerModel 
 fn a_factor_of_one_is_no_scaling() {
     let vars = VarMap::new();
     let plain = model(&vars, DType::F32);
-    for kind in ScalingKind::ALL {
+    for kind in ALL {
         let m = scaled(&vars, DType::F32, Some(scaling(kind, 1.0)));
-        let t = if kind == ScalingKind::DynamicNtk {
+        let t = if kind == DYNAMIC {
             TRAINED
         } else {
             3 * TRAINED
@@ -84,7 +88,7 @@ fn a_factor_of_one_is_no_scaling() {
             max_abs_diff(&hidden(&m, t, None), &hidden(&plain, t, None)),
             0.0,
             "{}",
-            kind.name()
+            scaling(kind, 1.0).name()
         );
         let paper = plain.encoder().rope().unwrap().inv_freq().to_vec();
         let formula = scaling(kind, 1.0)
@@ -95,7 +99,7 @@ fn a_factor_of_one_is_no_scaling() {
             assert!(
                 (a - b).abs() <= 1e-15 * b,
                 "{}: {a} against {b}",
-                kind.name()
+                scaling(kind, 1.0).name()
             );
         }
         assert_eq!(formula.attention_factor, 1.0);
@@ -111,11 +115,7 @@ fn interpolation_at_m_s_is_the_unscaled_model_at_m() {
     let t = 6;
     let at_m: Vec<u32> = (0..t as u32).collect();
     for s in [2u32, 3, 16] {
-        let pi = scaled(
-            &vars,
-            DType::F32,
-            Some(scaling(ScalingKind::Linear, f64::from(s))),
-        );
+        let pi = scaled(&vars, DType::F32, Some(scaling(PI, f64::from(s))));
         let at_ms: Vec<u32> = at_m.iter().map(|m| m * s).collect();
         let d = max_abs_diff(
             &hidden(&pi, t, Some(&at_ms)),
@@ -133,7 +133,7 @@ fn dynamic_ntk_is_ntk_aware_at_the_pass_length() {
     let vars = VarMap::new();
     let plain = model(&vars, DType::F32);
     for s in [1.0, 2.0, 4.0] {
-        let dynamic = scaled(&vars, DType::F32, Some(scaling(ScalingKind::DynamicNtk, s)));
+        let dynamic = scaled(&vars, DType::F32, Some(scaling(DYNAMIC, s)));
         assert_eq!(
             max_abs_diff(
                 &hidden(&dynamic, TRAINED, None),
@@ -143,11 +143,7 @@ fn dynamic_ntk_is_ntk_aware_at_the_pass_length() {
         );
         for n in [TRAINED + 1, 2 * TRAINED, 5 * TRAINED] {
             let effective = s * n as f64 / TRAINED as f64 - (s - 1.0);
-            let ntk = scaled(
-                &vars,
-                DType::F32,
-                Some(scaling(ScalingKind::NtkAware, effective)),
-            );
+            let ntk = scaled(&vars, DType::F32, Some(scaling(NTK, effective)));
             let table = dynamic.encoder().rotary().unwrap();
             let want = ntk.encoder().rope().unwrap().inv_freq();
             for (a, b) in table.rope_at(n).unwrap().inv_freq().iter().zip(want) {
@@ -165,10 +161,10 @@ fn dynamic_ntk_is_ntk_aware_at_the_pass_length() {
 fn each_scaling_changes_long_inputs() {
     let vars = VarMap::new();
     let plain = hidden(&model(&vars, DType::F32), 4 * TRAINED, None);
-    for kind in ScalingKind::ALL {
+    for kind in ALL {
         let m = scaled(&vars, DType::F32, Some(scaling(kind, 4.0)));
         let d = max_abs_diff(&hidden(&m, 4 * TRAINED, None), &plain);
-        assert!(d > 1e-3, "{}: {d}", kind.name());
+        assert!(d > 1e-3, "{}: {d}", scaling(kind, 1.0).name());
     }
 }
 
@@ -179,7 +175,7 @@ fn each_scaling_changes_long_inputs() {
 fn the_fused_path_matches_the_op_by_op_path_under_every_scaling() {
     let vars = VarMap::new();
     let t = 4 * TRAINED;
-    for kind in ScalingKind::ALL {
+    for kind in ALL {
         let m = scaled(&vars, DType::F32, Some(scaling(kind, 4.0)));
         assert!(m.encoder().runs_fused(m.plan(Mode::Inference)));
         let ops = m
@@ -188,7 +184,11 @@ fn the_fused_path_matches_the_op_by_op_path_under_every_scaling() {
             .to_dtype(DType::F64)
             .unwrap();
         let d = max_abs_diff(&hidden(&m, t, None), &ops);
-        assert!(d <= 1e-5 * max_abs(&ops), "{}: {d}", kind.name());
+        assert!(
+            d <= 1e-5 * max_abs(&ops),
+            "{}: {d}",
+            scaling(kind, 1.0).name()
+        );
     }
 }
 
@@ -201,17 +201,14 @@ fn bad_scalings_are_refused() {
     for factor in [0.5, f64::NAN, f64::INFINITY] {
         let e = m
             .encoder_mut()
-            .set_rope_scaling(Some(scaling(ScalingKind::Yarn, factor)))
+            .set_rope_scaling(Some(scaling(YARN, factor)))
             .unwrap_err();
         assert!(
             matches!(e, ModelError::InvalidConfig { field, .. } if field == "rope_scaling.factor"),
             "{e}"
         );
     }
-    let zero = RopeScaling {
-        original_length: 0,
-        ..scaling(ScalingKind::Linear, 2.0)
-    };
+    let zero = RopeScaling::schemes(2.0, 0)[DYNAMIC].clone();
     assert!(m.encoder_mut().set_rope_scaling(Some(zero)).is_err());
     let mut alibi = RoFormerModel::load(
         VarBuilder::from_varmap(&VarMap::new(), DType::F32, &Device::Cpu),
@@ -220,7 +217,7 @@ fn bad_scalings_are_refused() {
     .unwrap();
     let e = alibi
         .encoder_mut()
-        .set_rope_scaling(Some(scaling(ScalingKind::Linear, 2.0)))
+        .set_rope_scaling(Some(scaling(PI, 2.0)))
         .unwrap_err();
     assert!(e.to_string().contains("position_embedding_type"), "{e}");
 }
@@ -231,7 +228,7 @@ proptest! {
     #[test]
     fn yarn_attention_factor_is_the_formula(s in 1.0f64..64.0) {
         let vars = VarMap::new();
-        let m = scaled(&vars, DType::F32, Some(scaling(ScalingKind::Yarn, s)));
+        let m = scaled(&vars, DType::F32, Some(scaling(YARN, s)));
         let amplitude = m.encoder().rope().unwrap().amplitude();
         prop_assert!((amplitude - (0.1 * s.ln() + 1.0)).abs() <= 1e-12, "{amplitude}");
     }
@@ -242,8 +239,8 @@ proptest! {
     fn static_schedules_are_their_formulas(s in 1.0f64..64.0) {
         let vars = VarMap::new();
         let paper = model(&vars, DType::F32).encoder().rope().unwrap().inv_freq().to_vec();
-        let pi = scaled(&vars, DType::F32, Some(scaling(ScalingKind::Linear, s)));
-        let ntk = scaled(&vars, DType::F32, Some(scaling(ScalingKind::NtkAware, s)));
+        let pi = scaled(&vars, DType::F32, Some(scaling(PI, s)));
+        let ntk = scaled(&vars, DType::F32, Some(scaling(NTK, s)));
         let base = rotary::DEFAULT_BASE * s.powf(8.0 / 6.0);
         let pi = pi.encoder().rope().unwrap().inv_freq();
         let ntk = ntk.encoder().rope().unwrap().inv_freq();

@@ -18,7 +18,7 @@ fn config(position: &str) -> RoFormerConfig {
         num_attention_heads: 4,
         intermediate_size: 64,
         max_position_embeddings: 16,
-        position_embedding_type: Some(position.into()),
+        position_embedding_type: Some(roformer::PositionEmbeddingType::parse(position).unwrap()),
         ..RawConfig::default()
     })
     .unwrap()

@@ -18,7 +18,8 @@
 //! - [`table`]: cos/sin coefficients from f64 angles, rounded once;
 //! - [`apply`]: rotating slices of f32/f16/bf16 data, in place or not, q and k fused, on
 //!   threads, with SIMD kernels chosen at run time;
-//! - [`Rope`]: the 1D embedding that ties them together with a cached table.
+//! - [`Rope`]: the 1D embedding that ties them together with a cached table;
+//! - [`finite`]: the workspace's one scan for NaN and infinities.
 //!
 //! ```
 //! use rotary::{Direction, Layout, Positions, Rope, Shape};
@@ -41,6 +42,7 @@ pub mod candle;
 pub mod candle_mixed;
 pub mod element;
 pub mod error;
+pub mod finite;
 pub mod freqs;
 pub mod kernel;
 pub mod layout;

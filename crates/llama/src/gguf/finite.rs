@@ -4,14 +4,12 @@
 //! scales are not, and a NaN there makes every product it enters NaN, or, once the activations
 //! are quantized in turn, a silently wrong number.
 //!
-//! A value is non-finite exactly when its exponent bits are all ones, so the scan tests bits
-//! and never converts.
+//! The values are tested by the workspace's one scan, [`rotary::finite`]: bits, never a
+//! conversion.
 
 use candle_core::quantized::GgmlDType;
 use half::{bf16, f16};
-
-/// Values tested together before a block found bad is searched for its first bad index.
-const BLOCK: usize = 4096;
+use rotary::finite::{first_non_finite_stored, FloatBits};
 
 /// A stored floating-point field: its width and how to tell and print a non-finite value.
 #[derive(Debug, Clone, Copy)]
@@ -29,47 +27,17 @@ impl Float {
         }
     }
 
-    /// Whether any value stored in `raw` (whole values of [`Float::width`] bytes) is NaN or an
-    /// infinity, without a branch per value: or-reduces `(bits & exponent) + lowest exponent
-    /// bit`, which carries into the sign bit exactly for an all-ones exponent, so the loop
-    /// vectorises.
-    fn any_non_finite(self, raw: &[u8]) -> bool {
-        match self {
-            Float::F32 => {
-                let carries = raw.chunks_exact(4).fold(0u32, |acc, c| {
-                    let bits = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-                    acc | ((bits & 0x7f80_0000) + 0x0080_0000)
-                });
-                carries & 0x8000_0000 != 0
-            }
-            Float::F16 | Float::BF16 => {
-                let (exponent, lowest) = match self {
-                    Float::F16 => (0x7c00u16, 0x0400u16),
-                    _ => (0x7f80, 0x0080),
-                };
-                let carries = raw.chunks_exact(2).fold(0u16, |acc, c| {
-                    acc | ((u16::from_le_bytes([c[0], c[1]]) & exponent) + lowest)
-                });
-                carries & 0x8000 != 0
-            }
-        }
-    }
-
     /// The value stored in `raw` (of [`Float::width`] bytes) when it is NaN or an infinity.
     fn non_finite(self, raw: &[u8]) -> Option<f32> {
+        /// The value of type `T` stored in the first `N` bytes of `raw`, when it is not finite.
+        fn read<T: FloatBits<Raw = [u8; N]>, const N: usize>(raw: &[u8]) -> Option<f32> {
+            let v = T::from_le(*raw.first_chunk::<N>()?);
+            v.non_finite().then(|| v.to_f32())
+        }
         match self {
-            Float::F32 => {
-                let bits = u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
-                (bits & 0x7f80_0000 == 0x7f80_0000).then(|| f32::from_bits(bits))
-            }
-            Float::F16 => {
-                let bits = u16::from_le_bytes([raw[0], raw[1]]);
-                (bits & 0x7c00 == 0x7c00).then(|| f16::from_bits(bits).to_f32())
-            }
-            Float::BF16 => {
-                let bits = u16::from_le_bytes([raw[0], raw[1]]);
-                (bits & 0x7f80 == 0x7f80).then(|| bf16::from_bits(bits).to_f32())
-            }
+            Float::F32 => read::<f32, 4>(raw),
+            Float::F16 => read::<f16, 2>(raw),
+            Float::BF16 => read::<bf16, 2>(raw),
         }
     }
 }
@@ -102,19 +70,13 @@ pub(super) fn first_non_finite(dtype: GgmlDType, bytes: &[u8]) -> Option<(String
         _ => None,
     };
     if let Some(float) = float {
-        // Blocks found clean by the branch-free test are skipped; the first block that is not
-        // is searched for its first bad value.
-        let width = float.width();
-        return bytes
-            .chunks(BLOCK * width)
-            .enumerate()
-            .filter(|(_, block)| float.any_non_finite(block))
-            .find_map(|(b, block)| {
-                block.chunks_exact(width).enumerate().find_map(|(i, raw)| {
-                    let value = float.non_finite(raw)?;
-                    Some((format!("index {}", b * BLOCK + i), value))
-                })
-            });
+        // The workspace's one scan: blocks found clean by a branch-free test are skipped.
+        let bad = match float {
+            Float::F32 => first_non_finite_stored::<f32>(bytes.as_chunks::<4>().0),
+            Float::F16 => first_non_finite_stored::<f16>(bytes.as_chunks::<2>().0),
+            Float::BF16 => first_non_finite_stored::<bf16>(bytes.as_chunks::<2>().0),
+        }?;
+        return Some((format!("index {}", bad.index), bad.value));
     }
     let fields = block_fields(dtype);
     let (size, per_block) = (dtype.type_size(), dtype.block_size());
@@ -133,6 +95,7 @@ pub(super) fn first_non_finite(dtype: GgmlDType, bytes: &[u8]) -> Option<(String
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rotary::finite::BLOCK;
 
     #[test]
     fn every_half_precision_bit_pattern_agrees_with_is_finite() {
@@ -142,8 +105,6 @@ mod tests {
             assert_eq!(Float::F16.non_finite(&raw).is_some(), !h.is_finite());
             let b = bf16::from_bits(bits).to_f32();
             assert_eq!(Float::BF16.non_finite(&raw).is_some(), !b.is_finite());
-            assert_eq!(Float::F16.any_non_finite(&raw), !h.is_finite());
-            assert_eq!(Float::BF16.any_non_finite(&raw), !b.is_finite());
         }
         for v in [
             0.0,
@@ -156,8 +117,6 @@ mod tests {
         ] {
             let found = Float::F32.non_finite(&v.to_le_bytes()).is_some();
             assert_eq!(found, !v.is_finite(), "{v}");
-            let any = Float::F32.any_non_finite(&v.to_le_bytes());
-            assert_eq!(any, !v.is_finite(), "{v}");
         }
     }
 

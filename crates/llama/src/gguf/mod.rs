@@ -1,7 +1,7 @@
 //! Reading GGUF files (llama.cpp's model format): header, metadata and tensor directory are
 //! parsed with every count and offset checked against the file's size (tensor data ranges may
-//! not overlap), and tensors are read from the file when asked for (`source`: positional reads,
-//! not a memory map, so a file truncated during a load is an error and never a SIGBUS), each
+//! not overlap), and tensors are read from the file when asked for (the `file-source` crate:
+//! positional reads, not a memory map, so a file truncated during a load is an error and never a SIGBUS), each
 //! checked for NaN and infinities as it is read (`finite`).
 //!
 //! Layout (version 2 and 3): magic `GGUF`, version u32, tensor count u64, metadata count u64;
@@ -11,7 +11,6 @@
 
 mod cursor;
 mod finite;
-mod source;
 mod value;
 
 use std::collections::BTreeMap;
@@ -20,12 +19,15 @@ use std::path::{Path, PathBuf};
 
 use candle_core::quantized::{ggml_file::qtensor_from_ggml, GgmlDType, QTensor};
 use candle_core::Device;
+use file_source::{AlignedBytes, ReadError, Source};
 
 use crate::error::{LlamaError, Result};
 use cursor::Cursor;
-pub use source::TensorBytes;
-use source::{AlignedBytes, Source};
 pub use value::{Array, Value};
+
+/// Bytes of a GGUF file: borrowed from an in-memory file, or read from disk into a buffer
+/// aligned to 8 bytes (as candle's block types need).
+pub type TensorBytes<'a> = file_source::Bytes<'a>;
 
 /// `GGUF` read as a little-endian u32.
 const MAGIC: u32 = u32::from_le_bytes(*b"GGUF");
@@ -90,7 +92,7 @@ impl GgufFile {
     /// while its header is read.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
         let path = path.as_ref().to_path_buf();
-        let source = Source::open(&path).map_err(|source| LlamaError::Io {
+        let source = Source::open(&path, "a GGUF file").map_err(|source| LlamaError::Io {
             path: path.clone(),
             source,
         })?;
@@ -262,22 +264,19 @@ pub fn qtensor(info: &TensorInfo, bytes: &[u8], device: &Device) -> Result<QTens
 /// [`LlamaError::FileChanged`] when the file is now shorter than `range.end`, which its size at
 /// opening allowed; [`LlamaError::Io`] for other failures.
 fn read<'a>(path: &Path, source: &'a Source, range: Range<usize>) -> Result<TensorBytes<'a>> {
-    source.read(range.clone()).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            LlamaError::FileChanged {
-                path: path.to_path_buf(),
-                what: format!(
-                    "bytes {range:?} lay inside its {} bytes when it was opened, and are now past \
-                     its end",
-                    source.len()
-                ),
-            }
-        } else {
-            LlamaError::Io {
-                path: path.to_path_buf(),
-                source: e,
-            }
-        }
+    source.read_aligned(range.clone()).map_err(|e| match e {
+        ReadError::Io { message, .. } => LlamaError::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::other(message),
+        },
+        _ => LlamaError::FileChanged {
+            path: path.to_path_buf(),
+            what: format!(
+                "bytes {range:?} lay inside its {} bytes when it was opened, and are now past \
+                 its end",
+                source.len()
+            ),
+        },
     })
 }
 

@@ -3,9 +3,9 @@
 use anyhow::{bail, ensure};
 use candle_core::{DType, Device, Tensor};
 use roformer::{HeadModel, RoFormerForMaskedLM};
+use rotary::finite::{first_non_finite, NonFinite};
 
 use super::Masked;
-use crate::finite;
 
 /// The model's logits at every mask of the batch, in order (text by text, each text's
 /// targets in order): one row of `vocab` logits per mask.
@@ -45,7 +45,7 @@ pub(super) fn mask_logits(
         .iter()
         .flat_map(|d| d.targets.iter().map(move |&(p, _)| (d, p)));
     for (row, (d, position)) in picked.iter().zip(positions) {
-        if let Some((id, value)) = finite::first_non_finite(row) {
+        if let Some(NonFinite { index: id, value }) = first_non_finite(row) {
             bail!(
                 "{}: the model's logits at token {position} are not finite (id {id}: \
                  {value}): the checkpoint's weights overflow f32 on this text",

@@ -6,11 +6,12 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use candle_core::{Device, Tensor};
 use llama::Logits;
+use rotary::finite::first_non_finite_in;
 
 use super::ModelArgs;
 use crate::inputs::{refuse_output_among_inputs, InputPath};
+use crate::output;
 use crate::output::outln;
-use crate::{finite, output};
 
 /// Arguments of `roformer llama logits`.
 #[derive(Debug, clap::Args)]
@@ -75,8 +76,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let ids = Tensor::from_vec(flat, (batch, width), &Device::Cpu)?;
     let mut cache = model.cache(batch, width);
     let logits = model.forward(&ids, &mut cache, Logits::All)?;
-    if let Some((index, value)) = finite::first_non_finite_in(&logits)? {
-        bail!("the model produced a non-finite logit: logits{index:?} = {value}");
+    if let Some(bad) = first_non_finite_in(&logits)? {
+        let index = bad.position(logits.dims());
+        bail!(
+            "the model produced a non-finite logit: logits{index:?} = {}",
+            bad.value
+        );
     }
     let dims = logits.dims().to_vec();
     let outputs = HashMap::from([("logits".to_string(), logits)]);

@@ -22,7 +22,7 @@ use super::{command_line, refuse_duplicates, write_json, write_section};
 use anyhow::Context;
 use candle_core::Device;
 use report::{Cell, Results, Row};
-use roformer::rope_scaling::{RopeScaling, ScalingKind};
+use roformer::rope_scaling::RopeScaling;
 use roformer::train::mlm::{prepare_mlm_data, MlmData, MlmDataOptions, MlmTask};
 use roformer::train::run::{read_trainer_state, Task};
 use roformer::train::{build_trainable, Trainable};
@@ -32,6 +32,7 @@ use roformer::{
 };
 use roformer_runner::output::outln;
 use roformer_runner::plot;
+use rotary::scaling::Scaling;
 
 /// Arguments of `experiment length`.
 #[derive(Debug, Clone, clap::Args)]
@@ -112,11 +113,12 @@ impl Loaded {
     }
 }
 
-/// What a row measures: the runs of `arm`, under `scaling` if any.
+/// What a row measures: the runs of `arm`, under the scheme `scaling` if any (an index into
+/// [`RopeScaling::schemes`]).
 #[derive(Debug, Clone, PartialEq)]
 struct Variant {
     arm: String,
-    scaling: Option<ScalingKind>,
+    scaling: Option<usize>,
 }
 
 /// Runs `experiment length`.
@@ -245,7 +247,8 @@ fn variants_of(models: &[Loaded], trained_at: Option<usize>) -> Vec<Variant> {
             scaling: None,
         });
         if rotary && trained_at.is_some() {
-            variants.extend(ScalingKind::ALL.iter().map(|&k| Variant {
+            let schemes = RopeScaling::schemes(1.0, 1).len();
+            variants.extend((0..schemes).map(|k| Variant {
                 arm: arm.clone(),
                 scaling: Some(k),
             }));
@@ -254,13 +257,16 @@ fn variants_of(models: &[Loaded], trained_at: Option<usize>) -> Vec<Variant> {
     variants
 }
 
-/// The factor of `kind` at `length` for models trained at `trained_at`: `length / trained_at`
-/// (at least 1); 1 for dynamic NTK, whose base follows the pass's length by itself.
-fn factor(kind: ScalingKind, length: usize, trained_at: usize) -> f64 {
-    match kind {
-        ScalingKind::DynamicNtk => 1.0,
-        _ => (length as f64 / trained_at as f64).max(1.0),
+/// Scheme `k` of [`RopeScaling::schemes`] at `length` for models trained at `trained_at`: its
+/// factor `length / trained_at` (at least 1), or 1 for dynamic NTK, whose base follows the
+/// pass's length by itself.
+fn scheme_at(k: usize, length: usize, trained_at: usize) -> RopeScaling {
+    let stretch = (length as f64 / trained_at as f64).max(1.0);
+    let unit = RopeScaling::schemes(1.0, trained_at)[k].clone();
+    if matches!(unit.0, Scaling::Dynamic { .. }) {
+        return unit;
     }
+    RopeScaling::schemes(stretch, trained_at)[k].clone()
 }
 
 /// The validation blocks of one length, and how many batches of them are evaluated.
@@ -334,11 +340,7 @@ fn evaluate_at(
                 continue;
             }
             let scaling = match (v.scaling, trained_at) {
-                (Some(kind), Some(l)) => Some(RopeScaling {
-                    kind,
-                    factor: factor(kind, length, l),
-                    original_length: l,
-                }),
+                (Some(k), Some(l)) => Some(scheme_at(k, length, l)),
                 _ => None,
             };
             measured.push((vi, evaluate_one(m, blocks, length, scaling)?));
@@ -374,10 +376,10 @@ fn evaluate_one(
     length: usize,
     scaling: Option<RopeScaling>,
 ) -> anyhow::Result<(f64, f64)> {
-    set_scaling(m, scaling)?;
-    let name = scaling.map_or(String::new(), |s| {
-        format!("+{} (s = {:.3})", s.kind.name(), s.factor)
+    let name = scaling.as_ref().map_or(String::new(), |s| {
+        format!("+{} (s = {:.3})", s.name(), s.factor())
     });
+    set_scaling(m, scaling)?;
     eprintln!("length {length}: {}-s{}{name}", m.record.arm, m.record.seed);
     let task = MlmTask {
         model: &m.trainable.model,
@@ -407,13 +409,18 @@ fn rows(
         .zip(measured)
         .map(|(v, by_length)| Row {
             arm: v.arm.clone(),
-            scaling: v.scaling.map(|k| k.name().to_string()),
+            scaling: v
+                .scaling
+                .map(|k| RopeScaling::schemes(1.0, 1)[k].name().to_string()),
             cells: lengths
                 .iter()
                 .zip(by_length)
                 .map(|(&length, m)| Cell {
                     length,
-                    factor: v.scaling.zip(trained_at).map(|(k, l)| factor(k, length, l)),
+                    factor: v
+                        .scaling
+                        .zip(trained_at)
+                        .map(|(k, l)| scheme_at(k, length, l).factor()),
                     loss: Spread::of(m.iter().map(|x| x.0).collect()),
                     accuracy: Spread::of(m.iter().map(|x| x.1).collect()),
                 })

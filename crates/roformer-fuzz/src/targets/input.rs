@@ -1,7 +1,7 @@
 //! Target `input`: the input JSON of `roformer forward` (`input_ids`, `attention_mask`,
-//! `token_type_ids`, `position_ids`, each a list of equal-length lists), read as that command
-//! reads it and run through the masked-LM fixture and the causal (decoder) fixture, whose
-//! forward checks the inputs (`roformer`'s `input.rs`).
+//! `token_type_ids`, `position_ids`, each a list of equal-length lists), read by the type that
+//! command reads it with (`roformer::ForwardInput`) and run through the masked-LM fixture and
+//! the causal (decoder) fixture, whose forward checks the inputs (`roformer`'s `input.rs`).
 //!
 //! Sequences past [`MAX_TOKENS`] are skipped: attention costs `seq^2` memory by design, and
 //! the commands that read text cap lengths themselves.
@@ -9,8 +9,11 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use candle_core::{Device, Tensor};
-use roformer::{HeadModel, ModelDir, Precision, RoFormerForMaskedLM, RoFormerModel};
+use candle_core::Device;
+use roformer::{
+    ForwardInput, ForwardTensors, HeadModel, ModelDir, Precision, RoFormerForMaskedLM,
+    RoFormerModel,
+};
 
 use crate::fixtures::{DECODER_CONFIG, DECODER_SAFETENSORS, MLM_CONFIG, MLM_SAFETENSORS};
 use crate::outcome::{check_finite, Outcome};
@@ -19,22 +22,7 @@ use crate::outcome::{check_finite, Outcome};
 pub const MAX_TOKENS: usize = 1024;
 
 /// The fields of the input file, for the JSON mutator.
-pub const FIELDS: &[&str] = &[
-    "input_ids",
-    "attention_mask",
-    "token_type_ids",
-    "position_ids",
-];
-
-/// The input file, as `roformer forward` declares it.
-#[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Input {
-    input_ids: Vec<Vec<i64>>,
-    attention_mask: Option<Vec<Vec<i64>>>,
-    token_type_ids: Option<Vec<Vec<i64>>>,
-    position_ids: Option<Vec<Vec<i64>>>,
-}
+pub const FIELDS: &[&str] = ForwardInput::FIELDS;
 
 /// Ids alone; a padded batch with every field; positions at the edge of `u32`.
 pub fn seeds() -> Vec<Vec<u8>> {
@@ -76,38 +64,22 @@ fn models() -> &'static Models {
     })
 }
 
-/// A `[rows, cols]` i64 tensor from a list of lists, which must be rectangular and non-empty
-/// (as `roformer forward` requires).
-fn matrix(name: &str, rows: &[Vec<i64>]) -> Result<Tensor, String> {
-    let width = rows.first().map_or(0, Vec::len);
-    if width == 0 {
-        return Err(format!("{name} is empty"));
-    }
-    if rows.iter().any(|r| r.len() != width) {
-        return Err(format!("{name} is ragged"));
-    }
-    let flat: Vec<i64> = rows.iter().flatten().copied().collect();
-    Tensor::from_vec(flat, (rows.len(), width), &Device::Cpu).map_err(|e| e.to_string())
-}
-
-fn optional(name: &str, rows: &Option<Vec<Vec<i64>>>) -> Result<Option<Tensor>, String> {
-    rows.as_deref().map(|r| matrix(name, r)).transpose()
-}
-
 /// Runs one input.
 pub fn run(data: &[u8]) -> Outcome {
     Outcome::from_result(parse_and_run(data))
 }
 
 fn parse_and_run(data: &[u8]) -> Result<Outcome, String> {
-    let input: Input = serde_json::from_slice(data).map_err(|e| e.to_string())?;
-    let ids = matrix("input_ids", &input.input_ids)?;
+    let input = ForwardInput::from_json(data).map_err(|e| e.to_string())?;
+    let ForwardTensors {
+        input_ids: ids,
+        token_type_ids: types,
+        attention_mask: mask,
+        position_ids: positions,
+    } = input.tensors().map_err(|e| e.to_string())?;
     if ids.elem_count() > MAX_TOKENS {
         return Err(format!("skipped: more than {MAX_TOKENS} tokens"));
     }
-    let mask = optional("attention_mask", &input.attention_mask)?;
-    let types = optional("token_type_ids", &input.token_type_ids)?;
-    let positions = optional("position_ids", &input.position_ids)?;
     let models = models();
     let run = || -> roformer::error::Result<Outcome> {
         let out = models

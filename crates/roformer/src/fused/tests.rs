@@ -112,7 +112,7 @@ fn tiny(hidden_act: &str) -> RawConfig {
         num_hidden_layers: 2,
         num_attention_heads: 4,
         intermediate_size: 96,
-        hidden_act: hidden_act.into(),
+        hidden_act: hidden_act.parse().unwrap(),
         layer_norm_eps: 1e-12,
         ..RawConfig::default()
     }
@@ -178,7 +178,7 @@ fn fused_matches_op_by_op_rotary_value_and_explicit_positions() {
 #[test]
 fn fused_matches_op_by_op_for_rms_norm_without_biases() {
     let (encoder, cfg) = random_encoder(RawConfig {
-        norm_type: "rms_norm".into(),
+        norm_type: crate::config::NormType::RmsNorm,
         use_bias: false,
         ..tiny("gelu")
     });
@@ -189,7 +189,7 @@ fn fused_matches_op_by_op_for_rms_norm_without_biases() {
 #[test]
 fn fused_matches_op_by_op_without_rotary_positions() {
     let (encoder, cfg) = random_encoder(RawConfig {
-        position_embedding_type: Some("none".into()),
+        position_embedding_type: Some(crate::config::PositionEmbeddingType::None),
         ..tiny("gelu")
     });
     assert!(encoder.rope().is_none());

@@ -1,4 +1,4 @@
-//! A batch of encodings as model inputs, and the check of its outputs.
+//! A batch of encodings as model inputs.
 
 use candle_core::{Device, Tensor};
 
@@ -49,12 +49,4 @@ impl Padded {
     pub(crate) fn model_mask(&self) -> Option<&Tensor> {
         self.padded.then_some(&self.mask)
     }
-}
-
-/// The index and value of the first NaN or infinity in `values`.
-pub(crate) fn first_non_finite(values: &[f32]) -> Option<(usize, f32)> {
-    values
-        .iter()
-        .position(|v| !v.is_finite())
-        .map(|i| (i, values[i]))
 }

@@ -2,8 +2,9 @@
 //! the label names of its config.
 
 use candle_core::DType;
+use rotary::finite::{first_non_finite, NonFinite};
 
-use super::batch::{first_non_finite, Padded};
+use super::batch::Padded;
 use super::error::PipelineError;
 use crate::{Encoding, HeadModel, RoFormerConfig, RoFormerForSequenceClassification};
 
@@ -28,7 +29,7 @@ pub fn classify(
         .to_dtype(DType::F32)?
         .to_vec2::<f32>()?; // [b, num_labels]
     for (text, row) in logits.iter().enumerate() {
-        if let Some((index, value)) = first_non_finite(row) {
+        if let Some(NonFinite { index, value }) = first_non_finite(row) {
             return Err(PipelineError::NonFinite {
                 text,
                 what: "logits",

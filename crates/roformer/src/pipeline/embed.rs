@@ -9,8 +9,9 @@
 //! stays zero).
 
 use candle_core::{DType, Tensor};
+use rotary::finite::first_non_finite;
 
-use super::batch::{first_non_finite, Padded};
+use super::batch::Padded;
 use super::error::PipelineError;
 use crate::{Encoding, RoFormerModel};
 
@@ -102,17 +103,17 @@ fn locate(
     let dims = states.dim(1)?.max(1);
     let flat = states.flatten_all()?.to_vec1::<f32>()?;
     Ok(match first_non_finite(&flat) {
-        Some((i, value)) => NonFinite {
-            token: i / dims,
-            dim: i % dims,
-            value,
+        Some(bad) => NonFinite {
+            token: bad.index / dims,
+            dim: bad.index % dims,
+            value: bad.value,
         },
         None => {
-            let (dim, value) = first_non_finite(vector).unwrap_or((0, f32::NAN));
+            let bad = first_non_finite(vector);
             NonFinite {
                 token: 0,
-                dim,
-                value,
+                dim: bad.map_or(0, |bad| bad.index),
+                value: bad.map_or(f32::NAN, |bad| bad.value),
             }
         }
     })

@@ -6,8 +6,9 @@
 //! [`softmax`](super::softmax) (in f64); the `k` highest are kept, ties broken by the lower id.
 
 use candle_core::{DType, Tensor};
+use rotary::finite::{first_non_finite, NonFinite};
 
-use super::batch::{first_non_finite, Padded};
+use super::batch::Padded;
 use super::error::PipelineError;
 use super::scores;
 use crate::mode::Mode;
@@ -81,7 +82,7 @@ pub fn fill_mask(
         let mut per_text = Vec::with_capacity(ps.len());
         for &position in ps {
             let row = logits.next().unwrap_or_default();
-            if let Some((index, value)) = first_non_finite(&row) {
+            if let Some(NonFinite { index, value }) = first_non_finite(&row) {
                 return Err(PipelineError::NonFinite {
                     text,
                     what: "logits",

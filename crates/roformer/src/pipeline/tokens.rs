@@ -8,8 +8,9 @@
 //! The answer lists the non-zero entries `(v, w[v])` by increasing `v`.
 
 use candle_core::DType;
+use rotary::finite::{first_non_finite, NonFinite};
 
-use super::batch::{first_non_finite, Padded};
+use super::batch::Padded;
 use super::error::PipelineError;
 use crate::mode::Mode;
 use crate::{Encoding, HeadModel, RoFormerForMaskedLM, RoFormerModel};
@@ -41,7 +42,7 @@ pub fn token_states(
             .to_dtype(DType::F32)?
             .to_vec2::<f32>()?; // [len, hidden]
         for (token, row) in states.iter().enumerate() {
-            if let Some((index, value)) = first_non_finite(row) {
+            if let Some(NonFinite { index, value }) = first_non_finite(row) {
                 return Err(PipelineError::NonFinite {
                     text,
                     what: "hidden states",
@@ -86,7 +87,7 @@ pub fn splade(
                 .to_dtype(DType::F32)?
                 .to_vec2::<f32>()?; // [rows, vocab]
             for (i, row) in logits.into_iter().enumerate() {
-                if let Some((index, value)) = first_non_finite(&row) {
+                if let Some(NonFinite { index, value }) = first_non_finite(&row) {
                     return Err(PipelineError::NonFinite {
                         text,
                         what: "logits",

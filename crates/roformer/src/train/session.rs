@@ -14,6 +14,10 @@
 //!   6. the loop                           (run::Trainer::run; observer.event per event)
 //! ```
 //!
+//! The steps are the same for every task: a task's fit (`fit_mlm`, `fit_classify`) brings its
+//! config, its data and its [`Task`], and calls the one skeleton, `Run`, around them: `build`
+//! (step 1 and the model), `announce` (step 3) and `drive` (steps 4 to 6).
+//!
 //! A masked-LM run may also dump its first steps for a comparison with another framework
 //! ([`TrainOptions::dump`], [`crate::train::dump`]): `init/` is written between steps 3 and 4,
 //! the batches and losses after step 6.
@@ -28,7 +32,7 @@ use candle_core::Device;
 
 use crate::config::{PositionEmbeddingType, RoFormerConfig};
 use crate::cpu::Precision;
-use crate::model::ModelDir;
+use crate::model::{Architecture, ModelDir};
 use crate::optim::{decays, AdamW, AdamWConfig, Decay, LrSchedule, CLIP_EPS};
 use crate::shapes::ModelKind;
 use crate::tasks::{HeadModel, RoFormerForMaskedLM, RoFormerForSequenceClassification};
@@ -258,73 +262,38 @@ fn fit_mlm(
     observer: &mut dyn Observer,
     stop: &AtomicBool,
 ) -> Result<Finished, TrainError> {
-    let start = options.model;
-    let (batch, seq_len) = (data_options.batch_size, data_options.seq_len);
-    check_training_memory(&start.config, ModelKind::MaskedLm, batch, seq_len)?;
-    let trainable: Trainable<RoFormerForMaskedLM> = build_trainable(
-        &start.config,
-        start.weights.as_ref(),
-        options.seed,
-        &Device::Cpu,
-    )?;
-    let data = prepare_mlm_data(&start.tokenizer, data_options)?;
-    let files = tokenizer_files(&start.tokenizer, &start.config)?;
-    observer.prepared(&prepared(
-        options,
-        &start.config,
-        &trainable,
-        &files,
-        PreparedData::MaskedLm {
-            options: data_options,
-            data: &data,
-        },
-    ))?;
-    let steps = options
-        .steps
-        .unwrap_or_else(|| three_epochs(data.blocks.0, batch * options.grad_accum));
+    let shape = (data_options.batch_size, data_options.seq_len);
+    let config = options.model.config.clone();
+    let run = Run::<RoFormerForMaskedLM>::build(options, config, ModelKind::MaskedLm, shape)?;
+    let data = prepare_mlm_data(&options.model.tokenizer, data_options)?;
+    let view = PreparedData::MaskedLm {
+        options: data_options,
+        data: &data,
+    };
+    let steps = run.announce(observer, view, data.blocks.0, data_options.batch_size)?;
     let task = MlmTask {
-        model: &trainable.model,
-        params: &trainable.params,
+        model: &run.trainable.model,
+        params: &run.trainable.params,
         data: &data,
         max_eval_batches: data_options.max_eval_batches,
-        tokenizer_files: files,
+        tokenizer_files: run.files.clone(),
         precision: options.precision,
     };
     let record = task_record(data_options)?;
     let Some(dump_options) = &options.dump else {
-        let (finished, _) = drive(
-            &options.settings(),
-            task,
-            &trainable.params,
-            steps,
-            record,
-            observer,
-            stop,
-        )?;
-        return Ok(finished);
+        return Ok(run.drive(task, steps, record, observer, stop)?.0);
     };
-    let mut init = model_files(
-        &start.config,
-        &trainable.model.architecture_name(),
-        &trainable.params,
-    )?;
-    init.extend(task.tokenizer_files.iter().cloned());
+    let architecture = run.trainable.model.architecture_name();
+    let mut init = model_files(&run.config, &architecture, &run.trainable.params)?;
+    init.extend(run.files.iter().cloned());
     dump::begin(dump_options, options.grad_accum, options.resume, &init)?;
     let mut log = StepLog::new(dump_options.steps);
     let mut logged = Logged {
         inner: observer,
         log: &mut log,
     };
-    let result = drive(
-        &options.settings(),
-        task,
-        &trainable.params,
-        steps,
-        record,
-        &mut logged,
-        stop,
-    );
-    let settings = dump_settings(options, &trainable.model.architecture_name(), steps);
+    let result = run.drive(task, steps, record, &mut logged, stop);
+    let settings = dump_settings(options, &architecture, steps);
     let written = dump::finish(dump_options, &log, &data.train, settings);
     // A failed run's error goes first; its dump (the steps it did) is written all the same.
     let (finished, _) = result?;
@@ -377,72 +346,128 @@ fn fit_classify(
     observer: &mut dyn Observer,
     stop: &AtomicBool,
 ) -> Result<Finished, TrainError> {
-    let start = options.model;
     let labels = &task_options.labels;
-    let mut config = start.config.clone();
+    let mut config = options.model.config.clone();
     config.num_labels = labels.len();
     config.id2label = labels.iter().cloned().enumerate().collect();
     let (batch, length) = (task_options.batch_size, task_options.max_length);
-    check_training_memory(&config, ModelKind::SequenceClassification, batch, length)?;
-    let read = |path: &Path| read_examples(path, &start.tokenizer, labels, length);
+    let kind = ModelKind::SequenceClassification;
+    let run =
+        Run::<RoFormerForSequenceClassification>::build(options, config, kind, (batch, length))?;
+    let read = |path: &Path| read_examples(path, &options.model.tokenizer, labels, length);
     let train = read(&task_options.train)?;
     let eval = task_options.eval.as_deref().map(read).transpose()?;
     let eval = eval.unwrap_or_default();
-    let trainable: Trainable<RoFormerForSequenceClassification> =
-        build_trainable(&config, start.weights.as_ref(), options.seed, &Device::Cpu)?;
-    let files = tokenizer_files(&start.tokenizer, &config)?;
-    let data = PreparedData::Classify {
+    let view = PreparedData::Classify {
         options: task_options,
         train: &train,
         eval: &eval,
     };
-    observer.prepared(&prepared(options, &config, &trainable, &files, data))?;
-    let steps = options
-        .steps
-        .unwrap_or_else(|| three_epochs(train.len(), batch * options.grad_accum));
+    let steps = run.announce(observer, view, train.len(), batch)?;
     let best_dir = options.out.join("best");
     let task = ClassifyTask {
-        model: &trainable.model,
-        params: &trainable.params,
+        model: &run.trainable.model,
+        params: &run.trainable.params,
         train,
         eval,
         options: task_options.clone(),
-        pad: config.pad_token_id.unwrap_or(0),
-        tokenizer_files: files,
+        pad: run.config.pad_token_id.unwrap_or(0),
+        tokenizer_files: run.files.clone(),
         precision: options.precision,
         best: options.resume.then(|| best_score(&best_dir)).flatten(),
         best_dir: Some(best_dir.clone()),
     };
     let record = task_record(task_options)?;
-    let (mut finished, task) = drive(
-        &options.settings(),
-        task,
-        &trainable.params,
-        steps,
-        record,
-        observer,
-        stop,
-    )?;
+    let (mut finished, task) = run.drive(task, steps, record, observer, stop)?;
     finished.best = task.best.map(|_| best_dir);
     Ok(finished)
 }
 
-/// The [`Prepared`] view of a run.
-fn prepared<'a, M>(
-    options: &TrainOptions<'_>,
-    config: &'a RoFormerConfig,
-    trainable: &'a Trainable<M>,
-    files: &'a [(String, Vec<u8>)],
-    data: PreparedData<'a>,
-) -> Prepared<'a> {
-    Prepared {
-        config,
-        params: &trainable.params,
-        from_checkpoint: options.model.weights.is_some(),
-        initialised: &trainable.initialised,
-        unused: &trainable.unused,
-        tokenizer_files: files,
-        data,
+/// The steps every task's run shares, around what the task brings (its config, its data, its
+/// [`Task`]): steps 1 and 2 of [`fit`] ([`Run::build`]: the memory check, the model and the
+/// tokenizer files a checkpoint holds), step 3 ([`Run::announce`]: the observer's
+/// `prepared`, and the run's length) and steps 4 to 6 ([`Run::drive`]: the optimiser, the
+/// schedule and the loop).
+struct Run<'o, M> {
+    /// The run's options.
+    options: &'o TrainOptions<'o>,
+    /// The config as trained.
+    config: RoFormerConfig,
+    /// The model and its variables.
+    trainable: Trainable<M>,
+    /// The tokenizer files saved in every checkpoint.
+    files: Vec<(String, Vec<u8>)>,
+}
+
+impl<'o, M: Architecture> Run<'o, M> {
+    /// Checks that a run of `kind` on micro-batches of `(batch, length)` fits in memory, then
+    /// builds the model of `config` (from the start's weights, or seeded).
+    ///
+    /// # Errors
+    /// [`TrainError::TooLarge`], and the errors of building the model and its tokenizer files.
+    fn build(
+        options: &'o TrainOptions<'o>,
+        config: RoFormerConfig,
+        kind: ModelKind,
+        (batch, length): (usize, usize),
+    ) -> Result<Self, TrainError> {
+        check_training_memory(&config, kind, batch, length)?;
+        let start = options.model;
+        let weights = start.weights.as_ref();
+        let trainable = build_trainable(&config, weights, options.seed, &Device::Cpu)?;
+        let files = tokenizer_files(&start.tokenizer, &config)?;
+        Ok(Run {
+            options,
+            config,
+            trainable,
+            files,
+        })
+    }
+
+    /// Tells `observer` the run is prepared with `data`; returns the run's steps: the
+    /// options', or three passes over `items` at `batch` items a micro-batch.
+    ///
+    /// # Errors
+    /// The observer's refusal.
+    fn announce(
+        &self,
+        observer: &mut dyn Observer,
+        data: PreparedData<'_>,
+        items: usize,
+        batch: usize,
+    ) -> Result<u64, TrainError> {
+        let trainable = &self.trainable;
+        observer.prepared(&Prepared {
+            config: &self.config,
+            params: &trainable.params,
+            from_checkpoint: self.options.model.weights.is_some(),
+            initialised: &trainable.initialised,
+            unused: &trainable.unused,
+            tokenizer_files: &self.files,
+            data,
+        })?;
+        let per_step = batch * self.options.grad_accum;
+        Ok(self
+            .options
+            .steps
+            .unwrap_or_else(|| three_epochs(items, per_step)))
+    }
+
+    /// Runs `task` for `steps` steps: [`drive`] with the options' loop settings.
+    ///
+    /// # Errors
+    /// As [`drive`].
+    fn drive<T: Task>(
+        &self,
+        task: T,
+        steps: u64,
+        record: serde_json::Value,
+        observer: &mut dyn Observer,
+        stop: &AtomicBool,
+    ) -> Result<(Finished, T), TrainError> {
+        let settings = self.options.settings();
+        let params = &self.trainable.params;
+        drive(&settings, task, params, steps, record, observer, stop)
     }
 }
 

@@ -14,7 +14,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::activation::Activation;
-use crate::config::labels_of;
+use crate::config::validate::labels_of;
 use crate::error::ModelError;
 use crate::vision::error::{invalid, Result, VisionError};
 use crate::vision::positions::{Coordinates, PatchGrid};

@@ -12,6 +12,7 @@
 
 use candle_core::{DType, Device, IndexOp, Tensor};
 use candle_nn::{Linear, VarBuilder};
+use rotary::finite::first_non_finite_in;
 
 use crate::mode::Mode;
 use crate::norm::Norm;
@@ -23,7 +24,6 @@ use crate::vision::error::{Result, VisionError};
 use crate::vision::ops::{dense, linear_layer};
 use crate::vision::positions::PatchGrid;
 use crate::vision::rope::Rotation;
-use crate::weights::finite::first_non_finite_in;
 
 /// What [`VisionModel::forward`] returns.
 #[derive(Debug, Clone)]
@@ -158,13 +158,8 @@ impl VisionModel {
             )));
         }
         let pixels = pixel_values.to_device(&Device::Cpu)?.contiguous()?;
-        if let Some(flat) = first_non_finite_in(&pixels)? {
-            let at = [
-                flat / (c * h * w),
-                flat / (h * w) % c,
-                flat / w % h,
-                flat % w,
-            ];
+        if let Some(bad) = first_non_finite_in(&pixels)? {
+            let at = bad.position(pixels.dims());
             return Err(VisionError::Input(format!(
                 "non-finite value at [batch, channel, y, x] = {at:?}"
             )));

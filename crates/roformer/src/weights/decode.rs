@@ -5,10 +5,13 @@
 use std::ops::Range;
 
 use candle_core::{DType, Device, Tensor, WithDType};
+use file_source::Source;
 use half::{bf16, f16};
+use rotary::finite::{self, NonFinite, BLOCK};
 
-use super::finite::{any_non_finite, FloatBits, BLOCK};
-use super::source::{Source, CHUNK_BYTES};
+/// Bytes of a contiguous run read and decoded at a time: small next to a tensor, large
+/// enough that the system calls cost little (the peak memory of a load is the model plus this).
+const CHUNK_BYTES: usize = 1 << 20;
 
 /// Where a tensor's values lie in a checkpoint's bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,13 +31,8 @@ pub(crate) struct StoredTensor {
 /// Why a stored tensor cannot be turned into a tensor.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum DecodeError {
-    /// A NaN or an infinity at this flat (row-major) index.
-    NonFinite {
-        /// The flat index.
-        index: usize,
-        /// The value as printed (`NaN`, `inf`, `-inf`).
-        value: String,
-    },
+    /// A NaN or an infinity (its flat, row-major, index).
+    NonFinite(NonFinite),
     /// Anything else: an unsupported dtype, a layout [`StoredTensor::check`] refuses.
     Unreadable(String),
 }
@@ -163,12 +161,15 @@ impl StoredTensor {
             let elements = self.offset + from..self.offset + count.min(from + per_chunk);
             let chunk = source
                 .read(self.bytes_of(elements, N), &mut buffer)
-                .map_err(DecodeError::Unreadable)?;
+                .map_err(|e| DecodeError::Unreadable(e.to_string()))?;
             for block in chunk.as_chunks::<N>().0.chunks(BLOCK) {
                 let from = out.len();
                 out.extend(block.iter().map(|&e| T::from_le(e)));
-                if let Some(i) = T::first_non_finite(block) {
-                    return Err(non_finite(from + i, T::from_le(block[i])));
+                if let Some(bad) = T::first_non_finite_stored(block) {
+                    return Err(DecodeError::NonFinite(NonFinite {
+                        index: from + bad.index,
+                        ..bad
+                    }));
                 }
             }
         }
@@ -187,7 +188,7 @@ impl StoredTensor {
         let mut buffer = Vec::new();
         let span = source
             .read(self.bytes_of(self.offset..end, N), &mut buffer)
-            .map_err(DecodeError::Unreadable)?;
+            .map_err(|e| DecodeError::Unreadable(e.to_string()))?;
         let (elements, _) = span.as_chunks::<N>();
         let rank = self.shape.len();
         let (inner_len, inner_stride) = (self.shape[rank - 1], self.strides[rank - 1]);
@@ -204,8 +205,8 @@ impl StoredTensor {
                 break;
             }
         }
-        if let Some(i) = out.iter().position(|v| v.non_finite()) {
-            return Err(non_finite(i, out[i]));
+        if let Some(bad) = T::first_non_finite(out) {
+            return Err(DecodeError::NonFinite(bad));
         }
         Ok(())
     }
@@ -223,26 +224,20 @@ fn advance(index: &mut [usize], dims: &[usize]) -> bool {
     false
 }
 
-fn non_finite(index: usize, value: impl std::fmt::Display) -> DecodeError {
-    DecodeError::NonFinite {
-        index,
-        value: value.to_string(),
-    }
-}
-
 /// An element type a checkpoint stores in `N` little-endian bytes, and how its values are
-/// checked (floats for NaN and infinities, integers not at all).
-pub(crate) trait Element<const N: usize>: WithDType + std::fmt::Display {
+/// checked (floats for NaN and infinities by [`rotary::finite`], integers not at all).
+pub(crate) trait Element<const N: usize>: WithDType {
     /// The value stored as `raw`.
     fn from_le(raw: [u8; N]) -> Self;
 
-    /// Whether the value is NaN or an infinity.
-    fn non_finite(self) -> bool {
-        false
+    /// The first NaN or infinity among `values`.
+    fn first_non_finite(values: &[Self]) -> Option<NonFinite> {
+        let _ = values;
+        None
     }
 
-    /// The index of the first NaN or infinity among the stored values `raw`.
-    fn first_non_finite(raw: &[[u8; N]]) -> Option<usize> {
+    /// The first NaN or infinity among the stored values `raw`.
+    fn first_non_finite_stored(raw: &[[u8; N]]) -> Option<NonFinite> {
         let _ = raw;
         None
     }
@@ -255,15 +250,12 @@ macro_rules! elements {
                 <$t>::from_le_bytes(raw)
             }
 
-            fn non_finite(self) -> bool {
-                FloatBits::non_finite(self)
+            fn first_non_finite(values: &[Self]) -> Option<NonFinite> {
+                finite::first_non_finite(values)
             }
 
-            fn first_non_finite(raw: &[[u8; $n]]) -> Option<usize> {
-                if !any_non_finite::<$t>(raw) {
-                    return None;
-                }
-                raw.iter().position(|&r| FloatBits::non_finite(<$t>::from_le_bytes(r)))
+            fn first_non_finite_stored(raw: &[[u8; $n]]) -> Option<NonFinite> {
+                finite::first_non_finite_stored::<$t>(raw)
             }
         }
     )*};

@@ -8,22 +8,22 @@
 //! tensors.
 //!
 //! Reading a checkpoint, from file to tensor:
-//! - `source`: the file, read with bounded positional reads (or a buffer held in memory),
+//! - [`file_source::Source`]: the file, read with bounded positional reads (or a buffer held in memory),
 //!   never held whole in memory nor mapped, so a file truncated during a load is a clean
 //!   [`ModelError::FileChanged`], not a SIGBUS;
 //! - `safetensors_file` and `torch_zip` (with `pickle`, our own pickle reader) index each
 //!   tensor: dtype, shape, strides and the byte range of its storage, with every size checked
 //!   against the file, so memory is bounded by the file's size and not by what it claims;
 //! - `decode`: a tensor the model asks for is copied once into a contiguous tensor, whatever
-//!   its strides, and `finite` refuses NaN and infinities as it goes;
+//!   its strides, and refuses NaN and infinities ([`rotary::finite`]) as it goes; `finite`
+//!   refuses a conversion that overflows;
 //! - `backend`: serves the tensors to candle-nn and reports every problem by name.
 
 mod backend;
 mod decode;
-pub(crate) mod finite;
+mod finite;
 mod pickle;
 mod safetensors_file;
-mod source;
 mod torch_zip;
 
 use std::collections::BTreeMap;
@@ -32,10 +32,10 @@ use std::sync::{Arc, Mutex};
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
+use file_source::Source;
 
 use self::backend::{lock, CheckedBackend, Log};
 use self::decode::{DecodeError, StoredTensor};
-use self::source::Source;
 use crate::error::{ModelError, Result, WeightProblem, WeightProblems};
 
 /// The prefix of the encoder's tensors in checkpoints of RoFormer head models.
@@ -80,7 +80,7 @@ pub(crate) struct Entry {
 /// to their data.
 ///
 /// The file is not read into memory: a tensor's bytes are read a chunk at a time into the
-/// tensor the model keeps, when the model asks for it (see `weights/source.rs`).
+/// tensor the model keeps, when the model asks for it (see the `file-source` crate).
 pub struct Checkpoint {
     path: PathBuf,
     format: Format,
@@ -287,10 +287,10 @@ impl Checkpoint {
             .ok_or_else(|| unreadable("not in the checkpoint".into()))?;
         let data = entry.data.as_ref().map_err(|e| unreadable(e.clone()))?;
         let tensor = data.decode(&self.source).map_err(|e| match e {
-            DecodeError::NonFinite { index, value } => WeightProblem::NonFinite {
+            DecodeError::NonFinite(bad) => WeightProblem::NonFinite {
                 name: stored.to_string(),
-                index,
-                value,
+                index: bad.index,
+                value: bad.value.to_string(),
             },
             DecodeError::Unreadable(reason) => unreadable(reason),
         })?;

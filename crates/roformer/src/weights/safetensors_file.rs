@@ -4,11 +4,11 @@
 use std::collections::{BTreeMap, HashMap};
 
 use candle_core::DType;
+use file_source::Source;
 use safetensors::tensor::{Metadata, TensorInfo};
 use safetensors::SafeTensorError;
 
 use super::decode::{row_major, StoredTensor};
-use super::source::Source;
 use super::Entry;
 
 /// The longest header read, as the `safetensors` crate allows (100 MB).
@@ -62,7 +62,8 @@ fn header(source: &Source) -> Result<(usize, Metadata), String> {
         return Err(SafeTensorError::HeaderTooSmall.to_string());
     }
     let len: [u8; 8] = source
-        .read(0..8, &mut buffer)?
+        .read(0..8, &mut buffer)
+        .map_err(|e| e.to_string())?
         .try_into()
         .unwrap_or_default();
     let n = usize::try_from(u64::from_le_bytes(len))
@@ -72,7 +73,9 @@ fn header(source: &Source) -> Result<(usize, Metadata), String> {
     if 8 + n > source.len() {
         return Err(SafeTensorError::InvalidHeaderLength.to_string());
     }
-    let text = source.read(8..8 + n, &mut buffer)?;
+    let text = source
+        .read(8..8 + n, &mut buffer)
+        .map_err(|e| e.to_string())?;
     let text =
         std::str::from_utf8(text).map_err(|e| SafeTensorError::InvalidHeader(e).to_string())?;
     let header: Header = serde_json::from_str(text)

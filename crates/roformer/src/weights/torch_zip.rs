@@ -10,11 +10,11 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 
 use candle_core::DType;
+use file_source::{Source, SourceReader};
 use zip::{CompressionMethod, ZipArchive};
 
 use super::decode::StoredTensor;
 use super::pickle::{self, kind, Id, Pickle, Value};
-use super::source::{Source, SourceReader};
 use super::Entry;
 
 /// The tensors of the `torch.save` archive in `source`.
@@ -41,7 +41,7 @@ pub(crate) fn index(source: &Source) -> Result<BTreeMap<String, Entry>, String> 
     };
     let prefix = &pkl[..pkl.len() - "data.pkl".len()];
     if let Ok(order) = entry(&mut zip, len, &format!("{prefix}byteorder")) {
-        let order = source.read(order, &mut buffer)?;
+        let order = source.read(order, &mut buffer).map_err(|e| e.to_string())?;
         if order != b"little" {
             return Err(format!(
                 "byteorder is {:?}; only little-endian archives are read",
@@ -50,8 +50,12 @@ pub(crate) fn index(source: &Source) -> Result<BTreeMap<String, Entry>, String> 
         }
     }
     let pkl_range = entry(&mut zip, len, pkl)?;
-    let pickle =
-        pickle::read(source.read(pkl_range, &mut buffer)?).map_err(|e| format!("{pkl}: {e}"))?;
+    let pickle = pickle::read(
+        source
+            .read(pkl_range, &mut buffer)
+            .map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| format!("{pkl}: {e}"))?;
     let dict = state_dict(&pickle)?;
     let mut tensors = BTreeMap::new();
     for &(key, value) in dict {

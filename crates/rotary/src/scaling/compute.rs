@@ -21,6 +21,10 @@ pub(super) fn freqs(spec: &RopeSpec, seq_len: Option<usize>) -> ScaledFreqs {
             let inv = base_freqs(base, dim).into_iter().map(|w| w / factor);
             (inv.collect(), 1.0)
         }
+        Scaling::NtkAware { factor } => {
+            let d = dim as f64;
+            (base_freqs(base * factor.powf(d / (d - 2.0)), dim), 1.0)
+        }
         Scaling::Dynamic {
             factor,
             max_position_embeddings: max_pos,

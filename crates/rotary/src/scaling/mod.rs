@@ -8,6 +8,7 @@
 //! |---|---|---|
 //! | default | `theta_i` | 1 |
 //! | linear | `theta_i / factor` | 1 |
+//! | NTK-aware (static, this crate's own) | `theta'_i` with `base' = base factor^(dim / (dim - 2))` | 1 |
 //! | dynamic NTK | `theta'_i` with `base' = base (factor s / L - (factor - 1))^(dim / (dim - 2))`, `s = max(seq_len, L)` | 1 |
 //! | YaRN | `theta_i (1 - e_i) / factor + theta_i e_i`, `e_i = 1 - ramp_i` | `0.1 ln(factor) + 1` (or from `mscale`s) |
 //! | Llama 3 | `theta_i`, `theta_i / factor` or a blend, by wavelength | 1 |
@@ -55,6 +56,13 @@ pub enum Scaling {
         /// Context extension factor.
         factor: f64,
     },
+    /// NTK-aware (static): the base raised to `base factor^(dim / (dim - 2))`, the same at every
+    /// length. This crate's own (transformers has no such `rope_type`; its dynamic form is
+    /// [`Scaling::Dynamic`]).
+    NtkAware {
+        /// Context extension factor.
+        factor: f64,
+    },
     /// Dynamic NTK: the base grows with the current sequence length past `max_position_embeddings`.
     Dynamic {
         /// Context extension factor.
@@ -71,11 +79,13 @@ pub enum Scaling {
 }
 
 impl Scaling {
-    /// transformers' `rope_type` for this scheme.
+    /// transformers' `rope_type` for this scheme (`ntk` for [`Scaling::NtkAware`], which has
+    /// none).
     pub fn name(&self) -> &'static str {
         match self {
             Scaling::Default => "default",
             Scaling::Linear { .. } => "linear",
+            Scaling::NtkAware { .. } => "ntk",
             Scaling::Dynamic { .. } => "dynamic",
             Scaling::Yarn(_) => "yarn",
             Scaling::Llama3(_) => "llama3",
