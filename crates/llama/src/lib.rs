@@ -14,6 +14,7 @@
 //! `(x_{2i}, x_{2i+1})` apply; [`LoadOptions::layout`] = [`rotary::Layout::Half`] undoes the
 //! permutation and runs Hugging Face's half layout `(x_i, x_{i+d/2})` instead, with the same
 //! logits.
+#![warn(missing_docs)]
 
 mod attention;
 mod cache;

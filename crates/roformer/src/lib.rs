@@ -1,4 +1,5 @@
 //! RoFormer on candle.
+#![warn(missing_docs)]
 
 pub mod activation;
 pub mod attention;

@@ -27,7 +27,6 @@ use std::sync::atomic::AtomicBool;
 use candle_core::Device;
 
 use crate::config::{PositionEmbeddingType, RoFormerConfig};
-use crate::cpu::Precision;
 use crate::model::ModelDir;
 use crate::optim::{decays, AdamW, AdamWConfig, Decay, LrSchedule, CLIP_EPS};
 use crate::shapes::ModelKind;
@@ -39,6 +38,7 @@ use crate::train::classify::{best_score, read_examples, ClassifyOptions, Classif
 use crate::train::dump::{self, DumpOptions, DumpSettings, StepLog};
 use crate::train::error::TrainError;
 use crate::train::mlm::{prepare_mlm_data, MlmData, MlmDataOptions, MlmTask};
+use crate::train::options::TrainOptions;
 use crate::train::params::{build_trainable, Params, Trainable};
 use crate::train::resume::{load_accumulation, load_resume_state};
 use crate::train::run::{
@@ -111,37 +111,18 @@ pub enum TaskOptions {
     Classify(ClassifyOptions),
 }
 
-/// Everything a run needs.
+/// Everything a run needs: where it writes, what it trains on what, and how
+/// ([`TrainOptions`]).
 #[derive(Clone)]
-pub struct TrainOptions<'a> {
+pub struct TrainRun<'a> {
     /// The run's directory: `checkpoint/` (and `best/` for a classifier) are written there.
     pub out: PathBuf,
     /// The model to train.
     pub model: &'a ModelStart,
     /// The task and its data.
     pub task: TaskOptions,
-    /// Optimisation steps in all (`None`: three passes over the training data).
-    pub steps: Option<u64>,
-    /// Micro-batches per step (gradient accumulation), at least 1.
-    pub grad_accum: usize,
-    /// Peak learning rate.
-    pub lr: f64,
-    /// Warm-up steps (linear from 0 to the peak).
-    pub warmup: u64,
-    /// The decay after the warm-up.
-    pub decay: Decay,
-    /// AdamW's decoupled weight decay.
-    pub weight_decay: f64,
-    /// Clip the global gradient norm to this (`None`: no clipping).
-    pub max_grad_norm: Option<f64>,
-    /// Seed of the fresh weights and of dropout (the data's seed is the task's).
-    pub seed: u64,
-    /// Evaluate every this many steps (0: at the end only).
-    pub eval_every: u64,
-    /// Save a checkpoint every this many steps (0: at the end only).
-    pub save_every: u64,
-    /// The precision of the training products.
-    pub precision: Precision,
+    /// The optimisation settings.
+    pub options: TrainOptions,
     /// Continue from `out/checkpoint`: its optimiser and trainer state (the caller gives its
     /// weights in `model`).
     pub resume: bool,
@@ -151,6 +132,22 @@ pub struct TrainOptions<'a> {
     /// step-by-step comparison with another framework (`None`: no dump; ignored by
     /// classification). The run itself is unchanged.
     pub dump: Option<DumpOptions>,
+}
+
+impl<'a> TrainRun<'a> {
+    /// A new run of `task` on `model` into `out` with the default [`TrainOptions`]: no
+    /// resume, hook or dump. Change what differs with struct update syntax.
+    pub fn new(out: impl Into<PathBuf>, model: &'a ModelStart, task: TaskOptions) -> Self {
+        Self {
+            out: out.into(),
+            model,
+            task,
+            options: TrainOptions::default(),
+            resume: false,
+            save_hook: None,
+            dump: None,
+        }
+    }
 }
 
 /// The data a run prepared, as the [`Observer`] sees it.
@@ -231,7 +228,7 @@ pub struct Finished {
     pub best: Option<PathBuf>,
 }
 
-/// Runs a training: prepares data and model, restores the run on `options.resume`, trains
+/// Runs a training: prepares data and model, restores the run on `run.resume`, trains
 /// until the last step or until `stop` is set (at the next micro-batch or evaluation batch,
 /// with the last completed step's checkpoint saved, see [`crate::train::run`]), and tells
 /// `observer` along the way.
@@ -241,36 +238,36 @@ pub struct Finished {
 /// the refusals of the observer and of the resume checks, and the loop's errors
 /// ([`TrainError::NonFinite`] at the first non-finite loss, the last checkpoint kept).
 pub fn fit(
-    options: &TrainOptions<'_>,
+    run: &TrainRun<'_>,
     observer: &mut dyn Observer,
     stop: &AtomicBool,
 ) -> Result<Finished, TrainError> {
-    match &options.task {
-        TaskOptions::MaskedLm(data) => fit_mlm(options, data, observer, stop),
-        TaskOptions::Classify(task) => fit_classify(options, task, observer, stop),
+    match &run.task {
+        TaskOptions::MaskedLm(data) => fit_mlm(run, data, observer, stop),
+        TaskOptions::Classify(task) => fit_classify(run, task, observer, stop),
     }
 }
 
 /// [`fit`] for masked-LM pre-training.
 fn fit_mlm(
-    options: &TrainOptions<'_>,
+    run: &TrainRun<'_>,
     data_options: &MlmDataOptions,
     observer: &mut dyn Observer,
     stop: &AtomicBool,
 ) -> Result<Finished, TrainError> {
-    let start = options.model;
+    let start = run.model;
     let (batch, seq_len) = (data_options.batch_size, data_options.seq_len);
     check_training_memory(&start.config, ModelKind::MaskedLm, batch, seq_len)?;
     let trainable: Trainable<RoFormerForMaskedLM> = build_trainable(
         &start.config,
         start.weights.as_ref(),
-        options.seed,
+        run.options.seed,
         &Device::Cpu,
     )?;
     let data = prepare_mlm_data(&start.tokenizer, data_options)?;
     let files = tokenizer_files(&start.tokenizer, &start.config)?;
     observer.prepared(&prepared(
-        options,
+        run,
         &start.config,
         &trainable,
         &files,
@@ -279,21 +276,22 @@ fn fit_mlm(
             data: &data,
         },
     ))?;
-    let steps = options
+    let steps = run
+        .options
         .steps
-        .unwrap_or_else(|| three_epochs(data.blocks.0, batch * options.grad_accum));
+        .unwrap_or_else(|| three_epochs(data.blocks.0, batch * run.options.grad_accum));
     let task = MlmTask {
         model: &trainable.model,
         params: &trainable.params,
         data: &data,
         max_eval_batches: data_options.max_eval_batches,
         tokenizer_files: files,
-        precision: options.precision,
+        precision: run.options.precision,
     };
     let record = task_record(data_options)?;
-    let Some(dump_options) = &options.dump else {
+    let Some(dump_options) = &run.dump else {
         let (finished, _) = drive(
-            &options.settings(),
+            &run.settings(),
             task,
             &trainable.params,
             steps,
@@ -309,14 +307,14 @@ fn fit_mlm(
         &trainable.params,
     )?;
     init.extend(task.tokenizer_files.iter().cloned());
-    dump::begin(dump_options, options.grad_accum, options.resume, &init)?;
+    dump::begin(dump_options, run.options.grad_accum, run.resume, &init)?;
     let mut log = StepLog::new(dump_options.steps);
     let mut logged = Logged {
         inner: observer,
         log: &mut log,
     };
     let result = drive(
-        &options.settings(),
+        &run.settings(),
         task,
         &trainable.params,
         steps,
@@ -324,7 +322,7 @@ fn fit_mlm(
         &mut logged,
         stop,
     );
-    let settings = dump_settings(options, &trainable.model.architecture_name(), steps);
+    let settings = dump_settings(run, &trainable.model.architecture_name(), steps);
     let written = dump::finish(dump_options, &log, &data.train, settings);
     // A failed run's error goes first; its dump (the steps it did) is written all the same.
     let (finished, _) = result?;
@@ -351,33 +349,33 @@ impl Observer for Logged<'_> {
 
 /// The optimiser and schedule of a run of `steps` steps of the model class `model`, as a
 /// dump records them.
-fn dump_settings(options: &TrainOptions<'_>, model: &str, steps: u64) -> DumpSettings {
-    let adamw = adamw_config(options);
+fn dump_settings(run: &TrainRun<'_>, model: &str, steps: u64) -> DumpSettings {
+    let adamw = adamw_config(&run.options);
     DumpSettings {
         model: model.to_string(),
-        lr: options.lr,
-        warmup_steps: options.warmup,
+        lr: run.options.lr,
+        warmup_steps: run.options.warmup,
         total_steps: steps,
-        decay: format!("{:?}", options.decay).to_lowercase(),
+        decay: format!("{:?}", run.options.decay).to_lowercase(),
         weight_decay: adamw.weight_decay,
         beta1: adamw.beta1,
         beta2: adamw.beta2,
         eps: adamw.eps,
-        max_grad_norm: options.max_grad_norm,
+        max_grad_norm: run.options.max_grad_norm,
         clip_eps: CLIP_EPS,
-        precision: options.precision.name().to_string(),
-        seed: options.seed,
+        precision: run.options.precision.name().to_string(),
+        seed: run.options.seed,
     }
 }
 
 /// [`fit`] for sequence classification; the best model by dev macro-F1 goes to `out/best`.
 fn fit_classify(
-    options: &TrainOptions<'_>,
+    run: &TrainRun<'_>,
     task_options: &ClassifyOptions,
     observer: &mut dyn Observer,
     stop: &AtomicBool,
 ) -> Result<Finished, TrainError> {
-    let start = options.model;
+    let start = run.model;
     let labels = &task_options.labels;
     let mut config = start.config.clone();
     config.num_labels = labels.len();
@@ -388,19 +386,24 @@ fn fit_classify(
     let train = read(&task_options.train)?;
     let eval = task_options.eval.as_deref().map(read).transpose()?;
     let eval = eval.unwrap_or_default();
-    let trainable: Trainable<RoFormerForSequenceClassification> =
-        build_trainable(&config, start.weights.as_ref(), options.seed, &Device::Cpu)?;
+    let trainable: Trainable<RoFormerForSequenceClassification> = build_trainable(
+        &config,
+        start.weights.as_ref(),
+        run.options.seed,
+        &Device::Cpu,
+    )?;
     let files = tokenizer_files(&start.tokenizer, &config)?;
     let data = PreparedData::Classify {
         options: task_options,
         train: &train,
         eval: &eval,
     };
-    observer.prepared(&prepared(options, &config, &trainable, &files, data))?;
-    let steps = options
+    observer.prepared(&prepared(run, &config, &trainable, &files, data))?;
+    let steps = run
+        .options
         .steps
-        .unwrap_or_else(|| three_epochs(train.len(), batch * options.grad_accum));
-    let best_dir = options.out.join("best");
+        .unwrap_or_else(|| three_epochs(train.len(), batch * run.options.grad_accum));
+    let best_dir = run.out.join("best");
     let task = ClassifyTask {
         model: &trainable.model,
         params: &trainable.params,
@@ -409,13 +412,13 @@ fn fit_classify(
         options: task_options.clone(),
         pad: config.pad_token_id.unwrap_or(0),
         tokenizer_files: files,
-        precision: options.precision,
-        best: options.resume.then(|| best_score(&best_dir)).flatten(),
+        precision: run.options.precision,
+        best: run.resume.then(|| best_score(&best_dir)).flatten(),
         best_dir: Some(best_dir.clone()),
     };
     let record = task_record(task_options)?;
     let (mut finished, task) = drive(
-        &options.settings(),
+        &run.settings(),
         task,
         &trainable.params,
         steps,
@@ -429,7 +432,7 @@ fn fit_classify(
 
 /// The [`Prepared`] view of a run.
 fn prepared<'a, M>(
-    options: &TrainOptions<'_>,
+    run: &TrainRun<'_>,
     config: &'a RoFormerConfig,
     trainable: &'a Trainable<M>,
     files: &'a [(String, Vec<u8>)],
@@ -438,7 +441,7 @@ fn prepared<'a, M>(
     Prepared {
         config,
         params: &trainable.params,
-        from_checkpoint: options.model.weights.is_some(),
+        from_checkpoint: run.model.weights.is_some(),
         initialised: &trainable.initialised,
         unused: &trainable.unused,
         tokenizer_files: files,
@@ -447,7 +450,7 @@ fn prepared<'a, M>(
 }
 
 /// Steps for three passes over `items` at `per_step` items a step.
-fn three_epochs(items: usize, per_step: usize) -> u64 {
+pub(crate) fn three_epochs(items: usize, per_step: usize) -> u64 {
     (3 * items).div_ceil(per_step.max(1)) as u64
 }
 
@@ -458,7 +461,7 @@ fn task_record(task: &impl serde::Serialize) -> Result<serde_json::Value, TrainE
 
 /// The AdamW settings of a run: torch's defaults with the run's learning rate and weight
 /// decay.
-fn adamw_config(options: &TrainOptions<'_>) -> AdamWConfig {
+fn adamw_config(options: &TrainOptions) -> AdamWConfig {
     AdamWConfig {
         weight_decay: options.weight_decay,
         ..AdamWConfig::with_lr(options.lr)
@@ -494,22 +497,42 @@ pub(crate) struct LoopSettings<'a> {
     pub(crate) save_hook: Option<&'a dyn Fn(u64, SaveStep)>,
 }
 
-impl TrainOptions<'_> {
-    /// The loop's settings of these options (AdamW's default decay rule).
+impl TrainRun<'_> {
+    /// The loop's settings of this run (AdamW's default decay rule).
     fn settings(&self) -> LoopSettings<'_> {
-        LoopSettings {
-            out: &self.out,
-            grad_accum: self.grad_accum,
-            adamw: adamw_config(self),
+        LoopSettings::new(
+            &self.out,
+            &self.options,
             decays,
-            warmup: self.warmup,
-            decay: self.decay,
-            max_grad_norm: self.max_grad_norm,
-            seed: self.seed,
-            eval_every: self.eval_every,
-            save_every: self.save_every,
-            resume: self.resume,
-            save_hook: self.save_hook,
+            self.resume,
+            self.save_hook,
+        )
+    }
+}
+
+impl<'a> LoopSettings<'a> {
+    /// The loop's settings of a run into `out` with `options`, AdamW decaying the parameters
+    /// `decays` names, continued from `out/checkpoint` on `resume`.
+    pub(crate) fn new(
+        out: &'a Path,
+        options: &TrainOptions,
+        decays: fn(&str) -> bool,
+        resume: bool,
+        save_hook: Option<&'a dyn Fn(u64, SaveStep)>,
+    ) -> Self {
+        LoopSettings {
+            out,
+            grad_accum: options.grad_accum,
+            adamw: adamw_config(options),
+            decays,
+            warmup: options.warmup,
+            decay: options.decay,
+            max_grad_norm: options.max_grad_norm,
+            seed: options.seed,
+            eval_every: options.eval_every,
+            save_every: options.save_every,
+            resume,
+            save_hook,
         }
     }
 }
