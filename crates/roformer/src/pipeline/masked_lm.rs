@@ -1,5 +1,6 @@
-//! The front door of fill-mask: [`MaskedLm`], a masked LM with its tokenizer, fills the masks
-//! of a text in one call, each prediction with its token and the text it fills in.
+//! The front door of the text pipelines: [`MaskedLm`], a masked LM with its tokenizer, fills
+//! the masks of a text in one call, each prediction with its token and the text it fills in,
+//! and embeds texts.
 //!
 //! ```no_run
 //! use roformer::pipeline::MaskedLm;
@@ -19,6 +20,7 @@ use std::path::Path;
 use candle_core::Device;
 use serde::Serialize;
 
+use super::embed::{embed, Pooling};
 use super::error::PipelineError;
 use super::fill_mask::{fill, fill_mask, MaskCandidates};
 use crate::config::RoFormerConfig;
@@ -106,6 +108,30 @@ impl MaskedLm {
     /// The tokenizer.
     pub fn tokenizer(&self) -> &RoFormerTokenizer {
         &self.tokenizer
+    }
+
+    /// One vector per text: the encoder's last hidden states of `[CLS] text [SEP]` pooled by
+    /// `pooling` (see [`Pooling`]) and L2-normalised, `v / |v|`.
+    ///
+    /// # Errors
+    /// [`PipelineError::NonFinite`] for a text whose hidden states are not finite, model
+    /// errors otherwise.
+    pub fn embed(&self, texts: &[&str], pooling: Pooling) -> Result<Vec<Vec<f32>>, PipelineError> {
+        let encodings: Vec<Encoding> = texts.iter().map(|t| self.tokenizer.encode(t)).collect();
+        let batch: Vec<&Encoding> = encodings.iter().collect();
+        let pad_id = self.tokenizer.special_tokens().pad;
+        let vectors = embed(self.model.roformer(), &batch, pooling, true, pad_id)?;
+        (vectors.into_iter().enumerate())
+            .map(|(text, v)| {
+                v.map_err(|e| PipelineError::NonFinite {
+                    text,
+                    what: "hidden states",
+                    token: e.token,
+                    index: e.dim,
+                    value: e.value,
+                })
+            })
+            .collect()
     }
 
     /// The `top_k` most likely tokens behind each mask token of `text` (encoded whole as
