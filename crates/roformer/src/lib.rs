@@ -89,37 +89,37 @@
 //! `candle_attention`, RoPE inside a candle model of one's own.
 #![warn(missing_docs)]
 
-pub mod activation;
+pub(crate) mod activation;
 pub mod attention;
-pub mod autograd;
+pub(crate) mod autograd;
 pub mod config;
 mod cpu;
 pub mod data;
-pub mod embeddings;
-pub mod encoder;
+pub(crate) mod embeddings;
+pub(crate) mod encoder;
 pub mod error;
 mod fused;
-pub mod heads;
+pub(crate) mod heads;
 pub mod images;
 mod input;
 pub mod linear_attention;
 pub mod memory;
-pub mod mode;
-pub mod model;
-pub mod norm;
+pub(crate) mod mode;
+pub(crate) mod model;
+pub(crate) mod norm;
 pub mod optim;
 pub mod pipeline;
-pub mod plan;
+pub(crate) mod plan;
 pub mod position_bias;
 pub mod roofline;
 pub mod rope_scaling;
-pub mod score_mask;
-pub mod shapes;
-pub mod tasks;
+pub(crate) mod score_mask;
+pub(crate) mod shapes;
+pub(crate) mod tasks;
 pub mod tokenizer;
 pub mod train;
 pub mod vision;
-pub mod weights;
+pub(crate) mod weights;
 
 pub use activation::Activation;
 pub use config::{NormType, PositionEmbeddingType, RawConfig, RoFormerConfig};

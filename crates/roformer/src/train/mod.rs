@@ -5,7 +5,7 @@
 //! gradients (the fused inference path keeps no gradient history and is never taken), with
 //! dropout drawn from a seeded [`crate::Dropout`]. On the CPU in f32 the heavy steps (dense
 //! layers, attention, dropout with the residual add, the embedding lookup, the cross entropy)
-//! are fused ops with hand-written backward passes ([`crate::autograd`]); elsewhere candle's
+//! are fused ops with hand-written backward passes (`crate::autograd`); elsewhere candle's
 //! differentiable primitives, which the ops are tested against.
 
 pub mod budget;

@@ -15,7 +15,7 @@
 //! ```
 //!
 //! A masked-LM run may also dump its first steps for a comparison with another framework
-//! ([`TrainOptions::dump`], [`crate::train::dump`]): `init/` is written between steps 3 and 4,
+//! ([`TrainRun::dump`], [`crate::train::dump`]): `init/` is written between steps 3 and 4,
 //! the batches and losses after step 6.
 //!
 //! A program that wants a run calls [`fit`]; `roformer train mlm`, `train classify` and the
