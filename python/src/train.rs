@@ -11,7 +11,7 @@ use pyo3::types::PyDict;
 use roformer::optim::Decay;
 use roformer::train::mlm::MlmDataOptions;
 use roformer::train::run::{Event, Outcome};
-use roformer::train::{fit, ModelStart, Observer, TaskOptions, TrainOptions};
+use roformer::train::{fit, ModelStart, Observer, TaskOptions, TrainOptions, TrainRun};
 use roformer_builtin::poetry;
 
 use crate::errors::{self, value_error};
@@ -219,26 +219,24 @@ pub fn train_mlm<'py>(
     // The options are made on the thread that runs without the GIL: they hold a `&dyn Fn`
     // (the save hook, unused here), which is not `Sync`.
     let finished = py.detach(|| {
-        let options = TrainOptions {
-            out,
-            model: &model,
-            task,
-            steps: Some(steps),
-            grad_accum,
-            lr,
-            warmup,
-            decay,
-            weight_decay,
-            max_grad_norm: (max_grad_norm > 0.0).then_some(max_grad_norm),
-            seed,
-            eval_every,
-            save_every,
-            precision,
+        let run = TrainRun {
+            options: TrainOptions {
+                steps: Some(steps),
+                grad_accum,
+                lr,
+                warmup,
+                decay,
+                weight_decay,
+                max_grad_norm: (max_grad_norm > 0.0).then_some(max_grad_norm),
+                seed,
+                eval_every,
+                save_every,
+                precision,
+            },
             resume,
-            save_hook: None,
-            dump: None,
+            ..TrainRun::new(out, &model, task)
         };
-        fit(&options, &mut observer, &stop)
+        fit(&run, &mut observer, &stop)
     });
     if let Some(e) = observer.raised {
         return Err(e);

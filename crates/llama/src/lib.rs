@@ -14,6 +14,32 @@
 //! `(x_{2i}, x_{2i+1})` apply; [`LoadOptions::layout`] = [`rotary::Layout::Half`] undoes the
 //! permutation and runs Hugging Face's half layout `(x_i, x_{i+d/2})` instead, with the same
 //! logits.
+//!
+//! ```
+//! use llama::generate::{generate, Sampling};
+//! use llama::gguf::GgufFile;
+//! use llama::{Llama, LoadOptions, Tokenizer};
+//!
+//! // The tiny random model of the tests (2 layers, width 64, 64 tokens): its text is noise.
+//! let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tiny-llama/tiny.gguf");
+//! let file = GgufFile::open(path)?;
+//! let model = Llama::load(&file, &LoadOptions::default())?;
+//! let tokenizer = Tokenizer::from_gguf(&file)?;
+//! let prompt = tokenizer.encode("hello")?;
+//! // Greedy, no end-of-sequence token: exactly 8 new tokens, each handed over as it comes.
+//! let mut seen = Vec::new();
+//! let out = generate(&model, &prompt, 8, Sampling::GREEDY, None, |id| {
+//!     seen.push(id);
+//!     Ok(())
+//! })?;
+//! assert_eq!((out.tokens.len(), &out.tokens), (8, &seen));
+//! println!("{}", tokenizer.decode(&out.tokens)?);
+//! # Ok::<(), llama::LlamaError>(())
+//! ```
+//!
+//! `cargo run --release -p llama --example generate -- model.gguf "Once upon a time"` runs a
+//! real model the same way.
+#![warn(missing_docs)]
 
 mod attention;
 mod cache;

@@ -4,7 +4,8 @@
 
 use std::path::PathBuf;
 
-use roformer::{ModelDir, ModelError, RoFormerTokenizer, TokenizerError};
+use roformer::pipeline::{MaskedLm, PipelineError};
+use roformer::{ModelDir, ModelError, Precision, RoFormerTokenizer, TokenizerError};
 
 /// How the built-in model is named in messages.
 pub const NAME: &str = "<built-in poetry model>";
@@ -34,11 +35,28 @@ pub fn model_dir() -> Result<ModelDir, ModelError> {
     ModelDir::from_memory(PathBuf::from(NAME), CONFIG, WEIGHTS.to_vec())
 }
 
+/// The built-in model as a [`MaskedLm`], its products in `precision`: fill a mask in a line.
+///
+/// ```
+/// let lm = roformer_builtin::poetry::masked_lm(roformer::Precision::F32)?;
+/// let masks = lm.fill_mask("举头望明[MASK]", 3)?;
+/// let best = &masks[0].predictions[0];
+/// assert_eq!(best.token.as_deref(), Some("月"));
+/// assert_eq!(best.sequence.as_deref(), Some("举头望明月"));
+/// # Ok::<(), roformer::pipeline::PipelineError>(())
+/// ```
+///
+/// # Errors
+/// None for the shipped files; the type is [`MaskedLm::new`]'s.
+pub fn masked_lm(precision: Precision) -> Result<MaskedLm, PipelineError> {
+    MaskedLm::new(&model_dir()?, tokenizer()?, precision)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use candle_core::Device;
-    use roformer::{Precision, RoFormerForMaskedLM};
+    use roformer::RoFormerForMaskedLM;
 
     #[test]
     fn the_built_in_model_loads_with_its_tokenizer() {

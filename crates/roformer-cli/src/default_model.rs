@@ -1,11 +1,12 @@
 //! The text model of `--model DIR`, or the built-in poetry model ([`roformer_builtin::poetry`])
-//! when `--model` is not given: `fill-mask`, `embed`, `tokenize`, `eval` and `serve` read it
-//! through here.
+//! when `--model` is not given: `fill-mask` (through [`masked_lm`]), `embed`, `tokenize`,
+//! `eval` and `serve` read it through here.
 
 use std::path::Path;
 
 use anyhow::Context;
-use roformer::{ModelDir, RoFormerTokenizer};
+use roformer::pipeline::MaskedLm;
+use roformer::{ModelDir, Precision, RoFormerTokenizer};
 use roformer_builtin::poetry;
 
 /// How the built-in model is named in messages.
@@ -33,6 +34,19 @@ pub fn model_dir(model: Option<&Path>) -> anyhow::Result<ModelDir> {
             ModelDir::open(dir).with_context(|| format!("loading the model in {}", dir.display()))
         }
         None => poetry::model_dir().with_context(|| format!("loading the {NAME}")),
+    }
+}
+
+/// The masked LM of `--model DIR`, or the built-in model when `model` is `None`, its products
+/// in `precision`.
+///
+/// # Errors
+/// The errors of [`MaskedLm::from_dir`] for a directory.
+pub fn masked_lm(model: Option<&Path>, precision: Precision) -> anyhow::Result<MaskedLm> {
+    match model {
+        Some(dir) => MaskedLm::from_dir(dir, precision)
+            .with_context(|| format!("loading the masked LM in {}", dir.display())),
+        None => poetry::masked_lm(precision).with_context(|| format!("loading the {NAME}")),
     }
 }
 

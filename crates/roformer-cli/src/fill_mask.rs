@@ -1,7 +1,7 @@
 //! `roformer fill-mask`: the most likely tokens behind each mask token of a text.
 //!
-//! The text is encoded as `[CLS] text [SEP]` by the checkpoint's tokenizer, run through
-//! [`RoFormerForMaskedLM`] by [`pipeline::fill_mask()`], and at each mask position the logits `z`
+//! The text is encoded as `[CLS] text [SEP]` by the checkpoint's tokenizer, run through the
+//! library's [`roformer::pipeline::MaskedLm`], and at each mask position the logits `z`
 //! over the vocabulary become probabilities `p_i = exp(z_i - max z) / sum_j exp(z_j - max z)`
 //! (in f64, so no exponential overflows); the `k` highest are printed, each with its
 //! `sequence`: the text with that mask replaced by the candidate token (a `##` continuation
@@ -15,9 +15,9 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{bail, ensure};
-use candle_core::Device;
-use roformer::{pipeline, Encoding, RoFormerForMaskedLM, RoFormerTokenizer};
+use anyhow::bail;
+use roformer::pipeline::FilledMask;
+use roformer::{Encoding, RoFormerTokenizer};
 
 use crate::output::OutputArgs;
 use crate::precision::PrecisionArg;
@@ -61,60 +61,24 @@ pub struct Args {
     precision: PrecisionArg,
 }
 
-/// One candidate token for a mask.
-#[derive(Debug, Serialize)]
-struct Prediction {
-    id: u32,
-    /// `None` for an id that has no token in vocab.txt (a vocabulary smaller than the model's).
-    token: Option<String>,
-    probability: f64,
-    /// The text with this mask replaced by `token` (other masks kept); `None` with `token`.
-    sequence: Option<String>,
-}
-
-/// The candidates for the mask at token index `position`, most likely first.
-#[derive(Debug, Serialize)]
-struct Mask {
-    position: usize,
-    predictions: Vec<Prediction>,
-}
-
 #[derive(Debug, Serialize)]
 struct Report<'a> {
     text: &'a str,
-    masks: Vec<Mask>,
+    masks: Vec<FilledMask>,
     /// What `--max-length` cut, if anything.
     truncated: Option<Cut>,
 }
 
 /// Predicts the tokens behind each mask of the text and prints them.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let tokenizer = default_model::tokenizer(args.model.as_deref())?;
+    let lm = default_model::masked_lm(args.model.as_deref(), args.precision.resolve())?;
+    let tokenizer = lm.tokenizer();
     let mask_id = tokenizer.mask_token_id()?;
-    let dir = default_model::model_dir(args.model.as_deref())?;
-    let limit = Limit::new(args.max_length, dir.config.max_position_embeddings);
-    let (encoding, truncated) = encode_with_masks(&tokenizer, &args.text, mask_id, limit)?;
-
-    ensure!(
-        dir.checkpoint.has_mlm_head(),
-        "{} has no masked-LM head (no cls.predictions.* tensors): fill-mask needs a checkpoint \
-         saved from RoFormerForMaskedLM",
-        dir.checkpoint.path().display()
-    );
-    let precision = args.precision.resolve();
-    let model = dir
-        .load::<RoFormerForMaskedLM>(&Device::Cpu, precision)?
-        .model;
-    let pad_id = tokenizer.special_tokens().pad;
-    let found = pipeline::fill_mask(&model, &[&encoding], mask_id, pad_id, args.top_k as usize)?;
+    let limit = Limit::new(args.max_length, lm.config().max_position_embeddings);
+    let (encoding, truncated) = encode_with_masks(tokenizer, &args.text, mask_id, limit)?;
     let report = Report {
         text: &args.text,
-        masks: masks_of(
-            found.into_iter().flatten(),
-            &encoding,
-            &tokenizer,
-            &args.text,
-        ),
+        masks: lm.fill_encoding(&args.text, &encoding, args.top_k as usize)?,
         truncated,
     };
 
@@ -180,37 +144,6 @@ fn encode_with_masks(
     }
 
     Ok((encoding, truncated))
-}
-
-/// The predictions of each mask, with their tokens and the text each fills in.
-fn masks_of(
-    found: impl Iterator<Item = pipeline::MaskCandidates>,
-    encoding: &Encoding,
-    tokenizer: &RoFormerTokenizer,
-    text: &str,
-) -> Vec<Mask> {
-    found
-        .map(|mask| {
-            let span = encoding.offsets[mask.position];
-            let predictions = mask
-                .candidates
-                .into_iter()
-                .map(|c| {
-                    let token = tokenizer.id_to_token(c.id);
-                    Prediction {
-                        id: c.id,
-                        token: token.map(str::to_owned),
-                        probability: c.score,
-                        sequence: token.map(|t| pipeline::fill(text, span, t)),
-                    }
-                })
-                .collect();
-            Mask {
-                position: mask.position,
-                predictions,
-            }
-        })
-        .collect()
 }
 
 /// Columns `s` takes in a terminal, roughly: 2 for a wide (CJK, full-width) char, else 1.

@@ -50,7 +50,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use anyhow::bail;
-use roformer::train::{Finished, ModelStart, TrainError, TrainOptions};
+use roformer::train::{Finished, ModelStart, TrainError, TrainRun};
 use serde::Serialize;
 
 use interrupted::Interrupted;
@@ -132,9 +132,9 @@ fn check_stopped(stop: &AtomicBool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Trains one run of an experiment into its directory `options.out`, quietly, with the same
+/// Trains one run of an experiment into its directory `run.out`, quietly, with the same
 /// files as a `train` command: `run.json` (holding `record`), `metrics.jsonl`, `loss.png` and
-/// `checkpoint/`. With `interrupted` (and `options.resume`, and `options.model` loaded from
+/// `checkpoint/`. With `interrupted` (and `run.resume`, and `run.model` loaded from
 /// its checkpoint) it continues that run; otherwise it replaces what an unfinished run left
 /// there (none of `inputs` may lie inside it). `what` titles the loss plot; `explain` names
 /// the flags behind a failure before the first step. Returns the wall seconds of the run,
@@ -143,19 +143,19 @@ fn check_stopped(stop: &AtomicBool) -> anyhow::Result<()> {
 /// # Errors
 /// The run's errors, and file errors.
 fn train_run(
-    options: &TrainOptions<'_>,
+    run: &TrainRun<'_>,
     (inputs, interrupted): (Vec<(&'static str, &Path)>, Option<&Interrupted>),
     record: &impl Serialize,
     what: &str,
     stop: &AtomicBool,
     explain: impl FnOnce(TrainError) -> anyhow::Error,
 ) -> anyhow::Result<f64> {
-    let dir = options.out.as_path();
+    let dir = run.out.as_path();
     let plot = Path::new("loss.png");
     let paths = open_out_dir(&OutRequest {
         out: dir,
-        resume: options.resume,
-        overwrite: !options.resume,
+        resume: run.resume,
+        overwrite: !run.resume,
         init: None,
         inputs,
         plot,
@@ -169,7 +169,7 @@ fn train_run(
         what,
         json: false,
         quiet: true,
-        resume: options.resume,
+        resume: run.resume,
         recorded,
         stop,
         stop_after: None,
@@ -177,7 +177,7 @@ fn train_run(
         continuation: "give the same command again to continue it",
     };
     let started = Instant::now();
-    let result = train(options, view, explain);
+    let result = train(run, view, explain);
     let seconds = interrupted.map_or(0.0, |i| i.seconds) + started.elapsed().as_secs_f64();
     // Kept whatever the outcome: a stop can also come after the last step, before the
     // experiment marks the run done. The run's own error is the one to report; a lost time

@@ -16,7 +16,7 @@ use serde_json::json;
 
 use roformer::optim::Decay;
 use roformer::train::mlm::MlmDataOptions;
-use roformer::train::{ModelStart, TaskOptions, TrainError, TrainOptions};
+use roformer::train::{ModelStart, TaskOptions, TrainError, TrainOptions, TrainRun};
 
 use super::done::{is_done, mark_done, read_done};
 use super::settings::{set, Read, SettingsFile, SettingsFlag};
@@ -606,24 +606,22 @@ fn pretrain(
         line_share: 0.0,
         alone_share: 0.0,
     };
-    let options = TrainOptions {
-        out: dir.to_path_buf(),
-        model: &start,
-        task: TaskOptions::MaskedLm(data),
-        steps: Some(args.settings.steps),
-        grad_accum: 1,
-        lr: spec.lr,
-        warmup: args.settings.warmup,
-        decay: Decay::Linear,
-        weight_decay: args.settings.weight_decay,
-        max_grad_norm: Some(args.settings.max_grad_norm),
-        seed,
-        eval_every: args.settings.eval_every,
-        save_every: 0,
-        precision: args.precision.resolve(),
+    let options = TrainRun {
+        options: TrainOptions {
+            steps: Some(args.settings.steps),
+            lr: spec.lr,
+            warmup: args.settings.warmup,
+            decay: Decay::Linear,
+            weight_decay: args.settings.weight_decay,
+            max_grad_norm: Some(args.settings.max_grad_norm),
+            seed,
+            eval_every: args.settings.eval_every,
+            save_every: 0,
+            precision: args.precision.resolve(),
+            ..TrainOptions::PRETRAINING
+        },
         resume: interrupted.is_some(),
-        save_hook: None,
-        dump: None,
+        ..TrainRun::new(dir, &start, TaskOptions::MaskedLm(data))
     };
     let inputs = vec![
         ("--config", config),

@@ -16,6 +16,21 @@ pub enum PrecisionArg {
     Bf16,
 }
 
+impl From<PrecisionArg> for Precision {
+    fn from(p: PrecisionArg) -> Self {
+        p.asked()
+    }
+}
+
+impl From<Precision> for PrecisionArg {
+    fn from(p: Precision) -> Self {
+        match p {
+            Precision::F32 => PrecisionArg::F32,
+            Precision::Bf16 => PrecisionArg::Bf16,
+        }
+    }
+}
+
 impl PrecisionArg {
     /// The precision asked for.
     fn asked(self) -> Precision {

@@ -12,7 +12,7 @@
 //! Without rotary positions (BERT's absolute table, sinusoidal, none: positions, if any, were
 //! added to the embeddings) q, k and v are not rotated: transformers' `BertSelfAttention`.
 //! ALiBi and T5 positions arrive as a per-head bias beside the additive mask
-//! ([`ScoreMask`], [`crate::position_bias`]).
+//! (`ScoreMask`, [`crate::position_bias`]).
 //! Dropout runs in training only ([`Mode::Train`]).
 //!
 //! The attention proper (scores and context from rotated q, k, v) is [`softmax_attention`],
@@ -238,7 +238,7 @@ impl SelfAttention {
 /// Scaled dot-product attention over head-major `q`, `k`, `v` (`[b, h, t, d]`):
 /// `Dropout(softmax(q k^T / sqrt(d) + mask)) v`, with `mask` additive and broadcastable to
 /// `[b, h, t, t]` and dropout of probability `dropout` on the probabilities in training.
-/// Returns `[b, h, t, d]`. In training the softmax is [`autograd::softmax_last_dim`], which
+/// Returns `[b, h, t, d]`. In training the softmax is `autograd::softmax_last_dim`, which
 /// carries gradients.
 ///
 /// # Errors

@@ -1,37 +1,126 @@
-//! RoFormer on candle.
+//! RoFormer (Su et al., 2021, "RoFormer: Enhanced Transformer with Rotary Position
+//! Embedding") on candle: the encoder with rotary position embedding (and the other position
+//! kinds it is compared with), its tokenizer, Hugging Face checkpoints in and out, the
+//! pipelines that use it, training, and a vision transformer with 2D RoPE.
+//!
+//! A query or key vector at position `m` is rotated pair by pair by the angles `m * theta_i`,
+//! `theta_i = base^(-2i/d)`, so that `<R_m q, R_n k> = <q, R_{n-m} k>` depends only on `n - m`
+//! (the rotation itself is the [`rotary`] crate's).
+//!
+//! # Fill a mask, embed a text
+//!
+//! [`pipeline::MaskedLm`] is a checkpoint saved from `RoFormerForMaskedLM` with its
+//! tokenizer: a directory (`config.json`, `model.safetensors` or `pytorch_model.bin`,
+//! `vocab.txt`), or the built-in poetry model of the `roformer-builtin` crate
+//! (`roformer_builtin::poetry::masked_lm`, which puts 月 first in `举头望明[MASK]`).
+//!
+//! ```
+//! use roformer::pipeline::{MaskedLm, Pooling};
+//! use roformer::Precision;
+//!
+//! // A tiny random checkpoint of the tests (2 layers, width 32, 97 CJK characters).
+//! let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/roundtrip/mlm_rotary");
+//! let lm = MaskedLm::from_dir(dir, Precision::F32)?;
+//! let masks = lm.fill_mask("一七[MASK]上", 3)?;
+//! assert_eq!((masks.len(), masks[0].position), (1, 3)); // [CLS] 一 七 [MASK] 上 [SEP]
+//! let best = &masks[0].predictions[0];
+//! assert!(best.probability >= masks[0].predictions[2].probability);
+//! println!("{:?} {:?}", best.token, best.sequence);
+//!
+//! let vectors = lm.embed(&["一七三上", "不与"], Pooling::Mean)?;
+//! let norm: f32 = vectors[0].iter().map(|x| x * x).sum::<f32>().sqrt();
+//! assert_eq!(vectors[0].len(), 32); // the hidden size
+//! assert!((norm - 1.0).abs() < 1e-5); // L2-normalised: a dot product is the cosine
+//! # Ok::<(), roformer::pipeline::PipelineError>(())
+//! ```
+//!
+//! Below the front door: [`ModelDir`] loads a checkpoint (every missing, mis-shaped or unused
+//! tensor named in one error) into a [`RoFormerModel`] or a task model
+//! ([`RoFormerForMaskedLM`], [`RoFormerForSequenceClassification`], ...), and
+//! [`pipeline`] runs batches of encodings through them.
+//!
+//! # Train
+//!
+//! [`train::fit`] is a whole run in one call: the data read, the model built (from a
+//! checkpoint, or fresh from a config and a vocabulary), AdamW and its schedule, checkpoints in
+//! the run's directory, a resume from them, and a stop flag. [`train::TrainOptions`] carries
+//! the optimisation settings with their documented defaults.
+//!
+//! ```
+//! use std::sync::atomic::AtomicBool;
+//!
+//! use roformer::train::mlm::MlmDataOptions;
+//! use roformer::train::run::Event;
+//! use roformer::train::{fit, ModelStart, Observer, TaskOptions, TrainOptions, TrainRun};
+//!
+//! /// Keeps the loss of every step.
+//! struct Losses(Vec<f64>);
+//! impl Observer for Losses {
+//!     fn event(&mut self, event: Event) {
+//!         if let Event::Step(step) = event {
+//!             self.0.push(step.loss);
+//!         }
+//!     }
+//! }
+//!
+//! let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+//! let model = ModelStart::from_checkpoint(format!("{fixtures}/roundtrip/mlm_rotary").as_ref())?;
+//! let data = MlmDataOptions {
+//!     corpus: vec![format!("{fixtures}/poetry").into()],
+//!     seq_len: 32,
+//!     batch_size: 4,
+//!     ..MlmDataOptions::default()
+//! };
+//! let out = std::env::temp_dir().join(format!("roformer-doc-fit-{}", std::process::id()));
+//! let run = TrainRun {
+//!     options: TrainOptions { steps: Some(10), lr: 1e-3, ..TrainOptions::default() },
+//!     ..TrainRun::new(&out, &model, TaskOptions::MaskedLm(data))
+//! };
+//! let mut losses = Losses(Vec::new());
+//! let finished = fit(&run, &mut losses, &AtomicBool::new(false))?;
+//! assert_eq!((finished.steps, losses.0.len()), (10, 10));
+//! assert!(out.join("checkpoint/model.safetensors").is_file());
+//! # std::fs::remove_dir_all(&out).ok();
+//! # Ok::<(), roformer::train::TrainError>(())
+//! ```
+//!
+//! Whole programs: `cargo run -p roformer --example train` (this run, its losses printed);
+//! `roformer-builtin`'s `fill_mask` and `embed` examples on the built-in model; `rotary`'s
+//! `candle_attention`, RoPE inside a candle model of one's own.
+#![warn(missing_docs)]
 
-pub mod activation;
+pub(crate) mod activation;
 pub mod attention;
-pub mod autograd;
+pub(crate) mod autograd;
 pub mod config;
 mod cpu;
 pub mod data;
-pub mod embeddings;
-pub mod encoder;
+pub(crate) mod embeddings;
+pub(crate) mod encoder;
 pub mod error;
 mod forward_input;
 mod fused;
-pub mod heads;
+pub(crate) mod heads;
 pub mod images;
 mod input;
 pub mod linear_attention;
 pub mod memory;
-pub mod mode;
-pub mod model;
-pub mod norm;
+pub(crate) mod mode;
+pub(crate) mod model;
+pub(crate) mod norm;
 pub mod optim;
 pub mod pipeline;
-pub mod plan;
+pub(crate) mod plan;
 pub mod position_bias;
 pub mod roofline;
 pub mod rope_scaling;
-pub mod score_mask;
-pub mod shapes;
-pub mod tasks;
+pub(crate) mod score_mask;
+pub(crate) mod shapes;
+pub(crate) mod tasks;
 pub mod tokenizer;
 pub mod train;
 pub mod vision;
-pub mod weights;
+pub(crate) mod weights;
 
 pub use activation::Activation;
 pub use config::{NormType, PositionEmbeddingType, RawConfig, RoFormerConfig};

@@ -36,7 +36,7 @@ pub struct RoFormerModel {
 /// A model type that can be built from a checkpoint's var builder (rooted at the file's top
 /// level, where a head model's encoder lives under `roformer.`).
 pub trait Architecture: Sized {
-    /// Which model this is: what [`shapes::expected_tensors`] lists for it, compared with the
+    /// Which model this is: what `shapes::expected_tensors` lists for it, compared with the
     /// checkpoint before [`Architecture::load_root`] runs.
     const KIND: ModelKind;
 
@@ -50,11 +50,11 @@ pub trait Architecture: Sized {
     fn roformer_mut(&mut self) -> &mut RoFormerModel;
 
     /// Sets the precision of the encoder's inference products
-    /// ([`crate::encoder::Encoder::set_precision`]: bf16 packs the weights once); a head
+    /// (`crate::encoder::Encoder::set_precision`: bf16 packs the weights once); a head
     /// stays f32.
     ///
     /// # Errors
-    /// As [`crate::encoder::Encoder::set_precision`].
+    /// As `crate::encoder::Encoder::set_precision`.
     fn set_precision(&mut self, precision: Precision) -> Result<()> {
         self.roformer_mut().encoder_mut().set_precision(precision)
     }
@@ -87,8 +87,8 @@ impl RoFormerModel {
         &self.embeddings
     }
 
-    /// The layer stack, to change (its inference precision: [`Encoder::set_precision`]; its
-    /// rotary scaling: [`Encoder::set_rope_scaling`]).
+    /// The layer stack, to change (its inference precision: `Encoder::set_precision`; its
+    /// rotary scaling: `Encoder::set_rope_scaling`).
     pub fn encoder_mut(&mut self) -> &mut Encoder {
         &mut self.encoder
     }
@@ -228,7 +228,7 @@ pub struct ModelDir {
 pub const CHECKPOINT_FILES: &[&str] = &["model.safetensors", "pytorch_model.bin"];
 
 impl ModelDir {
-    /// Reads `dir/config.json` and opens the first checkpoint of [`CHECKPOINT_FILES`] present.
+    /// Reads `dir/config.json` and opens the first checkpoint of `CHECKPOINT_FILES` present.
     ///
     /// # Errors
     /// [`ModelError::MissingFile`] when `dir` has no config or no checkpoint,
@@ -280,7 +280,7 @@ impl ModelDir {
 
     /// Builds model type `M` from the checkpoint with its weights held in `dtype` (f16 or
     /// bf16 run candle's ops op by op; [`ModelDir::load`] is the f32 model), checking every
-    /// tensor first: the shapes the config implies ([`shapes::check`]) are compared with the
+    /// tensor first: the shapes the config implies (`shapes::check`) are compared with the
     /// checkpoint's before anything is built, so no size the checkpoint does not hold is
     /// allocated.
     ///

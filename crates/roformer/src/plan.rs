@@ -22,7 +22,7 @@ use crate::mode::Mode;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kernels {
     /// The CPU layer's fused kernels (`crate::fused` at inference, the fused ops of
-    /// [`crate::autograd`] in training), matrix products in this precision.
+    /// `crate::autograd` in training), matrix products in this precision.
     Cpu(Precision),
     /// candle's ops, one per step, on any device and dtype (the reference).
     Candle,
@@ -121,7 +121,7 @@ impl<'a> Plan<'a> {
     /// `LayerNorm(Dropout(y) + residual)` with `weight` and `bias` (`[h]` for `y` and
     /// `residual` of shape `[..., h]`) in training: one fused op (dropout, add and norm) where
     /// the kernels are [`Kernels::Cpu`], [`Plan::dropout_add`] then
-    /// [`crate::autograd::layer_norm`] elsewhere. Draws the dropout mask as
+    /// `crate::autograd::layer_norm` elsewhere. Draws the dropout mask as
     /// [`Plan::dropout_add`] does.
     ///
     /// # Errors

@@ -117,7 +117,7 @@ fn class_name(cfg: &RoFormerConfig, task: &str) -> String {
     format!("{family}{task}")
 }
 
-/// `RoFormerForMaskedLM`: the encoder and the `cls.predictions` head ([`MlmHead`]).
+/// `RoFormerForMaskedLM`: the encoder and the `cls.predictions` head (`MlmHead`).
 #[derive(Debug)]
 pub struct RoFormerForMaskedLM {
     roformer: RoFormerModel,
@@ -129,7 +129,7 @@ impl RoFormerForMaskedLM {
     /// level).
     ///
     /// # Errors
-    /// As [`RoFormerModel::load`] and [`MlmHead::load`].
+    /// As [`RoFormerModel::load`] and `MlmHead::load`.
     pub fn load(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> Result<Self> {
         let roformer = RoFormerModel::load(vb.pp(cfg.base_prefix()), cfg)?;
         let head = MlmHead::load(
@@ -173,7 +173,7 @@ impl Architecture for RoFormerForMaskedLM {
 }
 
 /// `RoFormerForSequenceClassification` (`BertForSequenceClassification` with absolute
-/// positions): the encoder and a [`ClassificationHead`] on the first token.
+/// positions): the encoder and a `ClassificationHead` on the first token.
 #[derive(Debug)]
 pub struct RoFormerForSequenceClassification {
     roformer: RoFormerModel,
@@ -184,7 +184,7 @@ impl RoFormerForSequenceClassification {
     /// Loads the encoder and the head's tensors from `vb` (the checkpoint's top level).
     ///
     /// # Errors
-    /// As [`RoFormerModel::load`] and [`ClassificationHead::load`].
+    /// As [`RoFormerModel::load`] and `ClassificationHead::load`.
     pub fn load(vb: VarBuilder<'_>, cfg: &RoFormerConfig) -> Result<Self> {
         Ok(RoFormerForSequenceClassification {
             roformer: RoFormerModel::load(vb.pp(cfg.base_prefix()), cfg)?,

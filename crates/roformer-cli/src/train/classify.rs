@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 use anyhow::bail;
 use roformer::train::checkpoint::SaveStep;
 use roformer::train::classify::{labels_of, ClassifyOptions};
-use roformer::train::{ModelStart, TaskOptions};
+use roformer::train::{ModelStart, Resumable, TaskOptions, TrainOptions};
 use serde::{Deserialize, Serialize};
 
 use roformer::train::out_dir::{OutRequest, RunPaths};
@@ -20,12 +20,14 @@ use roformer_runner::train::observer::train;
 use roformer_runner::train::out_dir::open_out_dir;
 use roformer_runner::train::record::write_record;
 
-use super::args::{CommandRun, RunArgs};
-use super::resume::resolve;
+use super::args::{with_default, CommandFlags, RunArgs, DEFAULT_PLOT};
+use super::resume::{resolve, Flags, Settings, VERSION};
 use super::save_fault::FaultInSave;
 
-/// Arguments of `roformer train classify`.
-#[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
+/// Arguments of `roformer train classify`. A flag not given is `None` (or empty) here: a new
+/// run takes the library's default, a resume the run's value ([`super::resume`]).
+/// Deserialised from the flat `run.json` of earlier versions.
+#[derive(Debug, Clone, clap::Args, Deserialize)]
 #[command(mut_arg("json", |a| a.help("JSON lines on stdout")))]
 pub struct Args {
     /// The checkpoint to fine-tune (a pre-trained MLM or a classifier).
@@ -43,24 +45,94 @@ pub struct Args {
     #[arg(long, value_delimiter = ',')]
     pub labels: Vec<String>,
     /// Most tokens per example (a pair is cut longest first).
-    #[arg(long, default_value_t = 128)]
-    pub max_length: usize,
+    #[arg(long, help = with_default(
+        "Most tokens per example (a pair is cut longest first).",
+        ClassifyOptions::default().max_length
+    ))]
+    pub max_length: Option<usize>,
     /// Examples per micro-batch.
-    #[arg(long, default_value_t = 16)]
-    pub batch: usize,
+    #[arg(long, help = with_default("Examples per micro-batch.", ClassifyOptions::default().batch_size))]
+    pub batch: Option<usize>,
     /// Optimisation steps (default: 3 epochs).
     #[arg(long)]
     pub steps: Option<u64>,
     /// Peak learning rate (a finite number above 0).
-    #[arg(long, default_value_t = 5e-5, value_parser = parse_lr, allow_negative_numbers = true)]
-    pub lr: f64,
+    #[arg(long, value_parser = parse_lr, allow_negative_numbers = true, help = with_default(
+        "Peak learning rate (a finite number above 0).",
+        TrainOptions::FINE_TUNING.lr
+    ))]
+    pub lr: Option<f64>,
     /// Seed of the head's initialisation, example order and dropout.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    #[arg(long, help = with_default(
+        "Seed of the head's initialisation, example order and dropout.",
+        TrainOptions::FINE_TUNING.seed
+    ))]
+    pub seed: Option<u64>,
     // What every training command takes.
     #[command(flatten)]
     #[serde(flatten)]
     pub run: RunArgs,
+}
+
+/// The checkpoint a `train classify` run fine-tunes, as its flags chose it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Model {
+    /// `--init`.
+    pub init: Option<PathBuf>,
+}
+
+impl Resumable for Model {
+    /// None: a resume continues the run's own checkpoint.
+    const MAY_CHANGE: &'static [&'static str] = &[];
+}
+
+/// The settings of a `train classify` run.
+type ClassifySettings = Settings<Model, ClassifyOptions>;
+
+impl Flags for Args {
+    type Model = Model;
+    type Data = ClassifyOptions;
+
+    fn defaults(&self) -> ClassifySettings {
+        Settings {
+            version: VERSION,
+            out: self.run.out.clone(),
+            model: Model { init: None },
+            data: ClassifyOptions::default(),
+            train: TrainOptions::FINE_TUNING,
+            plot: PathBuf::from(DEFAULT_PLOT),
+        }
+    }
+
+    fn settings_over(&self, base: &ClassifySettings) -> ClassifySettings {
+        let flags = CommandFlags {
+            steps: self.steps,
+            lr: self.lr,
+            seed: self.seed,
+        };
+        let data = &base.data;
+        Settings {
+            version: base.version,
+            out: base.out.clone(),
+            model: Model {
+                init: self.init.clone().or(base.model.init.clone()),
+            },
+            data: ClassifyOptions {
+                train: self.train.clone().unwrap_or_else(|| data.train.clone()),
+                eval: self.eval.clone().or(data.eval.clone()),
+                labels: if self.labels.is_empty() {
+                    data.labels.clone()
+                } else {
+                    self.labels.clone()
+                },
+                max_length: self.max_length.unwrap_or(data.max_length),
+                batch_size: self.batch.unwrap_or(data.batch_size),
+                seed: self.seed.unwrap_or(data.seed),
+            },
+            train: self.run.options_over(&base.train, flags),
+            plot: self.run.plot_over(&base.plot),
+        }
+    }
 }
 
 /// Runs `roformer train classify`.
@@ -68,34 +140,27 @@ pub struct Args {
 /// # Errors
 /// Bad arguments or examples, a checkpoint that does not load, a non-finite loss, file errors.
 pub fn run(args: Args, stop: &AtomicBool) -> anyhow::Result<()> {
-    let (out, resume) = (args.run.out.clone(), args.run.resume);
-    let (args, recorded) = resolve(args, &out, resume, "classify")?;
-    check_args(&args)?;
-    let (Some(init), Some(train_path)) = (&args.init, &args.train) else {
+    let out = args.run.out.clone();
+    let (mut settings, recorded) = resolve(&args, &out, args.run.resume)?;
+    check_settings(&settings)?;
+    let (Some(init), false) = (
+        &settings.model.init,
+        settings.data.train.as_os_str().is_empty(),
+    ) else {
         bail!("give --init DIR and --train FILE");
     };
-    let paths = prepare_out(&args, init, train_path)?;
+    let paths = prepare_out(&args.run, &settings, init)?;
     let hook = FaultInSave::from_env()?.map(|f| f.hook(stop));
     let start = model_start(paths.weights.as_deref().unwrap_or(init))?;
-    let task = ClassifyOptions {
-        train: train_path.clone(),
-        eval: args.eval.clone(),
-        labels: labels_for(&args, train_path)?,
-        max_length: args.max_length,
-        batch_size: args.batch,
-        seed: args.seed,
-    };
-    let options = args.run.options(CommandRun {
-        model: &start,
-        task: TaskOptions::Classify(task),
-        steps: args.steps,
-        lr: args.lr,
-        seed: args.seed,
-        save_hook: hook.as_ref().map(|h| h as &dyn Fn(u64, SaveStep)),
-    });
-    let record = |print: &Fingerprint| write_record(&out, &args, print);
-    let view = args.run.view("Classifier", recorded, stop, &record);
-    let result = train(&options, view, explain);
+    settings.data.labels = labels_for(&settings.data)?;
+    let task = TaskOptions::Classify(settings.data.clone());
+    let save_hook = hook.as_ref().map(|h| h as &dyn Fn(u64, SaveStep));
+    let run = args.run.run(&start, task, &settings.train, save_hook);
+    let record = |print: &Fingerprint| write_record(&out, &settings, print);
+    let view = args
+        .run
+        .view("Classifier", &settings.plot, recorded, stop, &record);
+    let result = train(&run, view, explain);
     // The lock on --out is held until here, after the run's last write.
     drop(paths.lock);
     result.map(drop)
@@ -121,41 +186,46 @@ fn model_start(weights: &Path) -> anyhow::Result<ModelStart> {
 ///
 /// # Errors
 /// As [`open_out_dir`].
-fn prepare_out(args: &Args, init: &Path, train: &Path) -> anyhow::Result<RunPaths> {
-    let mut inputs: Vec<(&str, &Path)> = vec![("--init", init), ("--train", train)];
-    inputs.extend(args.eval.as_deref().map(|p| ("--eval", p)));
+fn prepare_out(run: &RunArgs, s: &ClassifySettings, init: &Path) -> anyhow::Result<RunPaths> {
+    let mut inputs: Vec<(&str, &Path)> = vec![("--init", init), ("--train", &s.data.train)];
+    inputs.extend(s.data.eval.as_deref().map(|p| ("--eval", p)));
     open_out_dir(&OutRequest {
-        out: &args.run.out,
-        resume: args.run.resume,
-        overwrite: args.run.overwrite,
+        out: &run.out,
+        resume: run.resume,
+        overwrite: run.overwrite,
         init: Some(init),
         inputs,
-        plot: &args.run.plot,
+        plot: &s.plot,
     })
 }
 
-/// The checks of the arguments that need no file.
+/// The checks of the settings that need no file.
 ///
 /// # Errors
 /// A count of 0, a number out of range, a plot name that leaves `--out`, a label given twice.
-fn check_args(args: &Args) -> anyhow::Result<()> {
-    if args.batch == 0 || args.run.grad_accum == 0 || args.steps == Some(0) {
+fn check_settings(s: &ClassifySettings) -> anyhow::Result<()> {
+    let train = &s.train;
+    if s.data.batch_size == 0 || train.grad_accum == 0 || train.steps == Some(0) {
         bail!("--batch, --grad-accum and --steps must be at least 1");
     }
-    check_numbers(args.lr, args.run.weight_decay, args.run.max_grad_norm)?;
-    check_plot_name(&args.run.plot)?;
-    check_labels(&args.labels)
+    check_numbers(
+        train.lr,
+        train.weight_decay,
+        train.max_grad_norm.unwrap_or(0.0),
+    )?;
+    check_plot_name(&s.plot)?;
+    check_labels(&s.data.labels)
 }
 
-/// The label names: `--labels`, or those of the training examples; at least 2.
+/// The label names: those given (or recorded), or those of the training examples; at least 2.
 ///
 /// # Errors
 /// Unreadable examples, and fewer than 2 labels.
-fn labels_for(args: &Args, train: &Path) -> anyhow::Result<Vec<String>> {
-    let labels = if args.labels.is_empty() {
-        labels_of(train)?
+fn labels_for(data: &ClassifyOptions) -> anyhow::Result<Vec<String>> {
+    let labels = if data.labels.is_empty() {
+        labels_of(&data.train)?
     } else {
-        args.labels.clone()
+        data.labels.clone()
     };
     if labels.len() < 2 {
         bail!("a classifier needs at least 2 labels, got {labels:?}");

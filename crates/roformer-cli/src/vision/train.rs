@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use roformer::images::augment::Augmentation;
 use roformer::train::run::Outcome;
-use roformer::train::{fit_vision, VisionTrainOptions};
+use roformer::train::{fit_vision, TrainOptions, VisionTrainOptions};
 use roformer::vision::VisionConfig;
 
 use crate::output::outln;
@@ -16,6 +16,15 @@ use crate::precision::PrecisionArg;
 use crate::train::args::Decay;
 use roformer_runner::train::stop_flag;
 use roformer_runner::train::vision::Printer;
+
+/// The library's defaults of a vision run, which the flags take when not given.
+const DEFAULTS: TrainOptions = TrainOptions::VISION;
+
+/// `--steps` when not given: the library's (which names a number for a vision run).
+const DEFAULT_STEPS: u64 = match DEFAULTS.steps {
+    Some(steps) => steps,
+    None => 0,
+};
 
 /// The largest `--batch-size` taken.
 const MAX_BATCH: usize = 4096;
@@ -42,28 +51,28 @@ pub struct Args {
     #[arg(long)]
     out: PathBuf,
     /// Optimisation steps.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = DEFAULT_STEPS)]
     steps: u64,
     /// Images per micro-batch.
     #[arg(long, default_value_t = 128)]
     batch_size: usize,
     /// Micro-batches per step.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = DEFAULTS.grad_accum)]
     grad_accum: usize,
     /// Peak learning rate.
-    #[arg(long, default_value_t = 1e-3)]
+    #[arg(long, default_value_t = DEFAULTS.lr)]
     lr: f64,
     /// Warm-up steps.
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = DEFAULTS.warmup)]
     warmup: u64,
     /// Decay after the warm-up.
-    #[arg(long, value_enum, default_value = "cosine")]
+    #[arg(long, value_enum, default_value_t = DEFAULTS.decay.into())]
     decay: Decay,
     /// AdamW's weight decay (matrices only).
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = DEFAULTS.weight_decay)]
     weight_decay: f64,
     /// Clip the global gradient norm to this (0: no clipping).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = DEFAULTS.max_grad_norm.unwrap_or(0.0))]
     max_grad_norm: f64,
     /// Label smoothing of the loss.
     #[arg(long, default_value_t = 0.1)]
@@ -76,10 +85,10 @@ pub struct Args {
     #[arg(long, default_value_t = 28)]
     eval_size: usize,
     /// Evaluate every this many steps (0: at the end only).
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = DEFAULTS.eval_every)]
     eval_every: u64,
     /// Save a checkpoint every this many steps (0: at the end only).
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = DEFAULTS.save_every)]
     save_every: u64,
     /// Use only this many training images (a smoke run).
     #[arg(long)]
@@ -88,10 +97,10 @@ pub struct Args {
     #[arg(long)]
     max_eval_images: Option<usize>,
     /// Seed of the weights, data order, augmentation and dropout.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = DEFAULTS.seed)]
     seed: u64,
     /// The precision of the matrix products.
-    #[arg(long, value_enum, default_value = "f32")]
+    #[arg(long, value_enum, default_value_t = DEFAULTS.precision.into())]
     precision: PrecisionArg,
     /// Continue the run in `--out` from its checkpoint.
     #[arg(long)]
@@ -128,17 +137,19 @@ fn train_options(args: &Args, config: VisionConfig) -> VisionTrainOptions {
         },
         eval_side: args.eval_size,
         label_smoothing: args.label_smoothing,
-        steps: args.steps,
-        grad_accum: args.grad_accum,
-        lr: args.lr,
-        warmup: args.warmup,
-        decay: args.decay.into(),
-        weight_decay: args.weight_decay,
-        max_grad_norm: (args.max_grad_norm > 0.0).then_some(args.max_grad_norm),
-        seed: args.seed,
-        eval_every: args.eval_every,
-        save_every: args.save_every,
-        precision: args.precision.resolve(),
+        train: TrainOptions {
+            steps: Some(args.steps),
+            grad_accum: args.grad_accum,
+            lr: args.lr,
+            warmup: args.warmup,
+            decay: args.decay.into(),
+            weight_decay: args.weight_decay,
+            max_grad_norm: (args.max_grad_norm > 0.0).then_some(args.max_grad_norm),
+            seed: args.seed,
+            eval_every: args.eval_every,
+            save_every: args.save_every,
+            precision: args.precision.resolve(),
+        },
         resume: args.resume,
     }
 }

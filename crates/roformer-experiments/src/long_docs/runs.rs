@@ -9,7 +9,7 @@ use anyhow::Context;
 use roformer::optim::Decay;
 use roformer::train::classify::ClassifyOptions;
 use roformer::train::run::EvalMetrics;
-use roformer::train::{ModelStart, TaskOptions, TrainOptions};
+use roformer::train::{ModelStart, TaskOptions, TrainOptions, TrainRun};
 use serde::{Deserialize, Serialize};
 
 use super::super::done::{is_done, mark_done, read_done};
@@ -392,26 +392,24 @@ fn fine_tune(
         batch_size: settings.batch,
         seed: planned.seed,
     };
-    let options = TrainOptions {
-        out: dir.to_path_buf(),
-        model: &start,
-        task: TaskOptions::Classify(task),
-        steps: Some(settings.steps),
-        grad_accum: 1,
-        lr: settings.lr,
-        warmup: settings.steps / 10,
-        decay: Decay::Linear,
-        weight_decay: 0.01,
-        max_grad_norm: Some(1.0),
-        seed: planned.seed,
-        eval_every: settings.eval_every,
-        // A checkpoint at every evaluation: a run killed outright (not stopped) loses at most
-        // that many steps when the command continues it.
-        save_every: settings.eval_every,
-        precision: settings.precision.resolve(),
+    let options = TrainRun {
+        options: TrainOptions {
+            steps: Some(settings.steps),
+            lr: settings.lr,
+            warmup: settings.steps / 10,
+            decay: Decay::Linear,
+            weight_decay: 0.01,
+            max_grad_norm: Some(1.0),
+            seed: planned.seed,
+            eval_every: settings.eval_every,
+            // A checkpoint at every evaluation: a run killed outright (not stopped) loses at
+            // most that many steps when the command continues it.
+            save_every: settings.eval_every,
+            precision: settings.precision.resolve(),
+            ..TrainOptions::FINE_TUNING
+        },
         resume: interrupted.is_some(),
-        save_hook: None,
-        dump: None,
+        ..TrainRun::new(dir, &start, TaskOptions::Classify(task))
     };
     let inputs = vec![
         ("--init", init.as_path()),

@@ -11,7 +11,7 @@ use anyhow::{bail, Context};
 use roformer::images::augment::Augmentation;
 use roformer::optim::Decay;
 use roformer::train::run::Outcome;
-use roformer::train::{fit_vision, VisionTrainOptions};
+use roformer::train::{fit_vision, TrainOptions, VisionTrainOptions};
 use roformer::vision::{PositionKind, VisionConfig};
 use roformer::Precision;
 use roformer_runner::train::vision::Printer;
@@ -108,17 +108,19 @@ pub fn train(
         augmentation: Augmentation::none(TRAIN_SIDE),
         eval_side: TRAIN_SIDE,
         label_smoothing: plan.label_smoothing,
-        steps: plan.steps,
-        grad_accum: 1,
-        lr: run.lr,
-        warmup: plan.warmup,
-        decay: Decay::Cosine,
-        weight_decay: plan.weight_decay,
-        max_grad_norm: (plan.max_grad_norm > 0.0).then_some(plan.max_grad_norm),
-        seed: run.seed,
-        eval_every: 0,
-        save_every: plan.steps.div_ceil(4),
-        precision: Precision::F32,
+        train: TrainOptions {
+            steps: Some(plan.steps),
+            grad_accum: 1,
+            lr: run.lr,
+            warmup: plan.warmup,
+            decay: Decay::Cosine,
+            weight_decay: plan.weight_decay,
+            max_grad_norm: (plan.max_grad_norm > 0.0).then_some(plan.max_grad_norm),
+            seed: run.seed,
+            eval_every: 0,
+            save_every: plan.steps.div_ceil(4),
+            precision: Precision::F32,
+        },
         resume,
     };
     let mut printer = Printer::open(&dir, plan.steps.div_ceil(4), plan.steps)?;

@@ -52,9 +52,15 @@ pub const STATE_FIELDS: &[&str] = &[
     "gradients",
 ];
 
-/// The fields of `run.json` (`train mlm`'s arguments and the fingerprint's), for the mutator
-/// to add.
+/// The fields of `run.json` (`train mlm`'s flat arguments of before, the typed settings of
+/// version 2, and the fingerprint's), for the mutator to add.
 pub const RUN_FIELDS: &[&str] = &[
+    "version",
+    "model",
+    "train",
+    "packed",
+    "batch_size",
+    "validation_fraction",
     "config",
     "vocab",
     "init",

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::bail;
 use roformer::train::run::{checkpoint_dir, read_trainer_state, Event, Outcome};
-use roformer::train::{fit, Finished, Observer, Prepared, PreparedData, TrainError, TrainOptions};
+use roformer::train::{fit, Finished, Observer, Prepared, PreparedData, TrainError, TrainRun};
 use serde_json::json;
 
 use super::fingerprint::{corpus_source, examples_source, Fingerprint};
@@ -45,21 +45,21 @@ pub struct RunView<'a> {
     pub continuation: &'a str,
 }
 
-/// Runs `options` with a [`CliObserver`], then writes the plot and prints the summary; a
+/// Runs `run` with a [`CliObserver`], then writes the plot and prints the summary; a
 /// failure before the first step goes through `explain` (which names the flags behind it).
 ///
 /// # Errors
 /// The run's errors (a failure in the loop names the last good checkpoint), file errors, and a
 /// stop by SIGTERM or SIGHUP.
 pub fn train(
-    options: &TrainOptions<'_>,
+    run: &TrainRun<'_>,
     view: RunView<'_>,
     explain: impl FnOnce(TrainError) -> anyhow::Error,
 ) -> anyhow::Result<Finished> {
     let stop = view.stop;
     // A forced exit waits while a save renames its directories (see `signals`).
-    let guard = signals::rename_guard(options.save_hook);
-    let mut guarded: TrainOptions<'_> = options.clone();
+    let guard = signals::rename_guard(run.save_hook);
+    let mut guarded: TrainRun<'_> = run.clone();
     guarded.save_hook = Some(&guard);
     let mut observer = CliObserver::new(view);
     let result = fit(&guarded, &mut observer, stop);

@@ -57,7 +57,15 @@ mod softmax;
 #[cfg(test)]
 mod tests;
 
+pub use layer_norm::layer_norm;
+pub use rms_norm::rms_norm;
+pub use softmax::softmax_last_dim;
+// The references and the backward that only the tests call by these names.
+#[cfg(test)]
 pub use dropout::KeepMask;
-pub use layer_norm::{layer_norm, layer_norm_slow};
-pub use rms_norm::{rms_norm, rms_norm_slow};
-pub use softmax::{softmax_last_dim, softmax_last_dim_backward, softmax_last_dim_slow};
+#[cfg(test)]
+pub use layer_norm::layer_norm_slow;
+#[cfg(test)]
+pub use rms_norm::rms_norm_slow;
+#[cfg(test)]
+pub use softmax::{softmax_last_dim_backward, softmax_last_dim_slow};

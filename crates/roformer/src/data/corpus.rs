@@ -28,8 +28,10 @@ impl Document {
     }
 }
 
-/// How a corpus file is laid out.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How a corpus file is laid out (in JSON: `"lines"`, `"paragraphs"`,
+/// `{"json_lines": {"field": "text"}}`, `"chinese_poetry"`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum CorpusFormat {
     /// A document per non-empty line.
     Lines,

@@ -4,8 +4,9 @@
 
 use super::error::{OptimError, Result};
 
-/// What follows the warm-up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What follows the warm-up (`"linear"`, `"cosine"` or `"constant"` in JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Decay {
     /// Linear decay to 0 at `total_steps`: factor `max(0, (total − step) / (total − warmup))`.
     Linear,

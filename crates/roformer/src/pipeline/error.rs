@@ -26,6 +26,25 @@ pub enum PipelineError {
     /// The model failed.
     #[error(transparent)]
     Model(#[from] ModelError),
+    /// The tokenizer's files, or a vocabulary without a special token the pipeline needs.
+    #[error(transparent)]
+    Tokenizer(#[from] crate::tokenizer::TokenizerError),
+    /// A fill-mask text without a mask token.
+    #[error("the text has no mask token: write {mask_token} where a token should be predicted")]
+    NoMask {
+        /// The tokenizer's mask token (usually `[MASK]`).
+        mask_token: String,
+    },
+    /// Fill-mask on a checkpoint without the masked-LM head.
+    #[error(
+        "{} has no masked-LM head (no cls.predictions.* tensors): fill-mask needs a checkpoint \
+         saved from RoFormerForMaskedLM",
+        checkpoint.display()
+    )]
+    NoMaskedLmHead {
+        /// The checkpoint file.
+        checkpoint: std::path::PathBuf,
+    },
 }
 
 impl From<candle_core::Error> for PipelineError {

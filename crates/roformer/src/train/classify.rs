@@ -252,6 +252,21 @@ pub struct ClassifyOptions {
     pub seed: u64,
 }
 
+impl Default for ClassifyOptions {
+    /// No examples file and no labels (give both; [`labels_of`] reads the labels of an
+    /// examples file), no dev examples, at most 128 tokens an example, batches of 16, seed 0.
+    fn default() -> Self {
+        Self {
+            train: PathBuf::new(),
+            eval: None,
+            labels: Vec::new(),
+            max_length: 128,
+            batch_size: 16,
+            seed: 0,
+        }
+    }
+}
+
 /// The file of the best model's directory that holds its dev metrics.
 pub const BEST_EVAL: &str = "eval.json";
 

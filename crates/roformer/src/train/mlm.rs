@@ -29,7 +29,7 @@ pub struct MlmDataOptions {
     /// Corpus files or directories.
     pub corpus: Vec<PathBuf>,
     /// Their format (`None`: detected per file).
-    #[serde(skip)]
+    #[serde(default)]
     pub format: Option<CorpusFormat>,
     /// Tokens per block, `[CLS]` and `[SEP]` included.
     pub seq_len: usize,
@@ -58,6 +58,28 @@ pub struct MlmDataOptions {
     /// padded, as a short text alone (see [`crate::data::split_alone`]).
     #[serde(default)]
     pub alone_share: f64,
+}
+
+impl Default for MlmDataOptions {
+    /// No corpus (give at least one path), its format detected per file, packed blocks of 128
+    /// tokens, 5 % of the documents held out, batches of 16, seed 0, single-token masks, at
+    /// most 50 validation batches per evaluation, no added copies or lines.
+    fn default() -> Self {
+        Self {
+            corpus: Vec::new(),
+            format: None,
+            seq_len: 128,
+            packed: true,
+            validation_fraction: 0.05,
+            batch_size: 16,
+            seed: 0,
+            whole_word: false,
+            max_eval_batches: 50,
+            also_simplified: false,
+            line_share: 0.0,
+            alone_share: 0.0,
+        }
+    }
 }
 
 /// The batches of a corpus and what they hold.

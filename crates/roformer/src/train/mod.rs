@@ -5,7 +5,7 @@
 //! gradients (the fused inference path keeps no gradient history and is never taken), with
 //! dropout drawn from a seeded [`crate::Dropout`]. On the CPU in f32 the heavy steps (dense
 //! layers, attention, dropout with the residual add, the embedding lookup, the cross entropy)
-//! are fused ops with hand-written backward passes ([`crate::autograd`]); elsewhere candle's
+//! are fused ops with hand-written backward passes (`crate::autograd`); elsewhere candle's
 //! differentiable primitives, which the ops are tested against.
 
 pub mod budget;
@@ -16,6 +16,7 @@ pub mod dump;
 mod error;
 pub mod loss;
 pub mod mlm;
+pub mod options;
 pub mod out_dir;
 pub mod params;
 pub mod resume;
@@ -25,8 +26,9 @@ pub mod vision;
 
 pub use error::TrainError;
 pub use loss::{classification_loss, cross_entropy, mlm_loss, BatchInputs, LossOutput, IGNORE};
+pub use options::{resumed, Resumable, ResumeConflict, TrainOptions};
 pub use params::{build_trainable, Params, Trainable};
 pub use session::{
-    fit, Finished, ModelStart, Observer, Prepared, PreparedData, TaskOptions, TrainOptions,
+    fit, Finished, ModelStart, Observer, Prepared, PreparedData, TaskOptions, TrainRun,
 };
 pub use vision::{fit_vision, score_split, SplitScore, VisionTrainOptions};

@@ -4,7 +4,7 @@
 //! honoured at the next micro-batch or evaluation batch.
 //!
 //! ```text
-//! fit(options, observer, stop)
+//! fit(run, observer, stop)
 //!   1. check the run fits in memory       (budget::check_training_memory)
 //!   2. read the data, build the model     (mlm::prepare_mlm_data / classify::read_examples,
 //!                                          params::build_trainable)
@@ -15,11 +15,11 @@
 //! ```
 //!
 //! The steps are the same for every task: a task's fit (`fit_mlm`, `fit_classify`) brings its
-//! config, its data and its [`Task`], and calls the one skeleton, `Run`, around them: `build`
+//! config, its data and its [`Task`], and calls the one skeleton, `Session`, around them: `build`
 //! (step 1 and the model), `announce` (step 3) and `drive` (steps 4 to 6).
 //!
 //! A masked-LM run may also dump its first steps for a comparison with another framework
-//! ([`TrainOptions::dump`], [`crate::train::dump`]): `init/` is written between steps 3 and 4,
+//! ([`TrainRun::dump`], [`crate::train::dump`]): `init/` is written between steps 3 and 4,
 //! the batches and losses after step 6.
 //!
 //! A program that wants a run calls [`fit`]; `roformer train mlm`, `train classify` and the
@@ -31,7 +31,6 @@ use std::sync::atomic::AtomicBool;
 use candle_core::Device;
 
 use crate::config::{PositionEmbeddingType, RoFormerConfig};
-use crate::cpu::Precision;
 use crate::model::{Architecture, ModelDir};
 use crate::optim::{decays, AdamW, AdamWConfig, Decay, LrSchedule, CLIP_EPS};
 use crate::shapes::ModelKind;
@@ -43,6 +42,7 @@ use crate::train::classify::{best_score, read_examples, ClassifyOptions, Classif
 use crate::train::dump::{self, DumpOptions, DumpSettings, StepLog};
 use crate::train::error::TrainError;
 use crate::train::mlm::{prepare_mlm_data, MlmData, MlmDataOptions, MlmTask};
+use crate::train::options::TrainOptions;
 use crate::train::params::{build_trainable, Params, Trainable};
 use crate::train::resume::{load_accumulation, load_resume_state};
 use crate::train::run::{
@@ -115,37 +115,18 @@ pub enum TaskOptions {
     Classify(ClassifyOptions),
 }
 
-/// Everything a run needs.
+/// Everything a run needs: where it writes, what it trains on what, and how
+/// ([`TrainOptions`]).
 #[derive(Clone)]
-pub struct TrainOptions<'a> {
+pub struct TrainRun<'a> {
     /// The run's directory: `checkpoint/` (and `best/` for a classifier) are written there.
     pub out: PathBuf,
     /// The model to train.
     pub model: &'a ModelStart,
     /// The task and its data.
     pub task: TaskOptions,
-    /// Optimisation steps in all (`None`: three passes over the training data).
-    pub steps: Option<u64>,
-    /// Micro-batches per step (gradient accumulation), at least 1.
-    pub grad_accum: usize,
-    /// Peak learning rate.
-    pub lr: f64,
-    /// Warm-up steps (linear from 0 to the peak).
-    pub warmup: u64,
-    /// The decay after the warm-up.
-    pub decay: Decay,
-    /// AdamW's decoupled weight decay.
-    pub weight_decay: f64,
-    /// Clip the global gradient norm to this (`None`: no clipping).
-    pub max_grad_norm: Option<f64>,
-    /// Seed of the fresh weights and of dropout (the data's seed is the task's).
-    pub seed: u64,
-    /// Evaluate every this many steps (0: at the end only).
-    pub eval_every: u64,
-    /// Save a checkpoint every this many steps (0: at the end only).
-    pub save_every: u64,
-    /// The precision of the training products.
-    pub precision: Precision,
+    /// The optimisation settings.
+    pub options: TrainOptions,
     /// Continue from `out/checkpoint`: its optimiser and trainer state (the caller gives its
     /// weights in `model`).
     pub resume: bool,
@@ -155,6 +136,22 @@ pub struct TrainOptions<'a> {
     /// step-by-step comparison with another framework (`None`: no dump; ignored by
     /// classification). The run itself is unchanged.
     pub dump: Option<DumpOptions>,
+}
+
+impl<'a> TrainRun<'a> {
+    /// A new run of `task` on `model` into `out` with the default [`TrainOptions`]: no
+    /// resume, hook or dump. Change what differs with struct update syntax.
+    pub fn new(out: impl Into<PathBuf>, model: &'a ModelStart, task: TaskOptions) -> Self {
+        Self {
+            out: out.into(),
+            model,
+            task,
+            options: TrainOptions::default(),
+            resume: false,
+            save_hook: None,
+            dump: None,
+        }
+    }
 }
 
 /// The data a run prepared, as the [`Observer`] sees it.
@@ -235,7 +232,7 @@ pub struct Finished {
     pub best: Option<PathBuf>,
 }
 
-/// Runs a training: prepares data and model, restores the run on `options.resume`, trains
+/// Runs a training: prepares data and model, restores the run on `run.resume`, trains
 /// until the last step or until `stop` is set (at the next micro-batch or evaluation batch,
 /// with the last completed step's checkpoint saved, see [`crate::train::run`]), and tells
 /// `observer` along the way.
@@ -245,55 +242,55 @@ pub struct Finished {
 /// the refusals of the observer and of the resume checks, and the loop's errors
 /// ([`TrainError::NonFinite`] at the first non-finite loss, the last checkpoint kept).
 pub fn fit(
-    options: &TrainOptions<'_>,
+    run: &TrainRun<'_>,
     observer: &mut dyn Observer,
     stop: &AtomicBool,
 ) -> Result<Finished, TrainError> {
-    match &options.task {
-        TaskOptions::MaskedLm(data) => fit_mlm(options, data, observer, stop),
-        TaskOptions::Classify(task) => fit_classify(options, task, observer, stop),
+    match &run.task {
+        TaskOptions::MaskedLm(data) => fit_mlm(run, data, observer, stop),
+        TaskOptions::Classify(task) => fit_classify(run, task, observer, stop),
     }
 }
 
 /// [`fit`] for masked-LM pre-training.
 fn fit_mlm(
-    options: &TrainOptions<'_>,
+    run: &TrainRun<'_>,
     data_options: &MlmDataOptions,
     observer: &mut dyn Observer,
     stop: &AtomicBool,
 ) -> Result<Finished, TrainError> {
     let shape = (data_options.batch_size, data_options.seq_len);
-    let config = options.model.config.clone();
-    let run = Run::<RoFormerForMaskedLM>::build(options, config, ModelKind::MaskedLm, shape)?;
-    let data = prepare_mlm_data(&options.model.tokenizer, data_options)?;
+    let config = run.model.config.clone();
+    let session = Session::<RoFormerForMaskedLM>::build(run, config, ModelKind::MaskedLm, shape)?;
+    let data = prepare_mlm_data(&run.model.tokenizer, data_options)?;
     let view = PreparedData::MaskedLm {
         options: data_options,
         data: &data,
     };
-    let steps = run.announce(observer, view, data.blocks.0, data_options.batch_size)?;
+    let steps = session.announce(observer, view, data.blocks.0, data_options.batch_size)?;
     let task = MlmTask {
-        model: &run.trainable.model,
-        params: &run.trainable.params,
+        model: &session.trainable.model,
+        params: &session.trainable.params,
         data: &data,
         max_eval_batches: data_options.max_eval_batches,
-        tokenizer_files: run.files.clone(),
-        precision: options.precision,
+        tokenizer_files: session.files.clone(),
+        precision: run.options.precision,
     };
     let record = task_record(data_options)?;
-    let Some(dump_options) = &options.dump else {
-        return Ok(run.drive(task, steps, record, observer, stop)?.0);
+    let Some(dump_options) = &run.dump else {
+        return Ok(session.drive(task, steps, record, observer, stop)?.0);
     };
-    let architecture = run.trainable.model.architecture_name();
-    let mut init = model_files(&run.config, &architecture, &run.trainable.params)?;
-    init.extend(run.files.iter().cloned());
-    dump::begin(dump_options, options.grad_accum, options.resume, &init)?;
+    let architecture = session.trainable.model.architecture_name();
+    let mut init = model_files(&session.config, &architecture, &session.trainable.params)?;
+    init.extend(session.files.iter().cloned());
+    dump::begin(dump_options, run.options.grad_accum, run.resume, &init)?;
     let mut log = StepLog::new(dump_options.steps);
     let mut logged = Logged {
         inner: observer,
         log: &mut log,
     };
-    let result = run.drive(task, steps, record, &mut logged, stop);
-    let settings = dump_settings(options, &architecture, steps);
+    let result = session.drive(task, steps, record, &mut logged, stop);
+    let settings = dump_settings(run, &architecture, steps);
     let written = dump::finish(dump_options, &log, &data.train, settings);
     // A failed run's error goes first; its dump (the steps it did) is written all the same.
     let (finished, _) = result?;
@@ -320,41 +317,41 @@ impl Observer for Logged<'_> {
 
 /// The optimiser and schedule of a run of `steps` steps of the model class `model`, as a
 /// dump records them.
-fn dump_settings(options: &TrainOptions<'_>, model: &str, steps: u64) -> DumpSettings {
-    let adamw = adamw_config(options);
+fn dump_settings(run: &TrainRun<'_>, model: &str, steps: u64) -> DumpSettings {
+    let adamw = adamw_config(&run.options);
     DumpSettings {
         model: model.to_string(),
-        lr: options.lr,
-        warmup_steps: options.warmup,
+        lr: run.options.lr,
+        warmup_steps: run.options.warmup,
         total_steps: steps,
-        decay: format!("{:?}", options.decay).to_lowercase(),
+        decay: format!("{:?}", run.options.decay).to_lowercase(),
         weight_decay: adamw.weight_decay,
         beta1: adamw.beta1,
         beta2: adamw.beta2,
         eps: adamw.eps,
-        max_grad_norm: options.max_grad_norm,
+        max_grad_norm: run.options.max_grad_norm,
         clip_eps: CLIP_EPS,
-        precision: options.precision.name().to_string(),
-        seed: options.seed,
+        precision: run.options.precision.name().to_string(),
+        seed: run.options.seed,
     }
 }
 
 /// [`fit`] for sequence classification; the best model by dev macro-F1 goes to `out/best`.
 fn fit_classify(
-    options: &TrainOptions<'_>,
+    run: &TrainRun<'_>,
     task_options: &ClassifyOptions,
     observer: &mut dyn Observer,
     stop: &AtomicBool,
 ) -> Result<Finished, TrainError> {
     let labels = &task_options.labels;
-    let mut config = options.model.config.clone();
+    let mut config = run.model.config.clone();
     config.num_labels = labels.len();
     config.id2label = labels.iter().cloned().enumerate().collect();
     let (batch, length) = (task_options.batch_size, task_options.max_length);
     let kind = ModelKind::SequenceClassification;
-    let run =
-        Run::<RoFormerForSequenceClassification>::build(options, config, kind, (batch, length))?;
-    let read = |path: &Path| read_examples(path, &options.model.tokenizer, labels, length);
+    let session =
+        Session::<RoFormerForSequenceClassification>::build(run, config, kind, (batch, length))?;
+    let read = |path: &Path| read_examples(path, &run.model.tokenizer, labels, length);
     let train = read(&task_options.train)?;
     let eval = task_options.eval.as_deref().map(read).transpose()?;
     let eval = eval.unwrap_or_default();
@@ -363,34 +360,34 @@ fn fit_classify(
         train: &train,
         eval: &eval,
     };
-    let steps = run.announce(observer, view, train.len(), batch)?;
-    let best_dir = options.out.join("best");
+    let steps = session.announce(observer, view, train.len(), batch)?;
+    let best_dir = run.out.join("best");
     let task = ClassifyTask {
-        model: &run.trainable.model,
-        params: &run.trainable.params,
+        model: &session.trainable.model,
+        params: &session.trainable.params,
         train,
         eval,
         options: task_options.clone(),
-        pad: run.config.pad_token_id.unwrap_or(0),
-        tokenizer_files: run.files.clone(),
-        precision: options.precision,
-        best: options.resume.then(|| best_score(&best_dir)).flatten(),
+        pad: session.config.pad_token_id.unwrap_or(0),
+        tokenizer_files: session.files.clone(),
+        precision: run.options.precision,
+        best: run.resume.then(|| best_score(&best_dir)).flatten(),
         best_dir: Some(best_dir.clone()),
     };
     let record = task_record(task_options)?;
-    let (mut finished, task) = run.drive(task, steps, record, observer, stop)?;
+    let (mut finished, task) = session.drive(task, steps, record, observer, stop)?;
     finished.best = task.best.map(|_| best_dir);
     Ok(finished)
 }
 
 /// The steps every task's run shares, around what the task brings (its config, its data, its
-/// [`Task`]): steps 1 and 2 of [`fit`] ([`Run::build`]: the memory check, the model and the
-/// tokenizer files a checkpoint holds), step 3 ([`Run::announce`]: the observer's
-/// `prepared`, and the run's length) and steps 4 to 6 ([`Run::drive`]: the optimiser, the
+/// [`Task`]): steps 1 and 2 of [`fit`] ([`Session::build`]: the memory check, the model and
+/// the tokenizer files a checkpoint holds), step 3 ([`Session::announce`]: the observer's
+/// `prepared`, and the run's length) and steps 4 to 6 ([`Session::drive`]: the optimiser, the
 /// schedule and the loop).
-struct Run<'o, M> {
-    /// The run's options.
-    options: &'o TrainOptions<'o>,
+struct Session<'o, M> {
+    /// The run.
+    run: &'o TrainRun<'o>,
     /// The config as trained.
     config: RoFormerConfig,
     /// The model and its variables.
@@ -399,32 +396,32 @@ struct Run<'o, M> {
     files: Vec<(String, Vec<u8>)>,
 }
 
-impl<'o, M: Architecture> Run<'o, M> {
+impl<'o, M: Architecture> Session<'o, M> {
     /// Checks that a run of `kind` on micro-batches of `(batch, length)` fits in memory, then
     /// builds the model of `config` (from the start's weights, or seeded).
     ///
     /// # Errors
     /// [`TrainError::TooLarge`], and the errors of building the model and its tokenizer files.
     fn build(
-        options: &'o TrainOptions<'o>,
+        run: &'o TrainRun<'o>,
         config: RoFormerConfig,
         kind: ModelKind,
         (batch, length): (usize, usize),
     ) -> Result<Self, TrainError> {
         check_training_memory(&config, kind, batch, length)?;
-        let start = options.model;
+        let start = run.model;
         let weights = start.weights.as_ref();
-        let trainable = build_trainable(&config, weights, options.seed, &Device::Cpu)?;
+        let trainable = build_trainable(&config, weights, run.options.seed, &Device::Cpu)?;
         let files = tokenizer_files(&start.tokenizer, &config)?;
-        Ok(Run {
-            options,
+        Ok(Session {
+            run,
             config,
             trainable,
             files,
         })
     }
 
-    /// Tells `observer` the run is prepared with `data`; returns the run's steps: the
+    /// Tells `observer` the run is prepared with `data`; returns the run's steps: its
     /// options', or three passes over `items` at `batch` items a micro-batch.
     ///
     /// # Errors
@@ -440,20 +437,21 @@ impl<'o, M: Architecture> Run<'o, M> {
         observer.prepared(&Prepared {
             config: &self.config,
             params: &trainable.params,
-            from_checkpoint: self.options.model.weights.is_some(),
+            from_checkpoint: self.run.model.weights.is_some(),
             initialised: &trainable.initialised,
             unused: &trainable.unused,
             tokenizer_files: &self.files,
             data,
         })?;
-        let per_step = batch * self.options.grad_accum;
+        let per_step = batch * self.run.options.grad_accum;
         Ok(self
+            .run
             .options
             .steps
             .unwrap_or_else(|| three_epochs(items, per_step)))
     }
 
-    /// Runs `task` for `steps` steps: [`drive`] with the options' loop settings.
+    /// Runs `task` for `steps` steps: [`drive`] with the run's loop settings.
     ///
     /// # Errors
     /// As [`drive`].
@@ -465,14 +463,14 @@ impl<'o, M: Architecture> Run<'o, M> {
         observer: &mut dyn Observer,
         stop: &AtomicBool,
     ) -> Result<(Finished, T), TrainError> {
-        let settings = self.options.settings();
+        let settings = self.run.settings();
         let params = &self.trainable.params;
         drive(&settings, task, params, steps, record, observer, stop)
     }
 }
 
 /// Steps for three passes over `items` at `per_step` items a step.
-fn three_epochs(items: usize, per_step: usize) -> u64 {
+pub(crate) fn three_epochs(items: usize, per_step: usize) -> u64 {
     (3 * items).div_ceil(per_step.max(1)) as u64
 }
 
@@ -483,7 +481,7 @@ fn task_record(task: &impl serde::Serialize) -> Result<serde_json::Value, TrainE
 
 /// The AdamW settings of a run: torch's defaults with the run's learning rate and weight
 /// decay.
-fn adamw_config(options: &TrainOptions<'_>) -> AdamWConfig {
+fn adamw_config(options: &TrainOptions) -> AdamWConfig {
     AdamWConfig {
         weight_decay: options.weight_decay,
         ..AdamWConfig::with_lr(options.lr)
@@ -519,22 +517,42 @@ pub(crate) struct LoopSettings<'a> {
     pub(crate) save_hook: Option<&'a dyn Fn(u64, SaveStep)>,
 }
 
-impl TrainOptions<'_> {
-    /// The loop's settings of these options (AdamW's default decay rule).
+impl TrainRun<'_> {
+    /// The loop's settings of this run (AdamW's default decay rule).
     fn settings(&self) -> LoopSettings<'_> {
-        LoopSettings {
-            out: &self.out,
-            grad_accum: self.grad_accum,
-            adamw: adamw_config(self),
+        LoopSettings::new(
+            &self.out,
+            &self.options,
             decays,
-            warmup: self.warmup,
-            decay: self.decay,
-            max_grad_norm: self.max_grad_norm,
-            seed: self.seed,
-            eval_every: self.eval_every,
-            save_every: self.save_every,
-            resume: self.resume,
-            save_hook: self.save_hook,
+            self.resume,
+            self.save_hook,
+        )
+    }
+}
+
+impl<'a> LoopSettings<'a> {
+    /// The loop's settings of a run into `out` with `options`, AdamW decaying the parameters
+    /// `decays` names, continued from `out/checkpoint` on `resume`.
+    pub(crate) fn new(
+        out: &'a Path,
+        options: &TrainOptions,
+        decays: fn(&str) -> bool,
+        resume: bool,
+        save_hook: Option<&'a dyn Fn(u64, SaveStep)>,
+    ) -> Self {
+        LoopSettings {
+            out,
+            grad_accum: options.grad_accum,
+            adamw: adamw_config(options),
+            decays,
+            warmup: options.warmup,
+            decay: options.decay,
+            max_grad_norm: options.max_grad_norm,
+            seed: options.seed,
+            eval_every: options.eval_every,
+            save_every: options.save_every,
+            resume,
+            save_hook,
         }
     }
 }

@@ -39,13 +39,14 @@ use crate::images::batch::{epoch_order, BatchBuilder, ImageBatch};
 use crate::images::fashion_mnist::{self, Split};
 use crate::images::planes::Channels;
 use crate::mode::{Dropout, Mode};
-use crate::optim::{AdamWConfig, Decay};
+
 use crate::train::checkpoint::write_dir_atomically;
 use crate::train::confusion::ConfusionCounts;
 use crate::train::error::TrainError;
+use crate::train::options::TrainOptions;
 use crate::train::params::Params;
 use crate::train::run::{checkpoint_dir, EvalMetrics, Evaluation, Task};
-use crate::train::session::{drive, Finished, LoopSettings, Observer};
+use crate::train::session::{drive, three_epochs, Finished, LoopSettings, Observer};
 use crate::vision::error::invalid;
 use crate::vision::init::initialise;
 use crate::vision::save::model_files;
@@ -75,28 +76,10 @@ pub struct VisionTrainOptions {
     pub eval_side: usize,
     /// Label smoothing `eps` in `[0, 1)`.
     pub label_smoothing: f64,
-    /// Optimisation steps in all.
-    pub steps: u64,
-    /// Micro-batches per step.
-    pub grad_accum: usize,
-    /// Peak learning rate.
-    pub lr: f64,
-    /// Warm-up steps.
-    pub warmup: u64,
-    /// The decay after the warm-up.
-    pub decay: Decay,
-    /// AdamW's decoupled weight decay (on matrices; biases, norms, tokens and scales get none).
-    pub weight_decay: f64,
-    /// Clip the global gradient norm to this.
-    pub max_grad_norm: Option<f64>,
-    /// Seed of the weights, the data order, the augmentation and dropout.
-    pub seed: u64,
-    /// Evaluate every this many steps (0: at the end only).
-    pub eval_every: u64,
-    /// Save a checkpoint every this many steps (0: at the end only).
-    pub save_every: u64,
-    /// The precision of the training products.
-    pub precision: Precision,
+    /// The optimisation settings ([`TrainOptions::VISION`] are those of `roformer vision
+    /// train`); AdamW's weight decay goes to matrices only (biases, norms, tokens and scales
+    /// get none), and `steps: None` is three passes over the training images.
+    pub train: TrainOptions,
     /// Continue from `out/checkpoint`.
     pub resume: bool,
 }
@@ -421,33 +404,28 @@ pub fn fit_vision(
         }
     };
     let (train, validation) = read_splits(options)?;
-    let builder = BatchBuilder::new(options.augmentation.clone(), channels, options.seed)?;
+    let builder = BatchBuilder::new(options.augmentation.clone(), channels, options.train.seed)?;
     // A resumed run continues from its own checkpoint's weights, `--init` or not.
     let start = if options.resume {
         Some(checkpoint_dir(&options.out))
     } else {
         options.init.clone()
     };
-    let (varmap, model) = build_model(config, start.as_deref(), options.seed)?;
+    let (varmap, model) = build_model(config, start.as_deref(), options.train.seed)?;
     let params = Params::from_varmap(&varmap);
     let record = task_record(options, train.len(), validation.len())?;
-    let settings = LoopSettings {
-        out: &options.out,
-        grad_accum: options.grad_accum,
-        adamw: AdamWConfig {
-            weight_decay: options.weight_decay,
-            ..AdamWConfig::with_lr(options.lr)
-        },
-        decays: vision_decays,
-        warmup: options.warmup,
-        decay: options.decay,
-        max_grad_norm: options.max_grad_norm,
-        seed: options.seed,
-        eval_every: options.eval_every,
-        save_every: options.save_every,
-        resume: options.resume,
-        save_hook: None,
-    };
+    let settings = LoopSettings::new(
+        &options.out,
+        &options.train,
+        vision_decays,
+        options.resume,
+        None,
+    );
+    let per_step = options.batch_size * options.train.grad_accum;
+    let steps = options
+        .train
+        .steps
+        .unwrap_or_else(|| three_epochs(train.len(), per_step));
     let best_dir = options.out.join("best");
     let task = ImageTask {
         model,
@@ -457,24 +435,16 @@ pub fn fit_vision(
         validation,
         builder,
         batch_size: options.batch_size,
-        seed: options.seed,
+        seed: options.train.seed,
         eval_side: options.eval_side,
         label_smoothing: options.label_smoothing,
-        precision: options.precision,
+        precision: options.train.precision,
         preprocessor: preprocessor_json(config.num_channels)?,
         order: Mutex::new((0, Vec::new())),
         best: None,
         best_dir: best_dir.clone(),
     };
-    let (mut finished, task) = drive(
-        &settings,
-        task,
-        &params,
-        options.steps,
-        record,
-        observer,
-        stop,
-    )?;
+    let (mut finished, task) = drive(&settings, task, &params, steps, record, observer, stop)?;
     finished.best = task.best.map(|_| best_dir);
     Ok(finished)
 }

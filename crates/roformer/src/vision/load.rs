@@ -29,7 +29,7 @@ pub struct VisionModelDir {
 }
 
 impl VisionModelDir {
-    /// Reads `dir/config.json` and opens the first checkpoint of [`CHECKPOINT_FILES`] present.
+    /// Reads `dir/config.json` and opens the first checkpoint of `CHECKPOINT_FILES` present.
     ///
     /// # Errors
     /// [`ModelError::MissingFile`] when `dir` has no config or no checkpoint,

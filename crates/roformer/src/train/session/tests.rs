@@ -33,38 +33,26 @@ fn tiny_start() -> ModelStart {
     }
 }
 
-fn options<'a>(out: &Path, model: &'a ModelStart, resume: bool) -> TrainOptions<'a> {
-    TrainOptions {
-        out: out.to_path_buf(),
-        model,
-        task: TaskOptions::MaskedLm(MlmDataOptions {
-            corpus: vec![poetry()],
-            format: None,
-            seq_len: 32,
-            packed: true,
-            validation_fraction: 0.1,
-            batch_size: 8,
-            seed: 1,
-            whole_word: false,
-            max_eval_batches: 2,
-            also_simplified: false,
-            line_share: 0.0,
-            alone_share: 0.0,
-        }),
-        steps: Some(12),
-        grad_accum: 1,
-        lr: 1e-2,
-        warmup: 0,
-        decay: Decay::Constant,
-        weight_decay: 0.01,
-        max_grad_norm: Some(1.0),
+fn options<'a>(out: &Path, model: &'a ModelStart, resume: bool) -> TrainRun<'a> {
+    let data = MlmDataOptions {
+        corpus: vec![poetry()],
+        seq_len: 32,
+        validation_fraction: 0.1,
+        batch_size: 8,
         seed: 1,
-        eval_every: 0,
-        save_every: 0,
-        precision: Precision::F32,
+        max_eval_batches: 2,
+        ..MlmDataOptions::default()
+    };
+    TrainRun {
+        options: TrainOptions {
+            steps: Some(12),
+            lr: 1e-2,
+            decay: Decay::Constant,
+            seed: 1,
+            ..TrainOptions::default()
+        },
         resume,
-        save_hook: None,
-        dump: None,
+        ..TrainRun::new(out, model, TaskOptions::MaskedLm(data))
     }
 }
 
@@ -228,7 +216,7 @@ fn loss_on(dir: &Path, batches: &std::collections::HashMap<String, Tensor>, step
         &labels.to_vec1::<i64>().unwrap(),
         crate::Mode::Train {
             dropout: &crate::Dropout::disabled(),
-            precision: Precision::F32,
+            precision: crate::Precision::F32,
         },
     )
     .unwrap();
@@ -327,7 +315,7 @@ fn a_dump_refuses_a_resumed_run_and_accumulated_micro_batches() {
         steps: 2,
     });
     let mut accumulating = options(&out, &start, false);
-    accumulating.grad_accum = 2;
+    accumulating.options.grad_accum = 2;
     accumulating.dump = dump.clone();
     let err = fit(&accumulating, &mut Recorder::new(&never, None), &never).unwrap_err();
     assert!(
@@ -399,13 +387,13 @@ impl<T: Task> Task for StopAt<'_, T> {
 
 /// A fresh masked-LM run of `options` whose task stops at `at` (what [`fit_mlm`] does, with
 /// the task wrapped).
-fn drive_stopping(options: &TrainOptions<'_>, at: StopPoint, seen: &mut Recorder<'_>) -> Finished {
-    let start = options.model;
-    let TaskOptions::MaskedLm(data_options) = &options.task else {
+fn drive_stopping(run: &TrainRun<'_>, at: StopPoint, seen: &mut Recorder<'_>) -> Finished {
+    let start = run.model;
+    let TaskOptions::MaskedLm(data_options) = &run.task else {
         unreachable!("a masked-LM run");
     };
     let trainable: Trainable<RoFormerForMaskedLM> =
-        build_trainable(&start.config, None, options.seed, &Device::Cpu).unwrap();
+        build_trainable(&start.config, None, run.options.seed, &Device::Cpu).unwrap();
     let data = prepare_mlm_data(&start.tokenizer, data_options).unwrap();
     let task = MlmTask {
         model: &trainable.model,
@@ -413,7 +401,7 @@ fn drive_stopping(options: &TrainOptions<'_>, at: StopPoint, seen: &mut Recorder
         data: &data,
         max_eval_batches: data_options.max_eval_batches,
         tokenizer_files: tokenizer_files(&start.tokenizer, &start.config).unwrap(),
-        precision: options.precision,
+        precision: run.options.precision,
     };
     let stop = seen.stop;
     let task = StopAt {
@@ -422,9 +410,9 @@ fn drive_stopping(options: &TrainOptions<'_>, at: StopPoint, seen: &mut Recorder
         at,
     };
     let record = task_record(data_options).unwrap();
-    let steps = options.steps.unwrap();
+    let steps = run.options.steps.unwrap();
     drive(
-        &options.settings(),
+        &run.settings(),
         task,
         &trainable.params,
         steps,
@@ -437,17 +425,16 @@ fn drive_stopping(options: &TrainOptions<'_>, at: StopPoint, seen: &mut Recorder
 }
 
 /// `options` of `accum` micro-batches a step, evaluating every 2 steps.
-fn accumulating<'a>(
-    out: &Path,
-    model: &'a ModelStart,
-    accum: usize,
-    resume: bool,
-) -> TrainOptions<'a> {
-    TrainOptions {
-        steps: Some(4),
-        grad_accum: accum,
-        eval_every: 2,
-        ..options(out, model, resume)
+fn accumulating<'a>(out: &Path, model: &'a ModelStart, accum: usize, resume: bool) -> TrainRun<'a> {
+    let run = options(out, model, resume);
+    TrainRun {
+        options: TrainOptions {
+            steps: Some(4),
+            grad_accum: accum,
+            eval_every: 2,
+            ..run.options.clone()
+        },
+        ..run
     }
 }
 
