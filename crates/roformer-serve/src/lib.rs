@@ -65,7 +65,7 @@ pub use vision::VisionBackend;
 use access_log::LogSink;
 use admission::Admission;
 use batcher::{BatchLimits, Batcher};
-use generate::Generator;
+use generate::{GenerationLimits, Generator};
 use metrics::Metrics;
 use state::{AppState, Shared};
 use vision::ImageQueue;
@@ -131,10 +131,15 @@ impl Server {
         };
         let batcher = Batcher::start(backend.clone(), metrics.clone(), limits);
         let generator = generator.map(|model| {
+            let limits = GenerationLimits {
+                max_sequences: config.max_waiting_generations,
+                max_cached_tokens: config.max_cached_tokens,
+                max_prefill_tokens: config.max_prefill_tokens,
+            };
             Generator::new(
                 Arc::new(model),
                 metrics.clone(),
-                config.max_waiting_generations,
+                limits,
                 config.generation_pause,
             )
         });
