@@ -5,8 +5,9 @@
 //! `POST /v1/embeddings`, `POST /similarity`, `POST /embed_all`, `POST /embed_sparse`,
 //! `POST /fill-mask`, `POST /predict`, `POST /rerank`, `POST /tokenize`, `POST /decode`
 //! (`GET /info` lists those the loaded model serves), with a GGUF
-//! LLaMA ([`Models::generator`]) `POST /v1/completions` and `POST /v1/chat/completions`, decoded
-//! one at a time behind a bounded queue ([`generate`]), and with a vision model
+//! LLaMA ([`Models::generator`]) `POST /v1/completions` and `POST /v1/chat/completions`, the
+//! running ones decoded together, one forward pass a step, behind a bounded queue
+//! ([`generate`]), and with a vision model
 //! ([`Models::vision`]) `POST /image-classification` and `POST /embed_image`, the image file's
 //! bytes as the body, run by their own thread ([`vision`]). Texts are admitted up to
 //! `--max-concurrent-requests` (429 beyond), encoded and checked in the handler, and queued

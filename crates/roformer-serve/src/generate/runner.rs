@@ -14,7 +14,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::model::LlamaModel;
-use super::scheduler::{Limits, Scheduler};
+use super::scheduler::Scheduler;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 
@@ -123,7 +123,7 @@ impl Generator {
         pause: Duration,
     ) -> Generator {
         let (jobs, inbox) = channel();
-        let scheduler = Scheduler::new(model.clone(), metrics, Limits::from(limits), pause, inbox);
+        let scheduler = Scheduler::new(model.clone(), metrics, limits, pause, inbox);
         std::thread::Builder::new()
             .name("generator".into())
             .spawn(move || scheduler.run())

@@ -26,30 +26,12 @@ use super::runner::{Admitted, Event, GenerationLimits};
 use super::sequence::{Next, Sequence};
 use crate::metrics::Metrics;
 
-/// The bounds of the scheduler's steps and memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// Cache positions reserved by running completions at most.
-    pub max_cached_tokens: usize,
-    /// Prompt tokens in one step at most, and the size of prompt chunks.
-    pub max_prefill_tokens: usize,
-}
-
-impl From<GenerationLimits> for Limits {
-    fn from(l: GenerationLimits) -> Limits {
-        Limits {
-            max_cached_tokens: l.max_cached_tokens,
-            max_prefill_tokens: l.max_prefill_tokens,
-        }
-    }
-}
-
 /// The scheduler's state: the jobs arriving, those waiting, those running.
 #[derive(Debug)]
 pub struct Scheduler {
     model: Arc<LlamaModel>,
     metrics: Arc<Metrics>,
-    limits: Limits,
+    limits: GenerationLimits,
     pause: Duration,
     inbox: Receiver<Admitted>,
     waiting: VecDeque<Admitted>,
@@ -63,7 +45,7 @@ impl Scheduler {
     pub fn new(
         model: Arc<LlamaModel>,
         metrics: Arc<Metrics>,
-        limits: Limits,
+        limits: GenerationLimits,
         pause: Duration,
         inbox: Receiver<Admitted>,
     ) -> Scheduler {

@@ -40,7 +40,7 @@ pub struct Sequence {
     prefilled: usize,
     /// The token chosen last, fed at the next step.
     last: u32,
-    _place: OwnedSemaphorePermit,
+    place: OwnedSemaphorePermit,
 }
 
 impl Sequence {
@@ -57,7 +57,7 @@ impl Sequence {
             last: 0,
             job,
             tx,
-            _place: place,
+            place,
         }
     }
 
@@ -169,10 +169,13 @@ impl Sequence {
         }
     }
 
-    /// Sends the last event (nothing when its client is gone).
-    pub fn end(&self, event: Option<Event>) {
+    /// Gives back its place, then sends the last event (nothing when its client is gone): a
+    /// client that sends its next request as soon as it has its answer finds the place free.
+    pub fn end(self, event: Option<Event>) {
+        let Sequence { tx, place, .. } = self;
+        drop(place);
         if let Some(event) = event {
-            let _ = self.tx.send(event);
+            let _ = tx.send(event);
         }
     }
 
