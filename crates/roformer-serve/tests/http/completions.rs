@@ -388,6 +388,68 @@ async fn beyond_the_running_and_waiting_generations_is_429_at_once() {
 }
 
 #[tokio::test]
+async fn a_completion_whose_cache_cannot_fit_is_422_and_others_wait_for_room() {
+    // 40 cache positions: a 6-token prompt with 40 new tokens never fits; two of 6 + 14 fit
+    // together, a third waits until one ends, and all are answered.
+    let s = start_with_gguf(ServeConfig {
+        max_cached_tokens: 40,
+        generation_pause: Duration::from_millis(10),
+        ..config()
+    })
+    .await;
+    let (status, e) = s
+        .post(
+            "/v1/completions",
+            json!({"prompt": PROMPT, "max_tokens": 40, "temperature": 0}),
+        )
+        .await;
+    assert_eq!(status, 422, "{e}");
+    assert!(
+        e["error"]
+            .as_str()
+            .unwrap()
+            .contains("--max-cached-tokens 40"),
+        "{e}"
+    );
+    let body = json!({"prompt": PROMPT, "max_tokens": 14, "temperature": 0, "ignore_eos": true});
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let (client, url) = (s.client.clone(), format!("{}/v1/completions", s.base));
+        let body = body.clone();
+        tasks.push(tokio::spawn(async move {
+            let r = client.post(url).json(&body).send().await.unwrap();
+            let status = r.status().as_u16();
+            let answer: Value = r.json().await.unwrap();
+            (status, answer["choices"][0]["text"].clone())
+        }));
+    }
+    let mut texts = Vec::new();
+    for task in tasks {
+        let (status, text) = task.await.unwrap();
+        assert_eq!(status, 200);
+        texts.push(text);
+    }
+    assert!(texts.iter().all(|t| *t == texts[0]), "{texts:?}");
+    let (_, metrics) = s.get("/metrics").await;
+    // Never more than two in a step: the third waited for room.
+    assert!(
+        metrics.contains("te_generation_step_size_bucket{le=\"2\"} ")
+            && batched_steps(&metrics) > 0,
+        "{metrics}"
+    );
+    let at_most_two = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("te_generation_step_size_bucket{le=\"2\"} "))
+        .unwrap();
+    let all = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("te_generation_step_size_count "))
+        .unwrap();
+    assert_eq!(at_most_two, all, "no step ran three: {metrics}");
+    s.stop().await;
+}
+
+#[tokio::test]
 async fn without_a_gguf_model_the_completion_routes_are_404() {
     let s = start(Model::MaskedLm, config()).await;
     for path in ["/v1/completions", "/v1/chat/completions"] {
@@ -430,6 +492,12 @@ async fn info_and_models_describe_the_gguf_model() {
     assert_eq!(g["chat"], true);
     assert_eq!(g["max_tokens"], 50);
     assert_eq!(g["max_waiting_generations"], 3);
+    // The cache: 2 layers x (keys, values) x 2 key/value heads x 16 dims x 4 bytes a position,
+    // bounded by the default 8192 positions.
+    assert_eq!(g["max_prefill_tokens"], 256);
+    assert_eq!(g["max_cached_tokens"], 8192);
+    assert_eq!(g["kv_cache_bytes_per_token"], 2 * 2 * 2 * 16 * 4);
+    assert_eq!(g["kv_cache_max_bytes"], 8192 * 512);
     // Embeddings 64 x 64 (tied to the output); per layer q and o 64 x 64, k and v 32 x 64, the
     // three feed-forward matrices 128 x 64 and two norms of 64; the last norm of 64.
     let per_layer = 64 * 64 * 2 + 32 * 64 * 2 + 3 * 128 * 64 + 2 * 64;
