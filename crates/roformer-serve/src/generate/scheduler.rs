@@ -21,8 +21,8 @@ use std::time::Duration;
 use candle_core::Tensor;
 use llama::Chunk;
 
+use super::job::{Admitted, Event, GenerationLimits};
 use super::model::LlamaModel;
-use super::runner::{Admitted, Event, GenerationLimits};
 use super::sequence::{Next, Sequence};
 use crate::metrics::Metrics;
 

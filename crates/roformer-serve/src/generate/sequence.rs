@@ -11,7 +11,7 @@ use llama::{Chunk, KvCache, Llama};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::runner::{Admitted, Event, Finish, Job};
+use super::job::{Admitted, Event, Finish, Job};
 use super::stop::{Step, StopScan};
 use crate::error::ApiError;
 
