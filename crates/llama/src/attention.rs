@@ -25,6 +25,14 @@ pub struct Attention {
     pub(crate) head_dim: usize,
 }
 
+/// Rotated queries and keys, and values, of some tokens, token-major:
+/// `[batch, t, heads or kv_heads, head_dim]`.
+struct Projected {
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+}
+
 impl Attention {
     /// Attends `x` (`[batch, t, hidden]`, the tokens after the `cache.len()` cached ones) over
     /// the cache and itself, appending its keys and values to `cache` for `layer`.
@@ -35,19 +43,70 @@ impl Attention {
         cache: &mut KvCache,
         layer: usize,
     ) -> Result<Tensor> {
+        let at = Positions::Range {
+            offset: cache.len(),
+        };
+        let p = self.project(x, rope, at)?;
+        let mixed = self.attend(&p, cache, layer)?;
+        self.o.forward(&mixed)
+    }
+
+    /// Attends the rows of `x` (`[1, n, hidden]`: the new tokens of several sequences, one
+    /// after the other, `lens[s]` rows for sequence `s`) each over its own sequence's cache,
+    /// appending its keys and values there for `layer`. Row `r` sits at `positions[r]` (its
+    /// sequence's cache length plus its index in the sequence's rows).
+    ///
+    /// The projections run once over all `n` rows; only the attention itself runs per
+    /// sequence, with the same operations as [`Attention::forward`] on that sequence alone.
+    pub(crate) fn forward_ragged(
+        &self,
+        x: &Tensor,
+        rope: &Rope,
+        positions: &[u32],
+        caches: &mut [&mut KvCache],
+        lens: &[usize],
+        layer: usize,
+    ) -> Result<Tensor> {
+        let all = self.project(x, rope, Positions::Explicit(positions))?;
+        let mut mixed = Vec::with_capacity(caches.len());
+        let mut start = 0;
+        for (cache, &t) in caches.iter_mut().zip(lens) {
+            let rows = |x: &Tensor| x.narrow(1, start, t);
+            let one = Projected {
+                q: rows(&all.q)?,
+                k: rows(&all.k)?,
+                v: rows(&all.v)?,
+            };
+            mixed.push(self.attend(&one, cache, layer)?);
+            start += t;
+        }
+        // [1, n, heads * head_dim]
+        self.o.forward(&Tensor::cat(&mixed, 1)?)
+    }
+
+    /// The rotated queries and keys, and the values, of `x` (`[batch, t, hidden]`) at `at`.
+    fn project(&self, x: &Tensor, rope: &Rope, at: Positions<'_>) -> Result<Projected> {
         let (batch, t, _) = x.dims3()?;
-        let offset = cache.len();
         let heads = |proj: &Linear, n: usize| -> Result<Tensor> {
             Ok(proj.forward(x)?.reshape((batch, t, n, self.head_dim))?)
         };
         // Rotated in the token-major layout the projection writes: no transpose before RoPE.
-        let at = Positions::Range { offset };
-        let q = apply_rope(&heads(&self.q, self.heads)?, rope, at, Order::TokenMajor)?;
-        let k = apply_rope(&heads(&self.k, self.kv_heads)?, rope, at, Order::TokenMajor)?;
-        let v = heads(&self.v, self.kv_heads)?;
-        let q = q.transpose(1, 2)?.contiguous()?;
-        let k = k.transpose(1, 2)?.contiguous()?;
-        let v = v.transpose(1, 2)?.contiguous()?;
+        Ok(Projected {
+            q: apply_rope(&heads(&self.q, self.heads)?, rope, at, Order::TokenMajor)?,
+            k: apply_rope(&heads(&self.k, self.kv_heads)?, rope, at, Order::TokenMajor)?,
+            v: heads(&self.v, self.kv_heads)?,
+        })
+    }
+
+    /// Appends the keys and values of `p` (`[batch, t, ., head_dim]`, the tokens after the
+    /// `cache.len()` cached ones) to `cache` for `layer` and attends the queries over the
+    /// cache: the heads' mixed values, `[batch, t, heads * head_dim]`, before `Wo`.
+    fn attend(&self, p: &Projected, cache: &mut KvCache, layer: usize) -> Result<Tensor> {
+        let (batch, t, _, _) = p.q.dims4()?;
+        let offset = cache.len();
+        let q = p.q.transpose(1, 2)?.contiguous()?;
+        let k = p.k.transpose(1, 2)?.contiguous()?;
+        let v = p.v.transpose(1, 2)?.contiguous()?;
         let (keys, values) = cache.append(layer, &k, &v)?;
         let total = offset + t;
 
@@ -59,7 +118,7 @@ impl Attention {
         let scores = (q.matmul(&keys.t()?)? * scale)?;
         let scores = if t > 1 {
             let scores = scores.reshape((batch, self.kv_heads, groups, t, total))?;
-            let mask = causal_mask(t, offset, x.device())?;
+            let mask = causal_mask(t, offset, q.device())?;
             scores
                 .broadcast_add(&mask)?
                 .reshape((batch, self.kv_heads, groups * t, total))?
@@ -68,14 +127,12 @@ impl Attention {
         };
         let weights = candle_nn::ops::softmax_last_dim(&scores)?;
         let mixed = weights.matmul(&values)?; // [b, kv, groups * t, d]
-        let mixed = mixed
+        Ok(mixed
             .reshape((batch, self.heads, t, self.head_dim))?
             .transpose(1, 2)?
-            .reshape((batch, t, self.heads * self.head_dim))?;
-        self.o.forward(&mixed)
+            .reshape((batch, t, self.heads * self.head_dim))?)
     }
 }
-
 /// `[t, offset + t]`: 0 where query `i` (at position `offset + i`) may see key `j`
 /// (`j <= offset + i`), `-inf` elsewhere.
 fn causal_mask(t: usize, offset: usize, device: &Device) -> Result<Tensor> {

@@ -92,7 +92,7 @@ pub fn generate(
             prompt.len()
         )));
     }
-    let mut rng = StdRng::seed_from_u64(sampling.seed);
+    let mut sampler = Sampler::new(sampling);
     let mut cache = model.cache(1, total);
     let mut tokens = Vec::with_capacity(max_new);
     let mut stopped_at_eos = false;
@@ -101,7 +101,7 @@ pub fn generate(
     let mut next = if max_new > 0 {
         let ids = Tensor::new(prompt, model.device())?.unsqueeze(0)?;
         let logits = model.forward(&ids, &mut cache, Logits::Last)?;
-        Some(choose(&logits, sampling, &mut rng)?)
+        Some(sampler.next(&logits.squeeze(0)?.to_vec1::<f32>()?))
     } else {
         None
     };
@@ -120,7 +120,7 @@ pub fn generate(
         }
         let ids = Tensor::new(&[token], model.device())?.unsqueeze(0)?;
         let logits = model.forward(&ids, &mut cache, Logits::Last)?;
-        next = Some(choose(&logits, sampling, &mut rng)?);
+        next = Some(sampler.next(&logits.squeeze(0)?.to_vec1::<f32>()?));
     }
     let decode = start.elapsed();
     Ok(Generation {
@@ -132,27 +132,45 @@ pub fn generate(
     })
 }
 
-/// The next token from logits `[1, vocab]` (finite: [`Llama::forward`] checked them).
-fn choose(logits: &Tensor, sampling: Sampling, rng: &mut StdRng) -> Result<u32> {
-    let z = logits.squeeze(0)?.to_vec1::<f32>()?;
-    if sampling.temperature == 0.0 {
-        return Ok(argmax(&z));
-    }
-    // softmax(z / T) in f64, shifted by the maximum.
-    let top = z.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let weights: Vec<f64> = z
-        .iter()
-        .map(|&v| ((v as f64 - top) / sampling.temperature).exp())
-        .collect();
-    let total: f64 = weights.iter().sum();
-    let mut u = rng.random::<f64>() * total;
-    for (i, w) in weights.iter().enumerate() {
-        if u < *w {
-            return Ok(i as u32);
+/// Chooses tokens from logits by one [`Sampling`]: its own generator, seeded once, draws one
+/// number per sampled token, so a sequence's tokens depend only on its logits and its seed.
+#[derive(Debug, Clone)]
+pub struct Sampler {
+    sampling: Sampling,
+    rng: StdRng,
+}
+
+impl Sampler {
+    /// A sampler for `sampling`, its generator seeded with `sampling.seed`.
+    pub fn new(sampling: Sampling) -> Sampler {
+        Sampler {
+            sampling,
+            rng: StdRng::seed_from_u64(sampling.seed),
         }
-        u -= w;
     }
-    Ok(argmax(&z))
+
+    /// The next token from the logits `z` of one position (finite: [`Llama::forward`] checks
+    /// them): `argmax z` when greedy, else a draw from `softmax(z / temperature)`.
+    pub fn next(&mut self, z: &[f32]) -> u32 {
+        if self.sampling.temperature == 0.0 {
+            return argmax(z);
+        }
+        // softmax(z / T) in f64, shifted by the maximum.
+        let top = z.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+        let weights: Vec<f64> = z
+            .iter()
+            .map(|&v| ((v as f64 - top) / self.sampling.temperature).exp())
+            .collect();
+        let total: f64 = weights.iter().sum();
+        let mut u = self.rng.random::<f64>() * total;
+        for (i, w) in weights.iter().enumerate() {
+            if u < *w {
+                return i as u32;
+            }
+            u -= w;
+        }
+        argmax(z)
+    }
 }
 
 /// Index of the largest value, the first one on ties.

@@ -9,6 +9,8 @@
 //! - [`Tokenizer`]: the byte-level BPE the file's metadata describes, built with Hugging Face's
 //!   `tokenizers`.
 //! - [`generate`]: greedy or temperature sampling with a KV cache, timed.
+//! - [`Llama::forward_ragged`]: one pass over the new tokens of several sequences, each with
+//!   its own cache (continuous batching).
 //!
 //! GGUF files store the q/k projection rows permuted so that interleaved RoPE pairs
 //! `(x_{2i}, x_{2i+1})` apply; [`LoadOptions::layout`] = [`rotary::Layout::Half`] undoes the
@@ -57,6 +59,6 @@ pub use cache::KvCache;
 pub use config::LlamaConfig;
 pub use error::{LlamaError, Result};
 pub use linear::{Linear, Weight};
-pub use model::{Llama, LoadOptions, Logits};
+pub use model::{Chunk, Llama, LoadOptions, Logits};
 pub use q4_1::Q4_1Matrix;
 pub use tokenizer::Tokenizer;

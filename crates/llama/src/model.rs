@@ -15,6 +15,10 @@ use crate::finite::first_out_of_range;
 use crate::gguf::{self, GgufFile};
 use crate::linear::{Linear, Weight};
 
+mod ragged;
+
+pub use ragged::Chunk;
+
 /// How to hold the weights and which RoPE pair layout to run.
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
@@ -218,29 +222,11 @@ impl Llama {
                 cache.batch()
             )));
         }
-        for &id in ids.flatten_all()?.to_vec1::<u32>()?.iter() {
-            if id as usize >= self.config.vocab_size {
-                return Err(LlamaError::TokenId {
-                    id,
-                    vocab_size: self.config.vocab_size,
-                });
-            }
-        }
-        let mut x = match &self.embedding {
-            Embedding::Quantized(q) => q.embedding(ids)?,
-            Embedding::Dense(w) => {
-                w.index_select(&ids.flatten_all()?, 0)?
-                    .reshape((batch, t, self.config.hidden))?
-            }
-        };
-        for (layer, block) in self.blocks.iter().enumerate() {
-            let attended =
-                block
-                    .attn
-                    .forward(&block.attn_norm.forward(&x)?, &self.rope, cache, layer)?;
-            x = (x + attended)?;
-            x = (&x + block.ffn.forward(&block.ffn_norm.forward(&x)?)?)?;
-        }
+        self.check_ids(&ids.flatten_all()?.to_vec1::<u32>()?)?;
+        let x = self.embed(ids)?;
+        let x = self.blocks(x, |attn, h, layer| {
+            attn.forward(h, &self.rope, cache, layer)
+        })?;
         cache.advance(t);
         let (x, positions) = match which {
             Logits::All => (x, t),
@@ -257,6 +243,47 @@ impl Llama {
             });
         }
         Ok(logits)
+    }
+
+    /// Refuses an id outside the vocabulary.
+    fn check_ids(&self, ids: &[u32]) -> Result<()> {
+        match ids
+            .iter()
+            .find(|&&id| id as usize >= self.config.vocab_size)
+        {
+            Some(&id) => Err(LlamaError::TokenId {
+                id,
+                vocab_size: self.config.vocab_size,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// The embeddings of `ids` (`[batch, t]`, checked): `[batch, t, hidden]`.
+    fn embed(&self, ids: &Tensor) -> Result<Tensor> {
+        let (batch, t) = ids.dims2()?;
+        Ok(match &self.embedding {
+            Embedding::Quantized(q) => q.embedding(ids)?,
+            Embedding::Dense(w) => {
+                w.index_select(&ids.flatten_all()?, 0)?
+                    .reshape((batch, t, self.config.hidden))?
+            }
+        })
+    }
+
+    /// Runs `x` (`[batch, t, hidden]`) through every block, `attend(attention, normed, layer)`
+    /// computing each block's attention: `h = x + attn(norm1(x))`, `y = h + ffn(norm2(h))`.
+    fn blocks(
+        &self,
+        mut x: Tensor,
+        mut attend: impl FnMut(&Attention, &Tensor, usize) -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        for (layer, block) in self.blocks.iter().enumerate() {
+            let attended = attend(&block.attn, &block.attn_norm.forward(&x)?, layer)?;
+            x = (x + attended)?;
+            x = (&x + block.ffn.forward(&block.ffn_norm.forward(&x)?)?)?;
+        }
+        Ok(x)
     }
 }
 

@@ -60,10 +60,22 @@ pub struct Args {
     #[arg(long, default_value_t = ServeConfig::default().max_tokens as u64,
           value_parser = clap::value_parser!(u64).range(1..))]
     max_tokens: u64,
-    /// Completions that may wait while one is generated (one at a time); one more is answered
-    /// 429 with Retry-After. With --gguf.
-    #[arg(long, default_value_t = ServeConfig::default().max_waiting_generations as u64)]
+    /// Completions that may be running or waiting at once (running ones are decoded together,
+    /// one forward pass a step); one more is answered 429 with Retry-After. With --gguf.
+    #[arg(long, default_value_t = ServeConfig::default().max_waiting_generations as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
     max_waiting_generations: u64,
+    /// Key/value cache positions the running completions may reserve together (each its
+    /// prompt and max_tokens; others wait until theirs fits): bounds the cache's memory, which
+    /// /info gives in bytes. With --gguf.
+    #[arg(long, default_value_t = ServeConfig::default().max_cached_tokens as u64,
+          value_parser = clap::value_parser!(u64).range(2..))]
+    max_cached_tokens: u64,
+    /// Prompt tokens one decoding step runs at most: a longer prompt is prefilled in chunks of
+    /// this size while the other completions go on decoding. With --gguf.
+    #[arg(long, default_value_t = ServeConfig::default().max_prefill_tokens as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_prefill_tokens: u64,
     /// Address to listen on (127.0.0.1: this machine only; 0.0.0.0 for every interface).
     #[arg(long, default_value_t = ServeConfig::default().host)]
     host: IpAddr,
@@ -146,6 +158,8 @@ impl Args {
             precision: self.precision.resolve(),
             max_tokens: size(self.max_tokens),
             max_waiting_generations: size(self.max_waiting_generations),
+            max_cached_tokens: size(self.max_cached_tokens),
+            max_prefill_tokens: size(self.max_prefill_tokens),
             max_image_pixels: self.max_image_pixels,
             ..ServeConfig::default()
         }

@@ -56,9 +56,17 @@ pub struct ServeConfig {
     /// Most new tokens one completion may ask for, and the default of `max_tokens`
     /// (`--max-tokens`, default 512; the model's context bounds it too). `--gguf` only.
     pub max_tokens: usize,
-    /// Completions that may wait while one runs (`--max-waiting-generations`, default 8);
-    /// beyond it a completion is answered 429 at once. `--gguf` only.
+    /// Completions that may be running or waiting at once (`--max-waiting-generations`,
+    /// default 8); beyond it a completion is answered 429 at once. `--gguf` only.
     pub max_waiting_generations: usize,
+    /// Cache positions the running completions may reserve together (`--max-cached-tokens`,
+    /// default 8192): each reserves its prompt and `max_tokens`, and waits until that fits.
+    /// Bounds the key/value cache's memory (`/info` says it in bytes). `--gguf` only.
+    pub max_cached_tokens: usize,
+    /// Prompt tokens one decoding step runs at most (`--max-prefill-tokens`, default 256):
+    /// longer prompts are prefilled in chunks of this size while the others decode. `--gguf`
+    /// only.
+    pub max_prefill_tokens: usize,
     /// Most pixels (`width * height`) an image's header may declare (`--max-image-pixels`,
     /// default 4096 x 4096); a larger image is answered 413 before it is decoded.
     /// `--vision` / `--vision-model` only.
@@ -88,6 +96,8 @@ impl Default for ServeConfig {
             precision: Precision::F32,
             max_tokens: 512,
             max_waiting_generations: 8,
+            max_cached_tokens: 8192,
+            max_prefill_tokens: 256,
             max_image_pixels: 4096 * 4096,
             generation_pause: Duration::ZERO,
         }
@@ -117,6 +127,9 @@ impl ServeConfig {
         at_least("--max-client-batch-size", self.max_client_batch_size, 1)?;
         at_least("--max-body-bytes", self.max_body_bytes, 1)?;
         at_least("--max-tokens", self.max_tokens, 1)?;
+        at_least("--max-waiting-generations", self.max_waiting_generations, 1)?;
+        at_least("--max-cached-tokens", self.max_cached_tokens, 2)?;
+        at_least("--max-prefill-tokens", self.max_prefill_tokens, 1)?;
         if self.max_image_pixels == 0 {
             return Err(ServeError::Config {
                 flag: "--max-image-pixels",

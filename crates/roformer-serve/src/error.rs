@@ -133,14 +133,14 @@ pub enum ApiError {
         /// The limit.
         limit: usize,
     },
-    /// The generation queue is full (429, with `Retry-After`).
+    /// As many completions as allowed are running or waiting (429, with `Retry-After`).
     #[error(
-        "the model is generating and {waiting} more requests are waiting \
+        "{limit} completions are running or waiting, the most allowed \
          (--max-waiting-generations): retry later"
     )]
     GenerationQueueFull {
-        /// Requests allowed to wait.
-        waiting: usize,
+        /// Completions allowed to run or wait.
+        limit: usize,
     },
     /// The server is shutting down (503).
     #[error("the server is shutting down")]

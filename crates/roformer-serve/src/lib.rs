@@ -5,8 +5,9 @@
 //! `POST /v1/embeddings`, `POST /similarity`, `POST /embed_all`, `POST /embed_sparse`,
 //! `POST /fill-mask`, `POST /predict`, `POST /rerank`, `POST /tokenize`, `POST /decode`
 //! (`GET /info` lists those the loaded model serves), with a GGUF
-//! LLaMA ([`Models::generator`]) `POST /v1/completions` and `POST /v1/chat/completions`, decoded
-//! one at a time behind a bounded queue ([`generate`]), and with a vision model
+//! LLaMA ([`Models::generator`]) `POST /v1/completions` and `POST /v1/chat/completions`, the
+//! running ones decoded together, one forward pass a step, behind a bounded queue
+//! ([`generate`]), and with a vision model
 //! ([`Models::vision`]) `POST /image-classification` and `POST /embed_image`, the image file's
 //! bytes as the body, run by their own thread ([`vision`]). Texts are admitted up to
 //! `--max-concurrent-requests` (429 beyond), encoded and checked in the handler, and queued
@@ -65,7 +66,7 @@ pub use vision::VisionBackend;
 use access_log::LogSink;
 use admission::Admission;
 use batcher::{BatchLimits, Batcher};
-use generate::Generator;
+use generate::{GenerationLimits, Generator};
 use metrics::Metrics;
 use state::{AppState, Shared};
 use vision::ImageQueue;
@@ -131,10 +132,15 @@ impl Server {
         };
         let batcher = Batcher::start(backend.clone(), metrics.clone(), limits);
         let generator = generator.map(|model| {
+            let limits = GenerationLimits {
+                max_sequences: config.max_waiting_generations,
+                max_cached_tokens: config.max_cached_tokens,
+                max_prefill_tokens: config.max_prefill_tokens,
+            };
             Generator::new(
                 Arc::new(model),
                 metrics.clone(),
-                config.max_waiting_generations,
+                limits,
                 config.generation_pause,
             )
         });

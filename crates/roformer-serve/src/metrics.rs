@@ -80,6 +80,7 @@ pub struct Metrics {
     inputs_total: AtomicU64,
     generated_tokens: AtomicU64,
     generations: Mutex<BTreeMap<&'static str, u64>>,
+    generation_steps: Mutex<Histogram>,
 }
 
 impl Default for Metrics {
@@ -94,6 +95,7 @@ impl Default for Metrics {
             inputs_total: AtomicU64::new(0),
             generated_tokens: AtomicU64::new(0),
             generations: Mutex::default(),
+            generation_steps: Mutex::new(Histogram::new(SIZES)),
         }
     }
 }
@@ -133,6 +135,11 @@ impl Metrics {
     /// went away, or `error`).
     pub fn generation_ended(&self, outcome: &'static str) {
         *lock(&self.generations).entry(outcome).or_insert(0) += 1;
+    }
+
+    /// Records one decoding step of the GGUF model over `sequences` running completions.
+    pub fn generation_step(&self, sequences: usize) {
+        lock(&self.generation_steps).observe(sequences as f64);
     }
 
     /// Tokens decoded by the GGUF model so far.
@@ -189,6 +196,8 @@ impl Metrics {
             out.push_str("# TYPE te_generation_queue_size gauge\n");
             let _ = writeln!(out, "te_generation_queue_size {n}");
         }
+        out.push_str("# TYPE te_generation_step_size histogram\n");
+        lock(&self.generation_steps).render(&mut out, "te_generation_step_size", "");
         out.push_str("# TYPE te_generation_count counter\n");
         for (outcome, n) in lock(&self.generations).iter() {
             let _ = writeln!(out, "te_generation_count{{finish=\"{outcome}\"}} {n}");

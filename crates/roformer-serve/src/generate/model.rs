@@ -83,6 +83,13 @@ impl LlamaModel {
         self.model.config().context_length
     }
 
+    /// Bytes of key/value cache one position of a sequence takes: keys and values (f32) of
+    /// every key/value head of every layer, `layers * 2 * kv_heads * head_dim * 4`.
+    pub fn kv_bytes_per_token(&self) -> usize {
+        let c = self.model.config();
+        c.layers * 2 * c.kv_heads * c.head_dim * std::mem::size_of::<f32>()
+    }
+
     /// Whether `/v1/chat/completions` can be served (the chat template is ChatML).
     pub fn has_chat(&self) -> bool {
         self.chat_end.is_some()

@@ -126,6 +126,15 @@ pub struct GenerationModel {
     card: ModelCard,
     max_tokens: usize,
     max_waiting_generations: usize,
+    max_prefill_tokens: usize,
+    /// Cache positions the running completions may reserve together.
+    max_cached_tokens: usize,
+    /// Bytes one cached position takes: `layers * 2 * kv_heads * head_dim * 4` (f32 keys and
+    /// values).
+    kv_cache_bytes_per_token: usize,
+    /// The bound on the key/value cache's memory: `max_cached_tokens *
+    /// kv_cache_bytes_per_token`.
+    kv_cache_max_bytes: usize,
 }
 
 /// `GET /info`: the model and the limits, the GGUF model and the vision model with theirs, and
@@ -165,10 +174,18 @@ pub async fn info(State(state): State<AppState>) -> Json<Info> {
         max_batch_tokens: state.config.max_batch_tokens,
         max_client_batch_size: state.config.max_client_batch_size,
         version: env!("CARGO_PKG_VERSION"),
-        generation_model: state.generator.as_ref().map(|g| GenerationModel {
-            card: g.model().card().clone(),
-            max_tokens: state.config.max_tokens,
-            max_waiting_generations: state.config.max_waiting_generations,
+        generation_model: state.generator.as_ref().map(|g| {
+            let limits = g.limits();
+            let per_token = g.model().kv_bytes_per_token();
+            GenerationModel {
+                card: g.model().card().clone(),
+                max_tokens: state.config.max_tokens,
+                max_waiting_generations: limits.max_sequences,
+                max_prefill_tokens: limits.max_prefill_tokens,
+                max_cached_tokens: limits.max_cached_tokens,
+                kv_cache_bytes_per_token: per_token,
+                kv_cache_max_bytes: limits.max_cached_tokens.saturating_mul(per_token),
+            }
         }),
         vision_model: state.images.as_ref().map(vision_info),
         routes: routes(&state),

@@ -4,7 +4,7 @@
 //! by `--pooling`; inputs over the limit are refused (OpenAI has no truncate flag).
 //!
 //! The `--gguf` completion routes (`/v1/completions`, `/v1/chat/completions`) are in
-//! [`super::completions`], served by their own one-at-a-time generator rather than the batcher.
+//! [`super::completions`], served by their own continuous-batching generator rather than the batcher.
 
 use axum::extract::State;
 use axum::{Extension, Json};

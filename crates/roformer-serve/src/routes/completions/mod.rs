@@ -1,10 +1,12 @@
 //! `POST /v1/completions` and `POST /v1/chat/completions` (OpenAI), served with `--gguf`:
-//! the body is checked and tokenized here, queued on the [`Generator`] (429 when its queue is
-//! full), and answered whole or, with `"stream": true`, as server-sent events.
+//! the body is checked and tokenized here, handed to the [`Generator`] (429 when
+//! `--max-waiting-generations` completions are running or waiting), decoded together with the
+//! other running completions, and answered whole or, with `"stream": true`, as server-sent
+//! events.
 //!
 //! A client that goes away stops its generation: the handler's future (whole answers) or the
-//! event stream (streams) owns the receiving end of the generator's channel, and the decoding
-//! thread checks it before each new token. So does a request that runs past
+//! event stream (streams) owns the receiving end of the generator's channel, and the scheduler
+//! checks it before each step and each new token. So does a request that runs past
 //! `--request-timeout-s`: a whole answer is dropped by the timeout middleware with the handler,
 //! a stream ends itself at the request's [`Deadline`].
 
@@ -117,7 +119,7 @@ async fn complete(state: &AppState, asked: Asked, options: &Options) -> Result<R
         job.prompt.len(),
     );
     let permit = state.admission.admit()?;
-    let events = generator.start(job).await?;
+    let events = generator.start(job)?;
     if options.stream {
         let include_usage = options.stream_options.is_some_and(|o| o.include_usage);
         let sse = answer::stream(header, events, include_usage, deadline, permit);

@@ -1,5 +1,5 @@
 //! The bodies of `POST /v1/completions` and `POST /v1/chat/completions` (OpenAI's fields that
-//! one-at-a-time decoding can honour), and their checks, which turn a body into a [`Job`].
+//! the generator honours), and their checks, which turn a body into a [`Job`].
 //! Other OpenAI fields (`top_p`, `presence_penalty`, ...) are accepted and ignored.
 
 use llama::generate::Sampling;
@@ -126,8 +126,8 @@ impl CompletionRequest {
             Inputs::One(text) => Ok(text),
             Inputs::Many(texts) if texts.len() == 1 => Ok(&texts[0]),
             Inputs::Many(texts) => Err(ApiError::Validation(format!(
-                "prompt is a list of {} strings: send one prompt per request (one generation \
-                 runs at a time)",
+                "prompt is a list of {} strings: send one prompt per request (requests sent \
+                 at once are decoded together)",
                 texts.len()
             ))),
         }
