@@ -17,7 +17,8 @@ use rayon::prelude::*;
 
 use crate::activation::Activation;
 use crate::cpu::math::{gelu_backward, gelu_erf};
-use crate::cpu::policy::{PASS_CHUNK, SUM_ROWS};
+use crate::cpu::policy::PASS_CHUNK;
+use crate::cpu::rows::column_sums;
 use crate::cpu::tensor::{f32_slice, tensor, with_f32};
 use crate::cpu::{product, Dst, Mat, Precision};
 
@@ -191,33 +192,16 @@ impl LinearOp {
             Ok(dw)
         })?;
         let db = if with_bias {
-            Some(tensor(column_sums(du, out_dim), &Shape::from(out_dim))?)
+            let sums = column_sums(rows, out_dim, |i, acc| {
+                let row = &du[i * out_dim..];
+                acc.iter_mut().zip(row).for_each(|(s, v)| *s += v);
+            });
+            Some(tensor(sums, &Shape::from(out_dim))?)
         } else {
             None
         };
         Ok((tensor(dx, x.shape())?, tensor(dw, w.shape())?, db))
     }
-}
-
-/// The sum of each column of row-major `[rows, width]` values: partial sums of
-/// [`SUM_ROWS`] rows on the threads, added in order (the same result on any thread count).
-fn column_sums(x: &[f32], width: usize) -> Vec<f32> {
-    let width = width.max(1);
-    let partials: Vec<Vec<f32>> = x
-        .par_chunks(SUM_ROWS * width)
-        .map(|block| {
-            let mut sum = vec![0f32; width];
-            for row in block.chunks_exact(width) {
-                sum.iter_mut().zip(row).for_each(|(s, v)| *s += v);
-            }
-            sum
-        })
-        .collect();
-    let mut total = vec![0f32; width];
-    for p in partials {
-        total.iter_mut().zip(p).for_each(|(s, v)| *s += v);
-    }
-    total
 }
 
 impl CustomOp3 for LinearOp {

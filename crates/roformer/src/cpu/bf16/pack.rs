@@ -169,7 +169,7 @@ fn pack_columns(
 multiversion! {
     /// Writes pairs `range` of lanes `first..first + lanes` (`first` a multiple of `width`) of
     /// `x` into their panels of `out` (`(count, k)` packed by [`pack_columns`]): per pair, the
-    /// two values of every lane converted into words, written straight into each panel's run.
+    /// two values of every lane converted into words, then copied into each panel's run.
     /// When `x.rs == 1` (the transpose of a row-major matrix) the pair's two runs of values are
     /// contiguous and read in place, otherwise gathered first.
     fn fill_from_columns(
@@ -182,6 +182,7 @@ multiversion! {
         let ((first, lanes), (k, width)) = (span, sizes);
         let pairs = k.div_ceil(2);
         let (mut lo, mut hi) = (vec![0f32; lanes], vec![0f32; lanes]);
+        let mut words = vec![0u32; lanes];
         for p in range.0..range.1 {
             let (lo, hi): (&[f32], &[f32]) = if x.rs == 1 && 2 * p + 1 < k {
                 let start = x.offset + first + 2 * p * x.cs;
@@ -194,16 +195,16 @@ multiversion! {
                 }
                 (&lo, &hi)
             };
-            for (q, (lo, hi)) in lo.chunks(width).zip(hi.chunks(width)).enumerate() {
+            // The whole run converted at once (one vector loop), then cut into the panels.
+            for ((w, &l), &h) in words.iter_mut().zip(lo).zip(hi) {
+                *w = word(l, h);
+            }
+            for (q, run) in words.chunks(width).enumerate() {
                 let at = ((first / width + q) * pairs + p) * width;
                 // SAFETY: this task alone writes pairs `range` of its panels.
                 let panel = unsafe { out.slice(at, width) };
-                for ((w, &l), &h) in panel.iter_mut().zip(lo).zip(hi) {
-                    *w = word(l, h);
-                }
-                if lo.len() < width {
-                    panel[lo.len()..].fill(0);
-                }
+                panel[..run.len()].copy_from_slice(run);
+                panel[run.len()..].fill(0);
             }
         }
     }
