@@ -9,6 +9,7 @@
 //!
 //! `x` is `[..., in]` (any leading dims, flattened to rows), `W` `[out, in]`, `b` `[out]`.
 
+use std::ops::Range;
 use std::sync::OnceLock;
 
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Storage, Tensor};
@@ -18,7 +19,7 @@ use rayon::prelude::*;
 use crate::activation::Activation;
 use crate::cpu::math::{gelu_backward, gelu_erf};
 use crate::cpu::policy::PASS_CHUNK;
-use crate::cpu::rows::column_sums;
+use crate::cpu::rows::{build_rows, column_sums};
 use crate::cpu::tensor::{f32_slice, tensor, with_f32};
 use crate::cpu::{product, Dst, Mat, Precision};
 
@@ -95,15 +96,16 @@ impl LinearOp {
         if bias.is_some_and(|b| b.len() != out_dim) {
             return Err(candle_core::Error::Msg("linear: bias length".into()));
         }
-        let mut y = vec![0f32; rows * out_dim];
-        if let Some(b) = bias {
-            y.par_chunks_mut(out_dim.max(1) * (PASS_CHUNK / out_dim.max(1)).max(1))
-                .for_each(|chunk| {
-                    chunk
-                        .chunks_exact_mut(out_dim.max(1))
-                        .for_each(|row| row.copy_from_slice(b))
-                });
-        }
+        // Every row the bias (zeros without one), written once, in blocks on the threads.
+        let per_block = (PASS_CHUNK / out_dim.max(1)).max(1);
+        let blocks: Vec<Range<usize>> = (0..rows)
+            .step_by(per_block)
+            .map(|start| start..(start + per_block).min(rows))
+            .collect();
+        let mut y = build_rows(rows, out_dim, &blocks, true, |_, out| {
+            out.init(None, &[bias]);
+            Ok(())
+        })?;
         product(
             (rows, out_dim, in_dim),
             Dst::Slice(&mut y),

@@ -238,6 +238,9 @@ fn products_match_f64_on_edge_shapes_every_kernel() {
             (25, 65, 129),
             (50, 100, 256),
             (3, 300, 5),
+            // k over one block of pairs (BLOCK_PAIRS = 128): two blocks, and three with an odd k.
+            (5, 7, 258),
+            (14, 40, 517),
         ] {
             for (transposed_a, transposed_b) in
                 [(false, false), (true, false), (false, true), (true, true)]
