@@ -43,10 +43,13 @@ pub(crate) fn linear(
         )));
     }
     let gelu = activation == Some(Activation::Gelu);
+    // Without an input that carries gradients no backward can run: nothing to keep for it.
+    let tracked = x.track_op() || w.track_op() || layer.bias().is_some_and(Tensor::track_op);
     let op = LinearOp {
         gelu,
         precision,
         pre: OnceLock::new(),
+        keep_pre: gelu && tracked,
     };
     let x = x.contiguous()?;
     let w = w.contiguous()?;
@@ -77,11 +80,13 @@ pub(crate) fn linear_slow(
     }
 }
 
-/// The op; `precision` is that of its three products, `pre` holds the pre-activation when the GELU is fused.
+/// The op; `precision` is that of its three products, `pre` holds the pre-activation when the
+/// GELU is fused and a backward may run (`keep_pre`).
 struct LinearOp {
     gelu: bool,
     precision: Precision,
     pre: OnceLock<Vec<f32>>,
+    keep_pre: bool,
 }
 
 impl LinearOp {
@@ -118,10 +123,12 @@ impl LinearOp {
             self.precision,
         )?;
         if self.gelu {
-            let pre = y.clone();
+            let pre = self.keep_pre.then(|| y.clone());
             y.par_chunks_mut(PASS_CHUNK).for_each(gelu_erf);
-            // A fresh op per call: the cell is empty.
-            let _ = self.pre.set(pre);
+            if let Some(pre) = pre {
+                // A fresh op per call: the cell is empty.
+                let _ = self.pre.set(pre);
+            }
         }
         let mut dims = xl.shape().dims().to_vec();
         if let Some(last) = dims.last_mut() {
