@@ -10,15 +10,17 @@
 //! `x` is `[..., in]` (any leading dims, flattened to rows), `W` `[out, in]`, `b` `[out]`.
 
 use std::ops::Range;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Storage, Tensor};
 use candle_nn::{Linear, Module};
 use rayon::prelude::*;
 
 use crate::activation::Activation;
+use crate::cpu::bf16::PackedB;
 use crate::cpu::math::{gelu_backward, gelu_erf};
 use crate::cpu::policy::PASS_CHUNK;
+use crate::cpu::product::product_packed;
 use crate::cpu::rows::{build_rows, column_sums};
 use crate::cpu::tensor::{f32_slice, tensor, with_f32};
 use crate::cpu::{product, Dst, Mat, Precision};
@@ -33,6 +35,7 @@ pub(crate) fn linear(
     layer: &Linear,
     activation: Option<Activation>,
     precision: Precision,
+    packed: Option<&PackedWeight>,
 ) -> candle_core::Result<Tensor> {
     let w = layer.weight();
     let (out_dim, in_dim) = w.dims2()?;
@@ -45,11 +48,19 @@ pub(crate) fn linear(
     let gelu = activation == Some(Activation::Gelu);
     // Without an input that carries gradients no backward can run: nothing to keep for it.
     let tracked = x.track_op() || w.track_op() || layer.bias().is_some_and(Tensor::track_op);
+    let weight_fixed = !w.track_op() && !layer.bias().is_some_and(Tensor::track_op);
+    let packed = match packed {
+        Some(cache) if weight_fixed && precision.effective() == Precision::Bf16 => {
+            Some(cache.get_or_pack(w)?)
+        }
+        _ => None,
+    };
     let op = LinearOp {
         gelu,
         precision,
         pre: OnceLock::new(),
         keep_pre: gelu && tracked,
+        packed,
     };
     let x = x.contiguous()?;
     let w = w.contiguous()?;
@@ -80,13 +91,42 @@ pub(crate) fn linear_slow(
     }
 }
 
+/// A dense layer's `W^T` packed for the bf16 products once, on first use, for a layer whose
+/// weight never changes: [`linear`] fills and reads it only when neither the weight nor the
+/// bias is a variable or computed from one (a model loaded for inference). One cache belongs
+/// to one layer; its clones share it (as a cloned layer shares its weight).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PackedWeight(Arc<OnceLock<Arc<PackedB>>>);
+
+impl PackedWeight {
+    /// The packed `W^T` of `w` (`[out, in]`), packed now if this is the first call.
+    fn get_or_pack(&self, w: &Tensor) -> candle_core::Result<Arc<PackedB>> {
+        if let Some(packed) = self.0.get() {
+            return Ok(packed.clone());
+        }
+        let (out_dim, in_dim) = w.dims2()?;
+        let packed = with_f32(w, "linear weight", |w| {
+            Ok(Arc::new(PackedB::new(
+                Mat::rows(w, in_dim).t(),
+                in_dim,
+                out_dim,
+                true,
+            )))
+        })?;
+        // Two threads packing at once store the same words: either may win.
+        Ok(self.0.get_or_init(|| packed).clone())
+    }
+}
+
 /// The op; `precision` is that of its three products, `pre` holds the pre-activation when the
-/// GELU is fused and a backward may run (`keep_pre`).
+/// GELU is fused and a backward may run (`keep_pre`); `packed`, the weight packed once (the
+/// forward's product then reads it).
 struct LinearOp {
     gelu: bool,
     precision: Precision,
     pre: OnceLock<Vec<f32>>,
     keep_pre: bool,
+    packed: Option<Arc<PackedB>>,
 }
 
 impl LinearOp {
@@ -111,17 +151,29 @@ impl LinearOp {
             out.init(None, &[bias]);
             Ok(())
         })?;
-        product(
-            (rows, out_dim, in_dim),
-            Dst::Slice(&mut y),
-            (0, out_dim),
-            bias.is_some(),
-            Mat::rows(x, in_dim),
-            Mat::rows(w, in_dim).t(),
-            1.0,
-            true,
-            self.precision,
-        )?;
+        match &self.packed {
+            Some(packed) => product_packed(
+                rows,
+                Dst::Slice(&mut y),
+                (0, out_dim),
+                bias.is_some(),
+                Mat::rows(x, in_dim),
+                packed.view(),
+                1.0,
+                true,
+            )?,
+            None => product(
+                (rows, out_dim, in_dim),
+                Dst::Slice(&mut y),
+                (0, out_dim),
+                bias.is_some(),
+                Mat::rows(x, in_dim),
+                Mat::rows(w, in_dim).t(),
+                1.0,
+                true,
+                self.precision,
+            )?,
+        }
         if self.gelu {
             let pre = self.keep_pre.then(|| y.clone());
             y.par_chunks_mut(PASS_CHUNK).for_each(gelu_erf);

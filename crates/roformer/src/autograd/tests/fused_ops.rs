@@ -49,7 +49,7 @@ fn linear_matches_matmul_bias_and_gelu_with_gradients() {
         let w = var(&mut rng, &[3, 7]);
         let b = var(&mut rng, &[3]);
         let layer = Linear::new(w.as_tensor().clone(), bias.then(|| b.as_tensor().clone()));
-        let fused = linear(x.as_tensor(), &layer, activation, Precision::F32).unwrap();
+        let fused = linear(x.as_tensor(), &layer, activation, Precision::F32, None).unwrap();
         let mut reference = x
             .as_tensor()
             .broadcast_matmul(&w.as_tensor().t().unwrap())
@@ -422,7 +422,7 @@ fn bf16_linear_is_the_f32_op_on_bf16_rounded_operands() {
             Var::from_tensor(&b).unwrap(),
         );
         let layer = Linear::new(w.as_tensor().clone(), Some(b.as_tensor().clone()));
-        let y = linear(x.as_tensor(), &layer, None, precision).unwrap();
+        let y = linear(x.as_tensor(), &layer, None, precision, None).unwrap();
         let grads = (&y * &g).unwrap().sum_all().unwrap().backward().unwrap();
         let grad = |v: &Var| grads.get(v).unwrap().clone();
         (y, grad(&x), grad(&w), grad(&b))

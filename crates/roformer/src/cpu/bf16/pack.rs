@@ -166,16 +166,10 @@ fn pack_columns(
     }
 }
 
-/// Pairs converted together by [`fill_from_columns`] before they are written out: each panel
-/// then receives one run of `COLUMN_BLOCK_PAIRS * width` words (the words of all lanes, 32 KiB
-/// at 512 lanes, stay in cache meanwhile).
-const COLUMN_BLOCK_PAIRS: usize = 16;
-
 multiversion! {
     /// Writes pairs `range` of lanes `first..first + lanes` (`first` a multiple of `width`) of
-    /// `x` into their panels of `out` (`(count, k)` packed by [`pack_columns`]), a block of
-    /// [`COLUMN_BLOCK_PAIRS`] pairs at a time: per pair, the two values of every lane converted
-    /// into words in one vector loop, then each panel's words of the block written as one run.
+    /// `x` into their panels of `out` (`(count, k)` packed by [`pack_columns`]): per pair, the
+    /// two values of every lane converted into words, written straight into each panel's run.
     /// When `x.rs == 1` (the transpose of a row-major matrix) the pair's two runs of values are
     /// contiguous and read in place, otherwise gathered first.
     fn fill_from_columns(
@@ -188,35 +182,27 @@ multiversion! {
         let ((first, lanes), (k, width)) = (span, sizes);
         let pairs = k.div_ceil(2);
         let (mut lo, mut hi) = (vec![0f32; lanes], vec![0f32; lanes]);
-        let mut words = vec![0u32; COLUMN_BLOCK_PAIRS * lanes];
-        for p0 in (range.0..range.1).step_by(COLUMN_BLOCK_PAIRS) {
-            let block = (range.1 - p0).min(COLUMN_BLOCK_PAIRS);
-            for (p, run) in (p0..p0 + block).zip(words.chunks_mut(lanes.max(1))) {
-                let (lo, hi): (&[f32], &[f32]) = if x.rs == 1 && 2 * p + 1 < k {
-                    let start = x.offset + first + 2 * p * x.cs;
-                    (&x.data[start..start + lanes], &x.data[start + x.cs..start + x.cs + lanes])
-                } else {
-                    for (kk, dst) in [(2 * p, &mut lo), (2 * p + 1, &mut hi)] {
-                        for (i, v) in dst.iter_mut().enumerate() {
-                            *v = if kk < k { x.data[x.offset + (first + i) * x.rs + kk * x.cs] } else { 0.0 };
-                        }
+        for p in range.0..range.1 {
+            let (lo, hi): (&[f32], &[f32]) = if x.rs == 1 && 2 * p + 1 < k {
+                let start = x.offset + first + 2 * p * x.cs;
+                (&x.data[start..start + lanes], &x.data[start + x.cs..start + x.cs + lanes])
+            } else {
+                for (kk, dst) in [(2 * p, &mut lo), (2 * p + 1, &mut hi)] {
+                    for (i, v) in dst.iter_mut().enumerate() {
+                        *v = if kk < k { x.data[x.offset + (first + i) * x.rs + kk * x.cs] } else { 0.0 };
                     }
-                    (&lo, &hi)
-                };
-                for ((w, &l), &h) in run.iter_mut().zip(lo).zip(hi) {
+                }
+                (&lo, &hi)
+            };
+            for (q, (lo, hi)) in lo.chunks(width).zip(hi.chunks(width)).enumerate() {
+                let at = ((first / width + q) * pairs + p) * width;
+                // SAFETY: this task alone writes pairs `range` of its panels.
+                let panel = unsafe { out.slice(at, width) };
+                for ((w, &l), &h) in panel.iter_mut().zip(lo).zip(hi) {
                     *w = word(l, h);
                 }
-            }
-            for q in 0..lanes.div_ceil(width) {
-                let (start, end) = (q * width, ((q + 1) * width).min(lanes));
-                let at = ((first / width + q) * pairs + p0) * width;
-                // SAFETY: this task alone writes pairs `range` of its panels; the block's
-                // pairs of panel `q` are `block * width` consecutive words from `at`.
-                let panel = unsafe { out.slice(at, block * width) };
-                for (j, dst) in panel.chunks_exact_mut(width).enumerate() {
-                    let src = &words[j * lanes + start..j * lanes + end];
-                    dst[..src.len()].copy_from_slice(src);
-                    dst[src.len()..].fill(0);
+                if lo.len() < width {
+                    panel[lo.len()..].fill(0);
                 }
             }
         }
