@@ -48,10 +48,6 @@ pub(crate) const NR: usize = 32;
 /// Row panels and column panels of one task of a product on the threads.
 const TASK_ROW_PANELS: usize = 4;
 const TASK_COL_PANELS: usize = 8;
-/// Pairs of `k` per block of a task: a block of a B panel (`BLOCK_PAIRS * NR` words, 16 KiB)
-/// stays in the L1 cache while the task's row panels pass over it; a longer `k` (the weight
-/// gradients', the batch's tokens) runs as several blocks, each adding onto C.
-const BLOCK_PAIRS: usize = 128;
 
 /// A micro-kernel: `C[0..rows, 0..cols] = (accumulate ? C : 0) + alpha * A_panel B_panel`
 /// over `pairs` pairs of `k`, with A's word `(p, r)` at `a + p * a_ps + r * a_rs` (a panel:
@@ -266,36 +262,27 @@ unsafe fn run_tiles(
     let col_panels = n.div_ceil(NR);
     let (c_ptr, rs) = c;
     let c_addr = c_ptr as usize;
-    // Blocks of at most BLOCK_PAIRS pairs (one, of no pair, when k is 0 so that C is still
-    // written), the first one accumulating as asked, the later ones onto it.
-    let blocks = pairs.div_ceil(BLOCK_PAIRS).max(1);
     let task = |(rp0, cp0): (usize, usize)| {
-        for block in 0..blocks {
-            let p0 = block * BLOCK_PAIRS;
-            let span = (pairs - p0).min(BLOCK_PAIRS);
-            for cp in cp0..(cp0 + TASK_COL_PANELS).min(col_panels) {
-                let j0 = cp * NR;
-                let b_panel = &b.words[cp * pairs * NR..(cp + 1) * pairs * NR];
-                for rp in rp0..(rp0 + TASK_ROW_PANELS).min(row_panels) {
-                    let i0 = rp * MR;
-                    let a_panel = &packed_a[rp * pairs * MR..(rp + 1) * pairs * MR];
-                    // SAFETY: the panels hold `pairs` words per row/column and the block's
-                    // pairs `p0..p0 + span` lie inside them (its first word at `p0 * a_ps` in
-                    // A, `p0 * NR` in B); the tile lies inside C (rows i0.., columns j0.. cut
-                    // at m and n), and the tasks' tiles are disjoint.
-                    unsafe {
-                        micro(
-                            span,
-                            (a_panel.as_ptr().add(p0 * a_ps), a_ps, a_rs),
-                            b_panel.as_ptr().add(p0 * NR),
-                            (c_addr as *mut f32).add(i0 * rs + j0),
-                            rs,
-                            (m - i0).min(MR),
-                            (n - j0).min(NR),
-                            alpha,
-                            accumulate || block > 0,
-                        );
-                    }
+        for cp in cp0..(cp0 + TASK_COL_PANELS).min(col_panels) {
+            let j0 = cp * NR;
+            let b_panel = &b.words[cp * pairs * NR..(cp + 1) * pairs * NR];
+            for rp in rp0..(rp0 + TASK_ROW_PANELS).min(row_panels) {
+                let i0 = rp * MR;
+                let a_panel = &packed_a[rp * pairs * MR..(rp + 1) * pairs * MR];
+                // SAFETY: the panels hold `pairs` words per row/column; the tile lies inside C
+                // (rows i0.., columns j0.. cut at m and n), and the tasks' tiles are disjoint.
+                unsafe {
+                    micro(
+                        pairs,
+                        (a_panel.as_ptr(), a_ps, a_rs),
+                        b_panel.as_ptr(),
+                        (c_addr as *mut f32).add(i0 * rs + j0),
+                        rs,
+                        (m - i0).min(MR),
+                        (n - j0).min(NR),
+                        alpha,
+                        accumulate,
+                    );
                 }
             }
         }

@@ -238,7 +238,7 @@ fn products_match_f64_on_edge_shapes_every_kernel() {
             (25, 65, 129),
             (50, 100, 256),
             (3, 300, 5),
-            // k over one block of pairs (BLOCK_PAIRS = 128): two blocks, and three with an odd k.
+            // Long k, even and odd (hundreds of pairs in one micro-kernel call).
             (5, 7, 258),
             (14, 40, 517),
         ] {
