@@ -73,7 +73,7 @@ pub(crate) fn dense(
     plan: Plan<'_>,
 ) -> candle_core::Result<Tensor> {
     match plan.fused_training() {
-        Some(precision) => linear(x, layer, activation, precision),
+        Some(precision) => linear(x, layer, activation, precision, None),
         None => linear_slow(x, layer, activation),
     }
 }

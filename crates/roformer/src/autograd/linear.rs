@@ -9,15 +9,19 @@
 //!
 //! `x` is `[..., in]` (any leading dims, flattened to rows), `W` `[out, in]`, `b` `[out]`.
 
-use std::sync::OnceLock;
+use std::ops::Range;
+use std::sync::{Arc, OnceLock};
 
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Storage, Tensor};
 use candle_nn::{Linear, Module};
 use rayon::prelude::*;
 
 use crate::activation::Activation;
+use crate::cpu::bf16::PackedB;
 use crate::cpu::math::{gelu_backward, gelu_erf};
-use crate::cpu::policy::{PASS_CHUNK, SUM_ROWS};
+use crate::cpu::policy::PASS_CHUNK;
+use crate::cpu::product::product_packed;
+use crate::cpu::rows::{build_rows, column_sums};
 use crate::cpu::tensor::{f32_slice, tensor, with_f32};
 use crate::cpu::{product, Dst, Mat, Precision};
 
@@ -31,6 +35,7 @@ pub(crate) fn linear(
     layer: &Linear,
     activation: Option<Activation>,
     precision: Precision,
+    packed: Option<&PackedWeight>,
 ) -> candle_core::Result<Tensor> {
     let w = layer.weight();
     let (out_dim, in_dim) = w.dims2()?;
@@ -41,10 +46,21 @@ pub(crate) fn linear(
         )));
     }
     let gelu = activation == Some(Activation::Gelu);
+    // Without an input that carries gradients no backward can run: nothing to keep for it.
+    let tracked = x.track_op() || w.track_op() || layer.bias().is_some_and(Tensor::track_op);
+    let weight_fixed = !w.track_op() && !layer.bias().is_some_and(Tensor::track_op);
+    let packed = match packed {
+        Some(cache) if weight_fixed && precision.effective() == Precision::Bf16 => {
+            Some(cache.get_or_pack(w)?)
+        }
+        _ => None,
+    };
     let op = LinearOp {
         gelu,
         precision,
         pre: OnceLock::new(),
+        keep_pre: gelu && tracked,
+        packed,
     };
     let x = x.contiguous()?;
     let w = w.contiguous()?;
@@ -75,11 +91,42 @@ pub(crate) fn linear_slow(
     }
 }
 
-/// The op; `precision` is that of its three products, `pre` holds the pre-activation when the GELU is fused.
+/// A dense layer's `W^T` packed for the bf16 products once, on first use, for a layer whose
+/// weight never changes: [`linear`] fills and reads it only when neither the weight nor the
+/// bias is a variable or computed from one (a model loaded for inference). One cache belongs
+/// to one layer; its clones share it (as a cloned layer shares its weight).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PackedWeight(Arc<OnceLock<Arc<PackedB>>>);
+
+impl PackedWeight {
+    /// The packed `W^T` of `w` (`[out, in]`), packed now if this is the first call.
+    fn get_or_pack(&self, w: &Tensor) -> candle_core::Result<Arc<PackedB>> {
+        if let Some(packed) = self.0.get() {
+            return Ok(packed.clone());
+        }
+        let (out_dim, in_dim) = w.dims2()?;
+        let packed = with_f32(w, "linear weight", |w| {
+            Ok(Arc::new(PackedB::new(
+                Mat::rows(w, in_dim).t(),
+                in_dim,
+                out_dim,
+                true,
+            )))
+        })?;
+        // Two threads packing at once store the same words: either may win.
+        Ok(self.0.get_or_init(|| packed).clone())
+    }
+}
+
+/// The op; `precision` is that of its three products, `pre` holds the pre-activation when the
+/// GELU is fused and a backward may run (`keep_pre`); `packed`, the weight packed once (the
+/// forward's product then reads it).
 struct LinearOp {
     gelu: bool,
     precision: Precision,
     pre: OnceLock<Vec<f32>>,
+    keep_pre: bool,
+    packed: Option<Arc<PackedB>>,
 }
 
 impl LinearOp {
@@ -94,31 +141,46 @@ impl LinearOp {
         if bias.is_some_and(|b| b.len() != out_dim) {
             return Err(candle_core::Error::Msg("linear: bias length".into()));
         }
-        let mut y = vec![0f32; rows * out_dim];
-        if let Some(b) = bias {
-            y.par_chunks_mut(out_dim.max(1) * (PASS_CHUNK / out_dim.max(1)).max(1))
-                .for_each(|chunk| {
-                    chunk
-                        .chunks_exact_mut(out_dim.max(1))
-                        .for_each(|row| row.copy_from_slice(b))
-                });
+        // Every row the bias (zeros without one), written once, in blocks on the threads.
+        let per_block = (PASS_CHUNK / out_dim.max(1)).max(1);
+        let blocks: Vec<Range<usize>> = (0..rows)
+            .step_by(per_block)
+            .map(|start| start..(start + per_block).min(rows))
+            .collect();
+        let mut y = build_rows(rows, out_dim, &blocks, true, |_, out| {
+            out.init(None, &[bias]);
+            Ok(())
+        })?;
+        match &self.packed {
+            Some(packed) => product_packed(
+                rows,
+                Dst::Slice(&mut y),
+                (0, out_dim),
+                bias.is_some(),
+                Mat::rows(x, in_dim),
+                packed.view(),
+                1.0,
+                true,
+            )?,
+            None => product(
+                (rows, out_dim, in_dim),
+                Dst::Slice(&mut y),
+                (0, out_dim),
+                bias.is_some(),
+                Mat::rows(x, in_dim),
+                Mat::rows(w, in_dim).t(),
+                1.0,
+                true,
+                self.precision,
+            )?,
         }
-        product(
-            (rows, out_dim, in_dim),
-            Dst::Slice(&mut y),
-            (0, out_dim),
-            bias.is_some(),
-            Mat::rows(x, in_dim),
-            Mat::rows(w, in_dim).t(),
-            1.0,
-            true,
-            self.precision,
-        )?;
         if self.gelu {
-            let pre = y.clone();
+            let pre = self.keep_pre.then(|| y.clone());
             y.par_chunks_mut(PASS_CHUNK).for_each(gelu_erf);
-            // A fresh op per call: the cell is empty.
-            let _ = self.pre.set(pre);
+            if let Some(pre) = pre {
+                // A fresh op per call: the cell is empty.
+                let _ = self.pre.set(pre);
+            }
         }
         let mut dims = xl.shape().dims().to_vec();
         if let Some(last) = dims.last_mut() {
@@ -191,33 +253,16 @@ impl LinearOp {
             Ok(dw)
         })?;
         let db = if with_bias {
-            Some(tensor(column_sums(du, out_dim), &Shape::from(out_dim))?)
+            let sums = column_sums(rows, out_dim, |i, acc| {
+                let row = &du[i * out_dim..];
+                acc.iter_mut().zip(row).for_each(|(s, v)| *s += v);
+            });
+            Some(tensor(sums, &Shape::from(out_dim))?)
         } else {
             None
         };
         Ok((tensor(dx, x.shape())?, tensor(dw, w.shape())?, db))
     }
-}
-
-/// The sum of each column of row-major `[rows, width]` values: partial sums of
-/// [`SUM_ROWS`] rows on the threads, added in order (the same result on any thread count).
-fn column_sums(x: &[f32], width: usize) -> Vec<f32> {
-    let width = width.max(1);
-    let partials: Vec<Vec<f32>> = x
-        .par_chunks(SUM_ROWS * width)
-        .map(|block| {
-            let mut sum = vec![0f32; width];
-            for row in block.chunks_exact(width) {
-                sum.iter_mut().zip(row).for_each(|(s, v)| *s += v);
-            }
-            sum
-        })
-        .collect();
-    let mut total = vec![0f32; width];
-    for p in partials {
-        total.iter_mut().zip(p).for_each(|(s, v)| *s += v);
-    }
-    total
 }
 
 impl CustomOp3 for LinearOp {

@@ -35,6 +35,9 @@
 //!   residual add and the layer norm); backward `ds = rstd (g w - mean(g w) - xh mean(g w xh))`,
 //!   `dr = ds`, `dy = ds * f`, `dw = sum g xh`, `db = sum g`, with `s` recomputed from `y`
 //!   and `residual`;
+//! - `layer_scale`: a pre-norm block's branch joined to the stream, `(a * lambda) * f_s + r`
+//!   (layer scale, stochastic depth's per-sample factor, residual add); backward
+//!   `da = g f_s lambda`, `dlambda = sum g f_s a`, `dr = g`;
 //! - `cross_entropy`: mean cross entropy over rows of logits with targets, and the arg-max,
 //!   in one pass; backward `(softmax - onehot) / n`;
 //! - `embedding`: the word and token-type lookups and their sum; backward one scatter of the
@@ -50,6 +53,7 @@ pub(crate) mod dropout;
 mod element;
 pub(crate) mod embedding;
 mod layer_norm;
+pub(crate) mod layer_scale;
 pub(crate) mod linear;
 mod rms_norm;
 mod softmax;

@@ -1,9 +1,11 @@
-//! Output buffers: rows built block by block on the threads.
+//! Output buffers: rows built block by block on the threads; sums down the columns of rows.
 
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use rayon::prelude::*;
+
+use crate::cpu::policy::SUM_ROWS;
 
 /// The rows of one block of an output being built: uninitialised until [`RowsOut::init`].
 pub(crate) struct RowsOut<'a> {
@@ -139,4 +141,29 @@ fn fill_row(row: &mut [MaybeUninit<f32>], base: Option<&[f32]>, biases: &[Option
             }
         }
     }
+}
+
+/// `sum_i row_i` over `rows` rows of `width` columns, where `add_row(i, acc)` adds row `i`'s
+/// values into `acc`: partial sums of [`SUM_ROWS`] rows on the threads, added in order (the
+/// same result on any thread count).
+pub(crate) fn column_sums(
+    rows: usize,
+    width: usize,
+    add_row: impl Fn(usize, &mut [f32]) + Sync,
+) -> Vec<f32> {
+    let partials: Vec<Vec<f32>> = (0..rows.div_ceil(SUM_ROWS))
+        .into_par_iter()
+        .map(|block| {
+            let mut sum = vec![0f32; width];
+            for i in block * SUM_ROWS..((block + 1) * SUM_ROWS).min(rows) {
+                add_row(i, &mut sum);
+            }
+            sum
+        })
+        .collect();
+    let mut total = vec![0f32; width];
+    for p in partials {
+        total.iter_mut().zip(p).for_each(|(s, v)| *s += v);
+    }
+    total
 }

@@ -15,6 +15,8 @@
 //! Elsewhere every step is a candle op: the projections, the rotation
 //! ([`crate::vision::rope`]'s reference) and [`crate::attention::softmax_attention`].
 
+use std::sync::OnceLock;
+
 use candle_core::Tensor;
 use candle_nn::{Init, Linear, VarBuilder};
 
@@ -23,21 +25,23 @@ use crate::autograd::attention::{attention, FusedAttention};
 use crate::cpu::Precision;
 use crate::plan::Plan;
 use crate::vision::config::{PositionKind, VisionConfig};
-use crate::vision::ops::{dense, fused, linear_layer};
+use crate::vision::ops::{dense, fused, linear_layer, Dense};
 use crate::vision::rope::{rotate_heads, PassRotation};
 
 /// The attention of one block.
 #[derive(Debug, Clone)]
 pub struct VisionAttention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
-    o_proj: Linear,
+    q_proj: Dense,
+    k_proj: Dense,
+    v_proj: Dense,
+    o_proj: Dense,
     heads: usize,
     head_dim: usize,
     dropout: f64,
     /// RoPE-Mixed's learned frequencies `[heads, 2, d/2]` (`rope_freqs`), for that kind only.
     freqs: Option<Tensor>,
+    /// The three projections stacked, built once when no weight of theirs is a variable.
+    stacked_fixed: OnceLock<Dense>,
 }
 
 impl VisionAttention {
@@ -66,6 +70,7 @@ impl VisionAttention {
             head_dim,
             dropout: cfg.attention_dropout,
             freqs,
+            stacked_fixed: OnceLock::new(),
         })
     }
 
@@ -143,7 +148,7 @@ impl VisionAttention {
         plan: Plan<'_>,
     ) -> candle_core::Result<Tensor> {
         let (b, t, h) = x.dims3()?;
-        let heads_of = |layer: &Linear| -> candle_core::Result<Tensor> {
+        let heads_of = |layer: &Dense| -> candle_core::Result<Tensor> {
             dense(layer, x, None, plan)?
                 .reshape((b, t, self.heads, self.head_dim))?
                 .transpose(1, 2)?
@@ -173,16 +178,29 @@ impl VisionAttention {
 
     /// `q_proj`, `k_proj` and `v_proj` as one layer: weights `[Wq; Wk; Wv]` (`[3 hidden,
     /// hidden]`) and, when any has a bias, biases `[bq; bk; bv]` with zeros for the missing
-    /// ones. The stacking is part of the graph: the gradients reach the three layers.
-    fn stacked(&self) -> candle_core::Result<Linear> {
-        let layers = [&self.q_proj, &self.k_proj, &self.v_proj];
-        let weight = Tensor::cat(&layers.map(Linear::weight), 0)?;
-        if layers.iter().all(|l| l.bias().is_none()) {
-            return Ok(Linear::new(weight, None));
+    /// ones. The stacking is part of the graph: the gradients reach the three layers. Where
+    /// none of them is a variable (a model loaded for inference) the layer is built once and
+    /// kept, with its packed weight.
+    fn stacked(&self) -> candle_core::Result<Dense> {
+        let layers = [&self.q_proj, &self.k_proj, &self.v_proj].map(Dense::layer);
+        let fixed = layers
+            .iter()
+            .all(|l| !l.weight().track_op() && !l.bias().is_some_and(Tensor::track_op));
+        if let Some(kept) = self.stacked_fixed.get().filter(|_| fixed) {
+            return Ok(kept.clone());
         }
-        let (h, _) = self.q_proj.weight().dims2()?;
-        let zeros = Tensor::zeros(h, weight.dtype(), weight.device())?;
-        let biases = layers.map(|l| l.bias().unwrap_or(&zeros));
-        Ok(Linear::new(weight, Some(Tensor::cat(&biases, 0)?)))
+        let weight = Tensor::cat(&layers.map(Linear::weight), 0)?;
+        let stacked = if layers.iter().all(|l| l.bias().is_none()) {
+            Dense::new(Linear::new(weight, None))
+        } else {
+            let (h, _) = layers[0].weight().dims2()?;
+            let zeros = Tensor::zeros(h, weight.dtype(), weight.device())?;
+            let biases = layers.map(|l| l.bias().unwrap_or(&zeros));
+            Dense::new(Linear::new(weight, Some(Tensor::cat(&biases, 0)?)))
+        };
+        if fixed {
+            return Ok(self.stacked_fixed.get_or_init(|| stacked).clone());
+        }
+        Ok(stacked)
     }
 }

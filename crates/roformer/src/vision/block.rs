@@ -11,11 +11,13 @@
 use candle_core::Tensor;
 use candle_nn::{Init, VarBuilder};
 
+use crate::autograd::layer_scale::{scaled_residual, scaled_residual_slow};
 use crate::norm::Norm;
 use crate::plan::Plan;
 use crate::vision::attention::VisionAttention;
 use crate::vision::config::VisionConfig;
 use crate::vision::mlp::Mlp;
+use crate::vision::ops::fused;
 use crate::vision::rope::PassRotation;
 
 /// One block.
@@ -68,21 +70,26 @@ impl VisionLayer {
         let a = self
             .attention
             .forward(&self.norm1.forward(x, plan)?, rotation, plan)?;
-        let a = a.broadcast_mul(&self.layer_scale1)?;
-        let h = (self.drop_path(&a, plan)? + x)?;
+        let h = self.join(&a, &self.layer_scale1, x, plan)?;
         let m = self.mlp.forward(&self.norm2.forward(&h, plan)?, plan)?;
-        let m = m.broadcast_mul(&self.layer_scale2)?;
-        self.drop_path(&m, plan)? + h
+        self.join(&m, &self.layer_scale2, &h, plan)
     }
 
-    /// `x` (`[b, t, hidden]`) with each sample's branch dropped with probability `drop_path`
-    /// (kept ones scaled by `1 / (1 - p)`) in training; `x` itself otherwise.
-    fn drop_path(&self, x: &Tensor, plan: Plan<'_>) -> candle_core::Result<Tensor> {
-        let b = x.dim(0)?;
-        let Some(mask) = plan.mode().keep_mask(b, self.drop_path) else {
-            return Ok(x.clone());
-        };
-        let factors = Tensor::from_vec(mask.factors(), (b, 1, 1), x.device())?;
-        x.broadcast_mul(&factors.to_dtype(x.dtype())?)
+    /// `residual + DropPath(lambda * branch)` (all `[b, t, hidden]` but `lambda`, `[hidden]`):
+    /// in training each sample's branch is dropped with probability `drop_path` (kept ones
+    /// scaled by `1 / (1 - p)`). One fused op where the plan has the CPU kernels
+    /// ([`scaled_residual`]), its candle twin elsewhere.
+    fn join(
+        &self,
+        branch: &Tensor,
+        lambda: &Tensor,
+        residual: &Tensor,
+        plan: Plan<'_>,
+    ) -> candle_core::Result<Tensor> {
+        let keep = plan.mode().keep_mask(branch.dim(0)?, self.drop_path);
+        match fused(plan) {
+            Some(_) => scaled_residual(branch, lambda, residual, keep),
+            None => scaled_residual_slow(branch, lambda, residual, keep),
+        }
     }
 }

@@ -9,19 +9,19 @@
 //! (on the CPU one fused op each, the erf GELU inside it).
 
 use candle_core::Tensor;
-use candle_nn::{Linear, VarBuilder};
+use candle_nn::VarBuilder;
 
 use crate::activation::Activation;
 use crate::plan::Plan;
 use crate::vision::config::{MlpKind, VisionConfig};
-use crate::vision::ops::{dense, linear_layer};
+use crate::vision::ops::{dense, linear_layer, Dense};
 
 /// The MLP of one block.
 #[derive(Debug, Clone)]
 pub struct Mlp {
-    gate: Option<Linear>,
-    up: Linear,
-    down: Linear,
+    gate: Option<Dense>,
+    up: Dense,
+    down: Dense,
     activation: Activation,
 }
 

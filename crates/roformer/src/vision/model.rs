@@ -11,7 +11,7 @@
 //! ```
 
 use candle_core::{DType, Device, IndexOp, Tensor};
-use candle_nn::{Linear, VarBuilder};
+use candle_nn::VarBuilder;
 use rotary::finite::first_non_finite_in;
 
 use crate::mode::Mode;
@@ -21,7 +21,7 @@ use crate::vision::block::VisionLayer;
 use crate::vision::config::VisionConfig;
 use crate::vision::embeddings::VisionEmbeddings;
 use crate::vision::error::{Result, VisionError};
-use crate::vision::ops::{dense, linear_layer};
+use crate::vision::ops::{dense, linear_layer, Dense};
 use crate::vision::positions::PatchGrid;
 use crate::vision::rope::Rotation;
 
@@ -176,7 +176,7 @@ impl VisionModel {
 #[derive(Debug, Clone)]
 pub struct VisionForImageClassification {
     vit: VisionModel,
-    classifier: Linear,
+    classifier: Dense,
 }
 
 impl VisionForImageClassification {

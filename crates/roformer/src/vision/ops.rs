@@ -7,7 +7,7 @@ use candle_core::Tensor;
 use candle_nn::Linear;
 
 use crate::activation::Activation;
-use crate::autograd::linear::{linear, linear_slow};
+use crate::autograd::linear::{linear, linear_slow, PackedWeight};
 use crate::cpu::Precision;
 use crate::plan::{Kernels, Plan};
 
@@ -19,6 +19,29 @@ pub(crate) fn fused(plan: Plan<'_>) -> Option<Precision> {
     }
 }
 
+/// A dense layer, with its weight packed once for the bf16 products of inference (see
+/// [`PackedWeight`]: only a weight that is no variable is packed and kept).
+#[derive(Debug, Clone)]
+pub(crate) struct Dense {
+    layer: Linear,
+    packed: PackedWeight,
+}
+
+impl Dense {
+    /// `layer`, nothing packed yet.
+    pub(crate) fn new(layer: Linear) -> Dense {
+        Dense {
+            layer,
+            packed: PackedWeight::default(),
+        }
+    }
+
+    /// The candle layer: `W` `[out, in]` and the bias.
+    pub(crate) fn layer(&self) -> &Linear {
+        &self.layer
+    }
+}
+
 /// `act(x W^T + b)` over the last dim of `x` (`[..., in]` to `[..., out]`): one fused op (the
 /// erf GELU inside it) where the plan has the CPU kernels, candle-nn's layer then the
 /// activation elsewhere.
@@ -26,14 +49,14 @@ pub(crate) fn fused(plan: Plan<'_>) -> Option<Precision> {
 /// # Errors
 /// Shapes that do not fit the layer; candle errors.
 pub(crate) fn dense(
-    layer: &Linear,
+    dense: &Dense,
     x: &Tensor,
     activation: Option<Activation>,
     plan: Plan<'_>,
 ) -> candle_core::Result<Tensor> {
     match fused(plan) {
-        Some(precision) => linear(x, layer, activation, precision),
-        None => linear_slow(x, layer, activation),
+        Some(precision) => linear(x, &dense.layer, activation, precision, Some(&dense.packed)),
+        None => linear_slow(x, &dense.layer, activation),
     }
 }
 
@@ -48,7 +71,7 @@ pub(crate) fn linear_layer(
     bias: bool,
     std: f64,
     vb: candle_nn::VarBuilder<'_>,
-) -> candle_core::Result<Linear> {
+) -> candle_core::Result<Dense> {
     let init = candle_nn::Init::Randn {
         mean: 0.0,
         stdev: std,
@@ -59,5 +82,5 @@ pub(crate) fn linear_layer(
     } else {
         None
     };
-    Ok(Linear::new(weight, bias))
+    Ok(Dense::new(Linear::new(weight, bias)))
 }

@@ -17,7 +17,7 @@ use candle_nn::{Init, Linear, VarBuilder};
 
 use crate::plan::Plan;
 use crate::vision::config::VisionConfig;
-use crate::vision::ops::dense;
+use crate::vision::ops::{dense, Dense};
 use crate::vision::positions::PatchGrid;
 
 /// The patch embedding: weight `[hidden, c, p, p]`, bias `[hidden]`.
@@ -64,7 +64,7 @@ impl PatchEmbedding {
             self.weight.reshape((hidden, c * p * p))?,
             Some(self.bias.clone()),
         );
-        dense(&layer, &patches, None, plan)?.reshape((b, grid.patches(), hidden))
+        dense(&Dense::new(layer), &patches, None, plan)?.reshape((b, grid.patches(), hidden))
     }
 
     /// [`PatchEmbedding::forward`] as candle's strided convolution, `[b, rows * cols, hidden]`:

@@ -365,6 +365,9 @@ fn products_match_f64_on_edge_shapes_every_kernel() {
             (25, 65, 129),
             (50, 100, 256),
             (3, 300, 5),
+            // Long k, even and odd (hundreds of pairs in one micro-kernel call).
+            (5, 7, 258),
+            (14, 40, 517),
         ] {
             for (transposed_a, transposed_b) in
                 [(false, false), (true, false), (false, true), (true, true)]

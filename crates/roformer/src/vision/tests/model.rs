@@ -118,6 +118,52 @@ fn vision_bf16_products_stay_near_f32() {
     }
 }
 
+/// A model whose weights are no variables (one loaded for inference) packs each weight once
+/// for its bf16 products and keeps it: its forwards, the first (which packs) and the next
+/// (which read the kept words), give the bits of the same model on variables, which packs
+/// every call. Nothing is kept for variables, so a training step's new weights are read.
+#[test]
+fn vision_weights_packed_once_give_the_same_bits() {
+    let Precision::Bf16 = Precision::Bf16.effective() else {
+        eprintln!("no native bf16 kernel: nothing is packed ahead on this CPU");
+        return;
+    };
+    for kind in [PositionKind::RopeAxial, PositionKind::Absolute] {
+        let cfg = tiny(kind, "");
+        let (on_vars, varmap) = classifier(&cfg, DType::F32, 4);
+        let tensors: std::collections::HashMap<String, Tensor> = varmap
+            .data()
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(name, v)| (name.clone(), v.as_tensor().detach()))
+            .collect();
+        let vb = candle_nn::VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu);
+        let fixed = crate::vision::VisionForImageClassification::load(vb, &cfg).unwrap();
+        let bf16 = |m: &crate::vision::VisionForImageClassification| {
+            let plan = m.plan(Mode::Inference).with_precision(Precision::Bf16);
+            m.forward(&pixels(), plan).unwrap()
+        };
+        let reference = bf16(&on_vars);
+        assert_eq!(max_diff(&bf16(&fixed), &reference), 0.0, "{kind}: first");
+        assert_eq!(max_diff(&bf16(&fixed), &reference), 0.0, "{kind}: kept");
+        // A variable changed in place is read anew (nothing of it was kept).
+        let (name, var) = varmap
+            .data()
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(n, _)| n.ends_with("up_proj.weight"))
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .unwrap();
+        var.set(&(var.as_tensor() * 2.0).unwrap()).unwrap();
+        assert!(
+            max_diff(&bf16(&on_vars), &reference) > 0.0,
+            "{kind}: {name}"
+        );
+    }
+}
+
 #[test]
 fn vision_dropout_and_drop_path_change_training_passes_only() {
     let cfg = tiny(
