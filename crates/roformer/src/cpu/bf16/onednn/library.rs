@@ -124,6 +124,7 @@ functions! {
     dnnl_primitive_desc_query: fn(Handle, c_int, c_int, *mut c_void) -> Status;
     dnnl_primitive_desc_query_md: fn(Handle, c_int, c_int) -> *const MemoryDesc;
     dnnl_primitive_create: fn(*mut Handle, Handle) -> Status;
+    dnnl_primitive_destroy: fn(Handle) -> Status;
     dnnl_primitive_get_primitive_desc: fn(Handle, *mut Handle) -> Status;
     dnnl_memory_create: fn(*mut Handle, *const MemoryDesc, Handle, *mut c_void) -> Status;
     dnnl_memory_destroy: fn(Handle) -> Status;

@@ -50,6 +50,8 @@ struct Shape {
 
 /// A matmul primitive and the descriptors of its memories.
 struct Primitive {
+    /// The library that made it (and destroys it).
+    lib: &'static Library,
     handle: Handle,
     src: Box<MemoryDesc>,
     weights: Box<MemoryDesc>,
@@ -306,25 +308,39 @@ fn new_stream(lib: &Library) -> Option<Handle> {
     (status == 0).then_some(stream)
 }
 
+/// The most primitives kept: each holds JIT-compiled code, and a server sees as many row counts
+/// as request lengths, so the cache is emptied when it reaches this size (a primitive in use
+/// lives on until its call ends).
+const MAX_PRIMITIVES: usize = 256;
+
 /// The cached primitive of `shape`, made on first use; `None` when oneDNN refuses it (also
-/// cached, so that the refusal costs once).
-fn primitive(lib: &Library, shape: Shape) -> Option<Arc<Primitive>> {
+/// cached, so that the refusal costs once). At most [`MAX_PRIMITIVES`] are kept.
+fn primitive(lib: &'static Library, shape: Shape) -> Option<Arc<Primitive>> {
     static CACHE: OnceLock<Mutex<HashMap<Shape, Option<Arc<Primitive>>>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let mut cache = cache
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if cache.len() >= MAX_PRIMITIVES && !cache.contains_key(&shape) {
+        cache.clear();
+    }
     cache
         .entry(shape)
         .or_insert_with(|| make_primitive(lib, shape).map(Arc::new))
         .clone()
 }
 
-/// Makes the matmul primitive of `shape`: a bf16 source at its strides, bf16 `BA16a32b2a` weights, f32
-/// destination rows, output scale `alpha`, a `sum` post-op when accumulating, and the caller's
-/// scratch memory.
-fn make_primitive(lib: &Library, shape: Shape) -> Option<Primitive> {
-    let engine = engine(lib).ok()?;
+impl Drop for Primitive {
+    fn drop(&mut self) {
+        // SAFETY: the handle was made by `dnnl_primitive_create` and is destroyed once, here;
+        // no call uses it any more (each holds an `Arc` to it while it runs).
+        unsafe { (self.lib.dnnl_primitive_destroy)(self.handle) };
+    }
+}
+
+/// The memory descriptors of `shape` (a bf16 source at its strides, bf16 `BA16a32b2a`
+/// weights, f32 destination rows) and the matmul's operation descriptor over them.
+fn descriptors(lib: &Library, shape: Shape) -> Option<[Box<MemoryDesc>; 3]> {
     let dims = |rows: usize, cols: usize| {
         let mut d = [0i64; 12];
         d[0] = rows as i64;
@@ -336,34 +352,45 @@ fn make_primitive(lib: &Library, shape: Shape) -> Option<Primitive> {
         MemoryDesc::zeroed(),
         MemoryDesc::zeroed(),
     );
-    let mut desc = Box::new(MatmulDesc([0; 2800]));
-    // SAFETY: every call writes the structs and handles passed to it, sized as oneDNN 2.x
-    // declares them (see `library`); the attribute and post-ops are destroyed on every path.
-    unsafe {
-        let mut ok = (lib.dnnl_memory_desc_init_by_strides)(
+    // SAFETY: each call fills the struct passed to it, sized as oneDNN 2.x declares it.
+    let ok = unsafe {
+        (lib.dnnl_memory_desc_init_by_strides)(
             &mut *src,
             2,
             dims(shape.m, shape.k).as_ptr(),
             library::BF16,
             dims(shape.a_strides.0, shape.a_strides.1).as_ptr(),
-        ) == 0;
-        ok &= (lib.dnnl_memory_desc_init_by_tag)(
-            &mut *weights,
-            2,
-            dims(shape.k, shape.n).as_ptr(),
-            library::BF16,
-            library::TAG_BA16A32B2A,
-        ) == 0;
-        ok &= (lib.dnnl_memory_desc_init_by_strides)(
-            &mut *dst,
-            2,
-            dims(shape.m, shape.n).as_ptr(),
-            library::F32,
-            dims(shape.c_rs, 1).as_ptr(),
-        ) == 0;
-        ok &=
-            (lib.dnnl_matmul_desc_init)(&mut *desc, &*src, &*weights, std::ptr::null(), &*dst) == 0;
-        if !ok {
+        ) == 0
+            && (lib.dnnl_memory_desc_init_by_tag)(
+                &mut *weights,
+                2,
+                dims(shape.k, shape.n).as_ptr(),
+                library::BF16,
+                library::TAG_BA16A32B2A,
+            ) == 0
+            && (lib.dnnl_memory_desc_init_by_strides)(
+                &mut *dst,
+                2,
+                dims(shape.m, shape.n).as_ptr(),
+                library::F32,
+                dims(shape.c_rs, 1).as_ptr(),
+            ) == 0
+    };
+    ok.then_some([src, weights, dst])
+}
+
+/// The primitive descriptor of `shape`'s matmul: output scale `alpha`, a `sum` post-op when
+/// accumulating, the caller's scratch memory. The caller destroys it.
+fn primitive_desc(lib: &Library, shape: Shape, descs: &[Box<MemoryDesc>; 3]) -> Option<Handle> {
+    let engine = engine(lib).ok()?;
+    let [src, weights, dst] = descs;
+    let mut desc = Box::new(MatmulDesc([0; 2800]));
+    // SAFETY: every call writes the structs and handles passed to it, sized as oneDNN 2.x
+    // declares them; the attribute and post-ops are destroyed on every path.
+    unsafe {
+        if (lib.dnnl_matmul_desc_init)(&mut *desc, &**src, &**weights, std::ptr::null(), &**dst)
+            != 0
+        {
             return None;
         }
         let mut attr: Handle = null_mut();
@@ -395,9 +422,18 @@ fn make_primitive(lib: &Library, shape: Shape) -> Option<Primitive> {
             (lib.dnnl_post_ops_destroy)(post_ops);
         }
         (lib.dnnl_primitive_attr_destroy)(attr);
-        if !ok {
-            return None;
-        }
+        ok.then_some(pd)
+    }
+}
+
+/// Makes the matmul primitive of `shape` ([`descriptors`], [`primitive_desc`]), with the
+/// descriptor and size of the scratch memory it wants.
+fn make_primitive(lib: &'static Library, shape: Shape) -> Option<Primitive> {
+    let descs = descriptors(lib, shape)?;
+    let pd = primitive_desc(lib, shape, &descs)?;
+    // SAFETY: `pd` is live until destroyed below; the scratch descriptor it returns is copied
+    // before that.
+    unsafe {
         let scratch_desc = (lib.dnnl_primitive_desc_query_md)(pd, library::QUERY_SCRATCHPAD_MD, 0);
         let bytes = if scratch_desc.is_null() {
             0
@@ -412,7 +448,9 @@ fn make_primitive(lib: &Library, shape: Shape) -> Option<Primitive> {
         let mut handle: Handle = null_mut();
         let made = (lib.dnnl_primitive_create)(&mut handle, pd) == 0;
         (lib.dnnl_primitive_desc_destroy)(pd);
+        let [src, weights, dst] = descs;
         made.then_some(Primitive {
+            lib,
             handle,
             src,
             weights,
