@@ -526,3 +526,38 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn onednn_stays_right_past_its_cache_bound() {
+    if !onednn_here() {
+        return;
+    }
+    // More shapes (row counts and scales) than the cache keeps: it is emptied, its primitives
+    // destroyed, on the way, and every product stays right.
+    let (n, k) = (32, 32);
+    let bv = values(k * n, 3);
+    let b = Mat::rows(&bv, n);
+    let packed_b = PackedB::new(b, k, n, false);
+    for i in 0..onednn::MAX_PRIMITIVES + 20 {
+        let (m, alpha) = (1 + i % 8, 1.0 + i as f32 / 1024.0);
+        let av = values(m * k, i as u64);
+        let a = Mat::rows(&av, k);
+        let mut packed_a = vec![0; packed_len(m, k, MR)];
+        assert!(pack_panels(a, (m, k), MR, (false, true), &mut packed_a));
+        let mut c = vec![0f32; m * n];
+        // SAFETY: `c` holds m rows of n and is exclusive; the operands fit.
+        let ran = unsafe {
+            onednn::product(
+                m,
+                (c.as_mut_ptr(), n),
+                false,
+                (&packed_a, k, 1),
+                packed_b.view(),
+                alpha,
+                false,
+            )
+        };
+        assert!(ran, "oneDNN refused a {m}x{n}x{k} product");
+        check(&c, (m, n, k), a, b, &vec![0f32; m * n], n, alpha, false);
+    }
+}

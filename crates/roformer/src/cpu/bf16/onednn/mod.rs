@@ -311,7 +311,7 @@ fn new_stream(lib: &Library) -> Option<Handle> {
 /// The most primitives kept: each holds JIT-compiled code, and a server sees as many row counts
 /// as request lengths, so the cache is emptied when it reaches this size (a primitive in use
 /// lives on until its call ends).
-const MAX_PRIMITIVES: usize = 256;
+pub(super) const MAX_PRIMITIVES: usize = 256;
 
 /// The cached primitive of `shape`, made on first use; `None` when oneDNN refuses it (also
 /// cached, so that the refusal costs once). At most [`MAX_PRIMITIVES`] are kept.
