@@ -144,6 +144,40 @@ fn onednn_here() -> bool {
     here
 }
 
+/// `alpha * a b` (plus `init` when accumulating, at row stride `rs`) through oneDNN's row
+/// path, called directly so that a silent fallback to our kernel cannot pass for it.
+#[allow(clippy::too_many_arguments)]
+fn onednn_rows(
+    m: usize,
+    a: Mat<'_>,
+    b: Packed<'_>,
+    init: &[f32],
+    rs: usize,
+    alpha: f32,
+    accumulate: bool,
+    parallel: bool,
+) -> Vec<f32> {
+    let (n, k) = (b.n(), b.k());
+    let mut packed_a = vec![0; packed_len(m, k, MR)];
+    assert!(pack_panels(a, (m, k), MR, (parallel, true), &mut packed_a));
+    let mut c = init.to_vec();
+    assert!(c.len() >= (m - 1) * rs + n);
+    // SAFETY: `c` holds m rows at stride rs (checked) and is exclusive; the operands fit.
+    let ran = unsafe {
+        onednn::product(
+            m,
+            (c.as_mut_ptr(), rs),
+            accumulate,
+            (&packed_a, k, 1),
+            b,
+            alpha,
+            parallel,
+        )
+    };
+    assert!(ran, "oneDNN refused a {m}x{n}x{k} product");
+    c
+}
+
 #[test]
 fn onednn_runs_the_products_it_takes_and_agrees_with_our_kernel() {
     if !onednn_here() {
@@ -176,24 +210,17 @@ fn onednn_runs_the_products_it_takes_and_agrees_with_our_kernel() {
             accumulate,
             parallel,
         );
-        // The oneDNN path, called directly so that a silent fallback cannot pass for it.
-        let mut theirs = init.clone();
-        let mut packed_a = vec![0; packed_len(m, k, MR)];
-        assert!(pack_panels(a, (m, k), MR, (parallel, true), &mut packed_a));
         let packed_b = PackedB::new(b, k, n, parallel);
-        // SAFETY: `theirs` holds m rows at stride rs and is exclusive; the operands fit.
-        let ran = unsafe {
-            onednn::product(
-                m,
-                (theirs.as_mut_ptr(), rs),
-                accumulate,
-                (&packed_a, k, 1),
-                packed_b.view(),
-                alpha,
-                parallel,
-            )
-        };
-        assert!(ran, "oneDNN refused a {m}x{n}x{k} product");
+        let theirs = onednn_rows(
+            m,
+            a,
+            packed_b.view(),
+            &init,
+            rs,
+            alpha,
+            accumulate,
+            parallel,
+        );
         check(&theirs, (m, n, k), a, b, &init, rs, alpha, accumulate);
         // A stored as its transpose (a weight gradient's `dy^T`), read by oneDNN as it is.
         let a_t = Mat::rows(&av, m).t();
@@ -542,22 +569,8 @@ fn onednn_stays_right_past_its_cache_bound() {
         let (m, alpha) = (1 + i % 8, 1.0 + i as f32 / 1024.0);
         let av = values(m * k, i as u64);
         let a = Mat::rows(&av, k);
-        let mut packed_a = vec![0; packed_len(m, k, MR)];
-        assert!(pack_panels(a, (m, k), MR, (false, true), &mut packed_a));
-        let mut c = vec![0f32; m * n];
-        // SAFETY: `c` holds m rows of n and is exclusive; the operands fit.
-        let ran = unsafe {
-            onednn::product(
-                m,
-                (c.as_mut_ptr(), n),
-                false,
-                (&packed_a, k, 1),
-                packed_b.view(),
-                alpha,
-                false,
-            )
-        };
-        assert!(ran, "oneDNN refused a {m}x{n}x{k} product");
-        check(&c, (m, n, k), a, b, &vec![0f32; m * n], n, alpha, false);
+        let init = vec![0f32; m * n];
+        let c = onednn_rows(m, a, packed_b.view(), &init, n, alpha, false, false);
+        check(&c, (m, n, k), a, b, &init, n, alpha, false);
     }
 }
