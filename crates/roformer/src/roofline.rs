@@ -114,11 +114,7 @@ impl ProductCase {
     /// # Errors
     /// Only if the product finds an operand outside its buffer (never, by construction).
     pub fn run(&mut self, precision: Precision, parallel: bool) -> Result<(), ModelError> {
-        let kernel = match precision.effective() {
-            Precision::Bf16 => bf16::native(),
-            Precision::F32 => None,
-        };
-        self.run_on(kernel, parallel)
+        self.run_on(precision.bf16_kernel(), parallel)
     }
 
     /// Runs `C = A B` once in bf16 through oneDNN's matmul where it takes the product (our

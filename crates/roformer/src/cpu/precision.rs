@@ -23,6 +23,16 @@ impl Precision {
         }
     }
 
+    /// The bf16 kernel the products of this precision run on: this CPU's native one
+    /// (`crate::cpu::bf16::native`) for `Bf16`, and none (f32 through gemm) for `F32` or where
+    /// the CPU has no native bf16 dot product.
+    pub(crate) fn bf16_kernel(self) -> Option<super::bf16::Kernel> {
+        match self {
+            Precision::Bf16 => super::bf16::native(),
+            Precision::F32 => None,
+        }
+    }
+
     /// The name used by the command-line flags: `f32` or `bf16`.
     pub fn name(self) -> &'static str {
         match self {

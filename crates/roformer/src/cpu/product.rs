@@ -26,10 +26,6 @@ pub(crate) fn product(
     parallel: bool,
     precision: Precision,
 ) -> candle_core::Result<()> {
-    let kernel = match precision {
-        Precision::Bf16 => bf16::native(),
-        Precision::F32 => None,
-    };
     product_on(
         (m, n, k),
         dst,
@@ -38,7 +34,7 @@ pub(crate) fn product(
         (a, b),
         alpha,
         parallel,
-        kernel,
+        precision.bf16_kernel(),
     )
 }
 
