@@ -50,6 +50,7 @@ mod error;
 mod finite;
 pub mod generate;
 pub mod gguf;
+mod groups;
 mod linear;
 mod model;
 pub mod q4_1;
