@@ -13,7 +13,7 @@ use crate::config::LlamaConfig;
 use crate::error::{LlamaError, Result};
 use crate::finite::first_out_of_range;
 use crate::gguf::{self, GgufFile};
-use crate::linear::{Linear, Weight};
+use crate::linear::{Linear, Stacked, Weight};
 
 mod ragged;
 
@@ -76,14 +76,15 @@ impl RmsNorm {
 /// SwiGLU: `down(silu(gate(x)) * up(x))`.
 #[derive(Debug, Clone)]
 struct FeedForward {
-    gate: Linear,
-    up: Linear,
+    /// The gate and up projections (one product when they stack).
+    gate_up: Stacked<2>,
     down: Linear,
 }
 
 impl FeedForward {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let gated = (self.gate.forward(x)?.silu()? * self.up.forward(x)?)?;
+        let [gate, up] = self.gate_up.forward(x)?;
+        let gated = (gate.silu()? * up)?;
         self.down.forward(&gated)
     }
 }
@@ -136,9 +137,11 @@ impl Llama {
             blocks.push(Block {
                 attn_norm: loader.norm(&name("attn_norm"))?,
                 attn: Attention {
-                    q: loader.projection(&name("attn_q"), config.heads, h)?,
-                    k: loader.projection(&name("attn_k"), config.kv_heads, h)?,
-                    v: loader.linear(&name("attn_v"), &[kv_width, h])?,
+                    qkv: Stacked::new([
+                        loader.projection(&name("attn_q"), config.heads, h)?,
+                        loader.projection(&name("attn_k"), config.kv_heads, h)?,
+                        loader.linear(&name("attn_v"), &[kv_width, h])?,
+                    ]),
                     o: loader.linear(&name("attn_output"), &[h, h])?,
                     heads: config.heads,
                     kv_heads: config.kv_heads,
@@ -146,8 +149,10 @@ impl Llama {
                 },
                 ffn_norm: loader.norm(&name("ffn_norm"))?,
                 ffn: FeedForward {
-                    gate: loader.linear(&name("ffn_gate"), &[f, h])?,
-                    up: loader.linear(&name("ffn_up"), &[f, h])?,
+                    gate_up: Stacked::new([
+                        loader.linear(&name("ffn_gate"), &[f, h])?,
+                        loader.linear(&name("ffn_up"), &[f, h])?,
+                    ]),
                     down: loader.linear(&name("ffn_down"), &[h, f])?,
                 },
             });

@@ -186,6 +186,36 @@ impl Q4_1Matrix {
         })
     }
 
+    /// The rows of `parts` one after the other: `W = [W_1; W_2; ...]`, so that `x W^T` is the
+    /// outputs of every part side by side, each output the same bits as its part's (every
+    /// output is computed on its own).
+    ///
+    /// # Errors
+    /// [`LlamaError::Unsupported`] when there is no part, the parts have different `k`, or a
+    /// part before the last has a number of rows that is not a multiple of 8 (its last tile
+    /// would be padded).
+    pub fn stack(parts: &[&Q4_1Matrix]) -> Result<Q4_1Matrix> {
+        let Some((first, _)) = parts.split_first() else {
+            return Err(LlamaError::Unsupported("no Q4_1 matrix to stack".into()));
+        };
+        let uneven = parts[..parts.len() - 1]
+            .iter()
+            .any(|p| !p.n_out.is_multiple_of(GROUP));
+        if uneven || parts.iter().any(|p| p.k != first.k) {
+            let shapes: Vec<_> = parts.iter().map(|p| [p.n_out, p.k]).collect();
+            return Err(LlamaError::Unsupported(format!(
+                "Q4_1 matrices of shapes {shapes:?} do not stack (one k, whole groups of 8 rows)"
+            )));
+        }
+        Ok(Q4_1Matrix {
+            n_out: parts.iter().map(|p| p.n_out).sum(),
+            k: first.k,
+            blocks: first.blocks,
+            tiles: parts.iter().flat_map(|p| p.tiles.iter().copied()).collect(),
+            isa: first.isa,
+        })
+    }
+
     /// Output features (rows of `W`).
     pub fn n_out(&self) -> usize {
         self.n_out
