@@ -6,7 +6,7 @@ use rotary::{apply_rope, Positions, Rope};
 
 use crate::cache::KvCache;
 use crate::error::Result;
-use crate::linear::Linear;
+use crate::linear::{Linear, Stacked};
 
 /// The attention half of a decoder block.
 ///
@@ -16,9 +16,8 @@ use crate::linear::Linear;
 /// `R` is the rotary embedding, applied once to each new key before it is cached.
 #[derive(Debug, Clone)]
 pub struct Attention {
-    pub(crate) q: Linear,
-    pub(crate) k: Linear,
-    pub(crate) v: Linear,
+    /// The q, k and v projections (one product when they stack).
+    pub(crate) qkv: Stacked<3>,
     pub(crate) o: Linear,
     pub(crate) heads: usize,
     pub(crate) kv_heads: usize,
@@ -87,14 +86,14 @@ impl Attention {
     /// The rotated queries and keys, and the values, of `x` (`[batch, t, hidden]`) at `at`.
     fn project(&self, x: &Tensor, rope: &Rope, at: Positions<'_>) -> Result<Projected> {
         let (batch, t, _) = x.dims3()?;
-        let heads = |proj: &Linear, n: usize| -> Result<Tensor> {
-            Ok(proj.forward(x)?.reshape((batch, t, n, self.head_dim))?)
-        };
+        let [q, k, v] = self.qkv.forward(x)?;
+        // [batch, t, n, head_dim] (a copy when the projection is a slice of a stacked one)
+        let heads = |y: Tensor, n: usize| y.reshape((batch, t, n, self.head_dim));
         // Rotated in the token-major layout the projection writes: no transpose before RoPE.
         Ok(Projected {
-            q: apply_rope(&heads(&self.q, self.heads)?, rope, at, Order::TokenMajor)?,
-            k: apply_rope(&heads(&self.k, self.kv_heads)?, rope, at, Order::TokenMajor)?,
-            v: heads(&self.v, self.kv_heads)?,
+            q: apply_rope(&heads(q, self.heads)?, rope, at, Order::TokenMajor)?,
+            k: apply_rope(&heads(k, self.kv_heads)?, rope, at, Order::TokenMajor)?,
+            v: heads(v, self.kv_heads)?,
         })
     }
 

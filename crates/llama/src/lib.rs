@@ -50,9 +50,11 @@ mod error;
 mod finite;
 pub mod generate;
 pub mod gguf;
+mod groups;
 mod linear;
 mod model;
 pub mod q4_1;
+pub mod q8_0;
 mod tokenizer;
 
 pub use cache::KvCache;
@@ -61,4 +63,5 @@ pub use error::{LlamaError, Result};
 pub use linear::{Linear, Weight};
 pub use model::{Chunk, Llama, LoadOptions, Logits};
 pub use q4_1::Q4_1Matrix;
+pub use q8_0::Q8_0Matrix;
 pub use tokenizer::Tokenizer;

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use candle_core::quantized::{QMatMul, QTensor};
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Tensor};
 use rotary::{convert_projection, Layout, Rope};
 
@@ -13,7 +13,7 @@ use crate::config::LlamaConfig;
 use crate::error::{LlamaError, Result};
 use crate::finite::first_out_of_range;
 use crate::gguf::{self, GgufFile};
-use crate::linear::{Linear, Weight};
+use crate::linear::{Linear, Stacked, Weight};
 
 mod ragged;
 
@@ -76,14 +76,15 @@ impl RmsNorm {
 /// SwiGLU: `down(silu(gate(x)) * up(x))`.
 #[derive(Debug, Clone)]
 struct FeedForward {
-    gate: Linear,
-    up: Linear,
+    /// The gate and up projections (one product when they stack).
+    gate_up: Stacked<2>,
     down: Linear,
 }
 
 impl FeedForward {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let gated = (self.gate.forward(x)?.silu()? * self.up.forward(x)?)?;
+        let [gate, up] = self.gate_up.forward(x)?;
+        let gated = (gate.silu()? * up)?;
         self.down.forward(&gated)
     }
 }
@@ -136,9 +137,11 @@ impl Llama {
             blocks.push(Block {
                 attn_norm: loader.norm(&name("attn_norm"))?,
                 attn: Attention {
-                    q: loader.projection(&name("attn_q"), config.heads, h)?,
-                    k: loader.projection(&name("attn_k"), config.kv_heads, h)?,
-                    v: loader.linear(&name("attn_v"), &[kv_width, h])?,
+                    qkv: Stacked::new([
+                        loader.projection(&name("attn_q"), config.heads, h)?,
+                        loader.projection(&name("attn_k"), config.kv_heads, h)?,
+                        loader.linear(&name("attn_v"), &[kv_width, h])?,
+                    ]),
                     o: loader.linear(&name("attn_output"), &[h, h])?,
                     heads: config.heads,
                     kv_heads: config.kv_heads,
@@ -146,8 +149,10 @@ impl Llama {
                 },
                 ffn_norm: loader.norm(&name("ffn_norm"))?,
                 ffn: FeedForward {
-                    gate: loader.linear(&name("ffn_gate"), &[f, h])?,
-                    up: loader.linear(&name("ffn_up"), &[f, h])?,
+                    gate_up: Stacked::new([
+                        loader.linear(&name("ffn_gate"), &[f, h])?,
+                        loader.linear(&name("ffn_up"), &[f, h])?,
+                    ]),
                     down: loader.linear(&name("ffn_down"), &[h, f])?,
                 },
             });
@@ -356,19 +361,22 @@ impl Loader<'_> {
 
     /// A linear layer over a loaded tensor, dequantized when the options ask for it, and also
     /// when its rows hold an odd number of 32-value blocks: candle's quantized dot products for
-    /// those types assert an even count (in builds with debug assertions). Q4_1 weights on the
-    /// CPU go to our kernel ([`Weight::Q4_1`]), the other quantized ones to candle's.
+    /// those types assert an even count (in builds with debug assertions). Q4_1 and Q8_0 weights
+    /// on the CPU go to our kernels ([`Weight::Q4_1`], [`Weight::Q8_0`]), the other quantized
+    /// ones to candle's.
     fn wrap(&self, name: &str, tensor: Arc<QTensor>) -> Result<Linear> {
         let block = tensor.dtype().block_size();
         let cols = tensor.shape().dims().last().copied().unwrap_or(0);
         let odd_blocks = block == 32 && (cols / block) % 2 == 1;
         let weight = if self.options.dequantize || odd_blocks {
             Weight::Dense(tensor.dequantize(&self.options.device)?)
-        } else if tensor.dtype() == candle_core::quantized::GgmlDType::Q4_1
-            && self.options.device.is_cpu()
-        {
+        } else if tensor.dtype() == GgmlDType::Q4_1 && self.options.device.is_cpu() {
             // Our SIMD kernel: the same bits as candle's scalar Q4_1 product, faster.
             Weight::Q4_1(Arc::new(crate::q4_1::Q4_1Matrix::from_qtensor(&tensor)?))
+        } else if tensor.dtype() == GgmlDType::Q8_0 && self.options.device.is_cpu() {
+            // Our SIMD kernel: the same bits as candle's `vec_dot_q8_0_q8_0`, several rows and
+            // output features per pass (the tied head of SmolLM2 is Q8_0).
+            Weight::Q8_0(Arc::new(crate::q8_0::Q8_0Matrix::from_qtensor(&tensor)?))
         } else {
             Weight::Quantized(QMatMul::from_arc(tensor)?)
         };

@@ -33,33 +33,23 @@
 //!
 //! # Threads
 //!
-//! A product of at least 2^18 multiply-adds is split by groups over candle's barrier pool
-//! (`candle_core::utils::barrier_pool`, the pool candle's own quantized products run on: the
-//! calling thread takes part, and the workers spin between the short products of a decode step
-//! instead of sleeping), about four pieces per thread, taken in turn; a smaller one runs on the
-//! calling thread. Each output is computed whole by one thread, so the split never changes a
-//! bit.
+//! The groups of eight output rows are spread over candle's barrier pool by
+//! [`crate::groups`]; each output is computed whole by one thread, so the split never changes
+//! a bit.
 
 use std::fmt;
-use std::sync::{Mutex, PoisonError};
 
 use candle_core::quantized::{GgmlDType, QTensor};
-use candle_core::{DType, Device, Storage, Tensor};
+use candle_core::Tensor;
 use half::f16;
 
 use crate::error::{LlamaError, Result};
+use crate::groups::{count_rows, forward_tensor, product_by_groups, GROUP};
 
 /// Values per Q4_1 (and Q8_1) block.
 pub const BLOCK_VALUES: usize = 32;
 /// Bytes per Q4_1 block (`d`, `m` as f16, then 16 bytes of nibbles).
 pub const BLOCK_BYTES: usize = 20;
-/// Output rows per tile.
-const GROUP: usize = 8;
-/// Below this many multiply-adds (`rows * n_out * k`) a product runs on the calling thread.
-const PARALLEL_MIN_MACS: usize = 1 << 18;
-/// Pieces of the output per thread of the pool: the threads take them in turn, so one that
-/// starts late takes fewer.
-const PIECES_PER_THREAD: usize = 4;
 
 /// The instruction set a product runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -196,6 +186,36 @@ impl Q4_1Matrix {
         })
     }
 
+    /// The rows of `parts` one after the other: `W = [W_1; W_2; ...]`, so that `x W^T` is the
+    /// outputs of every part side by side, each output the same bits as its part's (every
+    /// output is computed on its own).
+    ///
+    /// # Errors
+    /// [`LlamaError::Unsupported`] when there is no part, the parts have different `k`, or a
+    /// part before the last has a number of rows that is not a multiple of 8 (its last tile
+    /// would be padded).
+    pub fn stack(parts: &[&Q4_1Matrix]) -> Result<Q4_1Matrix> {
+        let Some((first, _)) = parts.split_first() else {
+            return Err(LlamaError::Unsupported("no Q4_1 matrix to stack".into()));
+        };
+        let uneven = parts[..parts.len() - 1]
+            .iter()
+            .any(|p| !p.n_out.is_multiple_of(GROUP));
+        if uneven || parts.iter().any(|p| p.k != first.k) {
+            let shapes: Vec<_> = parts.iter().map(|p| [p.n_out, p.k]).collect();
+            return Err(LlamaError::Unsupported(format!(
+                "Q4_1 matrices of shapes {shapes:?} do not stack (one k, whole groups of 8 rows)"
+            )));
+        }
+        Ok(Q4_1Matrix {
+            n_out: parts.iter().map(|p| p.n_out).sum(),
+            k: first.k,
+            blocks: first.blocks,
+            tiles: parts.iter().flat_map(|p| p.tiles.iter().copied()).collect(),
+            isa: first.isa,
+        })
+    }
+
     /// Output features (rows of `W`).
     pub fn n_out(&self) -> usize {
         self.n_out
@@ -227,48 +247,9 @@ impl Q4_1Matrix {
     /// # Errors
     /// As [`Q4_1Matrix::forward`], and [`LlamaError::Unsupported`] when this CPU lacks `isa`.
     pub fn forward_with(&self, x: &Tensor, isa: Isa) -> Result<Tensor> {
-        if x.dtype() != DType::F32 || !matches!(x.device(), Device::Cpu) {
-            return Err(LlamaError::Request(format!(
-                "the Q4_1 kernel takes f32 input on the CPU, got {:?} on {:?}",
-                x.dtype(),
-                x.device()
-            )));
-        }
-        let dims = x.dims();
-        let Some((&width, outer)) = dims.split_last() else {
-            return Err(LlamaError::Request(
-                "the Q4_1 kernel got a scalar input".into(),
-            ));
-        };
-        if width != self.k {
-            return Err(LlamaError::Request(format!(
-                "the Q4_1 kernel takes inputs of {} features, got shape {dims:?}",
-                self.k
-            )));
-        }
-        let rows: usize = outer.iter().product();
-        let mut out_dims = dims.to_vec();
-        if let Some(last) = out_dims.last_mut() {
-            *last = self.n_out;
-        }
-        let mut out = vec![0f32; rows * self.n_out];
-        let x = x.contiguous()?;
-        {
-            let (storage, layout) = x.storage_and_layout();
-            let Storage::Cpu(cpu) = &*storage else {
-                return Err(LlamaError::Request(
-                    "the Q4_1 kernel takes input on the CPU".into(),
-                ));
-            };
-            let Some((start, end)) = layout.contiguous_offsets() else {
-                return Err(LlamaError::Request(
-                    "the Q4_1 kernel got a non-contiguous input".into(),
-                ));
-            };
-            let data = cpu.as_slice::<f32>()?;
-            self.matmul_with(&data[start..end], &mut out, isa)?;
-        }
-        Ok(Tensor::from_vec(out, out_dims, &Device::Cpu)?)
+        forward_tensor(x, self.k, self.n_out, "Q4_1", |x, out| {
+            self.matmul_with(x, out, isa)
+        })
     }
 
     /// `out = x W^T` on slices: `x` is `[rows, k]` row-major, `out` is `[rows, n_out]`.
@@ -290,73 +271,15 @@ impl Q4_1Matrix {
                 "this CPU cannot run the {isa:?} Q4_1 kernel"
             )));
         }
-        // With k = 0 there is no input to count the rows by: the output's length tells.
-        let rows = x
-            .len()
-            .checked_div(self.k)
-            .unwrap_or_else(|| out.len().checked_div(self.n_out).unwrap_or(0));
-        if rows * self.k != x.len() || rows * self.n_out != out.len() {
-            return Err(LlamaError::Request(format!(
-                "the Q4_1 kernel ([{}, {}]) got {} inputs and room for {} outputs",
-                self.n_out,
-                self.k,
-                x.len(),
-                out.len()
-            )));
-        }
+        let rows = count_rows(x.len(), out.len(), self.k, self.n_out, "Q4_1")?;
         if rows == 0 || self.n_out == 0 {
             return Ok(());
         }
         let xq = Q8Rows::quantize(x, rows, self.blocks, isa);
-        let groups = self.n_out.div_ceil(GROUP);
-        let per_group = rows * GROUP;
-        // Results by group: `[groups][rows][8]`, written straight into `out` when that is its
-        // layout already (one row, whole groups).
-        let direct = rows == 1 && self.n_out.is_multiple_of(GROUP);
-        let mut staged = if direct {
-            Vec::new()
-        } else {
-            vec![0f32; groups * per_group]
-        };
-        let target: &mut [f32] = if direct { out } else { &mut staged };
-        let run = |group: usize, dst: &mut [f32]| {
+        product_by_groups(rows, self.n_out, self.k, out, |group, dst| {
             let tiles = &self.tiles[group * self.blocks..(group + 1) * self.blocks];
             group_product(isa, tiles, &xq, dst);
-        };
-        if rows * self.n_out * self.k < PARALLEL_MIN_MACS {
-            for (group, dst) in target.chunks_mut(per_group).enumerate() {
-                run(group, dst);
-            }
-        } else {
-            // Candle's own pool (the one its quantized products use): the calling thread
-            // takes part and the workers spin between the many short products of a decode
-            // step, where a pool whose workers sleep costs more than the product.
-            let pool = candle_core::utils::barrier_pool();
-            let per_piece = groups.div_ceil(PIECES_PER_THREAD * (pool.n_workers() + 1));
-            let pieces: Vec<Piece<'_>> = target
-                .chunks_mut(per_piece * per_group)
-                .enumerate()
-                .map(|(i, dst)| Piece(Mutex::new((i * per_piece, dst))))
-                .collect();
-            pool.execute_chunked(pieces.len(), |range| {
-                for piece in &pieces[range] {
-                    // Each piece is taken by one thread only: the lock never waits.
-                    let mut guard = piece.0.lock().unwrap_or_else(PoisonError::into_inner);
-                    let (first, dst) = &mut *guard;
-                    for (g, dst) in dst.chunks_mut(per_group).enumerate() {
-                        run(*first + g, dst);
-                    }
-                }
-            });
-        }
-        if !direct {
-            for (r, out_row) in out.chunks_exact_mut(self.n_out).enumerate() {
-                for (g, out_group) in out_row.chunks_mut(GROUP).enumerate() {
-                    let at = g * per_group + r * GROUP;
-                    out_group.copy_from_slice(&staged[at..at + out_group.len()]);
-                }
-            }
-        }
+        });
         Ok(())
     }
 }
@@ -390,11 +313,6 @@ pub fn q8_1_blocks(x: &[f32], isa: Isa) -> Result<Vec<u8>> {
     }
     Ok(out)
 }
-
-/// A run of consecutive groups of the output (its first group, its values), handed to one
-/// thread of the pool; alone on its cache line, so that taking it does not disturb the others.
-#[repr(align(64))]
-struct Piece<'a>(Mutex<(usize, &'a mut [f32])>);
 
 /// One block of each of eight output rows (`lane` 0..8), 160 bytes.
 #[derive(Debug, Clone, Copy)]

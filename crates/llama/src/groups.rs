@@ -1,0 +1,179 @@
+//! What our quantized kernels ([`crate::q4_1`], [`crate::q8_0`]) share: their tensor front end
+//! ([`forward_tensor`], [`count_rows`]) and running a product group by group: the outputs of `y = x W^T` (`[rows, n_out]`) cut
+//! into groups of [`GROUP`] output features, each group computed whole (for every row) by one
+//! call of the kernel, on the calling thread or over candle's barrier pool.
+//!
+//! A kernel writes group `g` as `[rows][8]` (row `r`, feature `8 g + lane`); the groups are
+//! staged one after another and scattered into `y` at the end, except for one row of whole
+//! groups, where that staging is `y`'s own layout and the kernels write into it directly.
+//!
+//! # Threads
+//!
+//! A product of at least 2^18 multiply-adds is split by groups over candle's barrier pool
+//! (`candle_core::utils::barrier_pool`, the pool candle's own quantized products run on: the
+//! calling thread takes part, and the workers spin between the short products of a decode step
+//! instead of sleeping), about four pieces per thread, taken in turn; a smaller one runs on the
+//! calling thread. Each output is computed whole by one thread, so the split never changes a
+//! bit.
+
+use std::sync::{Mutex, PoisonError};
+
+use candle_core::{DType, Device, Storage, Tensor};
+
+use crate::error::{LlamaError, Result};
+
+/// Output features per group.
+pub(crate) const GROUP: usize = 8;
+/// Below this many multiply-adds (`rows * n_out * k`) a product runs on the calling thread.
+const PARALLEL_MIN_MACS: usize = 1 << 18;
+/// Pieces of the output per thread of the pool: the threads take them in turn, so one that
+/// starts late takes fewer.
+const PIECES_PER_THREAD: usize = 4;
+
+/// `y = x W^T` for f32 `x` of shape `[..., k]` on the CPU through `matmul(x, y)` on the
+/// row-major slices; `y` has shape `[..., n_out]`. `kernel` names the kernel in messages.
+///
+/// # Errors
+/// [`LlamaError::Request`] for an input that is not f32, not on the CPU, has no dimension or
+/// whose last dimension is not `k`; `matmul`'s errors; candle errors otherwise.
+pub(crate) fn forward_tensor<F>(
+    x: &Tensor,
+    k: usize,
+    n_out: usize,
+    kernel: &str,
+    matmul: F,
+) -> Result<Tensor>
+where
+    F: FnOnce(&[f32], &mut [f32]) -> Result<()>,
+{
+    if x.dtype() != DType::F32 || !matches!(x.device(), Device::Cpu) {
+        return Err(LlamaError::Request(format!(
+            "the {kernel} kernel takes f32 input on the CPU, got {:?} on {:?}",
+            x.dtype(),
+            x.device()
+        )));
+    }
+    let dims = x.dims();
+    let Some((&width, outer)) = dims.split_last() else {
+        return Err(LlamaError::Request(format!(
+            "the {kernel} kernel got a scalar input"
+        )));
+    };
+    if width != k {
+        return Err(LlamaError::Request(format!(
+            "the {kernel} kernel takes inputs of {k} features, got shape {dims:?}"
+        )));
+    }
+    let rows: usize = outer.iter().product();
+    let mut out_dims = dims.to_vec();
+    if let Some(last) = out_dims.last_mut() {
+        *last = n_out;
+    }
+    let mut out = vec![0f32; rows * n_out];
+    let x = x.contiguous()?;
+    {
+        let (storage, layout) = x.storage_and_layout();
+        let Storage::Cpu(cpu) = &*storage else {
+            return Err(LlamaError::Request(format!(
+                "the {kernel} kernel takes input on the CPU"
+            )));
+        };
+        let Some((start, end)) = layout.contiguous_offsets() else {
+            return Err(LlamaError::Request(format!(
+                "the {kernel} kernel got a non-contiguous input"
+            )));
+        };
+        let data = cpu.as_slice::<f32>()?;
+        matmul(&data[start..end], &mut out)?;
+    }
+    Ok(Tensor::from_vec(out, out_dims, &Device::Cpu)?)
+}
+
+/// The rows of a product on slices: `x_len / k`, checked against both lengths (with `k = 0`
+/// there is no input to count the rows by: the output's length tells).
+///
+/// # Errors
+/// [`LlamaError::Request`] when `x_len` is not `rows * k` or `out_len` not `rows * n_out`.
+pub(crate) fn count_rows(
+    x_len: usize,
+    out_len: usize,
+    k: usize,
+    n_out: usize,
+    kernel: &str,
+) -> Result<usize> {
+    let rows = x_len
+        .checked_div(k)
+        .unwrap_or_else(|| out_len.checked_div(n_out).unwrap_or(0));
+    if rows * k != x_len || rows * n_out != out_len {
+        return Err(LlamaError::Request(format!(
+            "the {kernel} kernel ([{n_out}, {k}]) got {x_len} inputs and room for {out_len} \
+             outputs"
+        )));
+    }
+    Ok(rows)
+}
+
+/// Fills `out` (`[rows, n_out]`, row-major) by calling `run(g, dst)` once for each group `g` of
+/// eight output features, `dst` being that group's `[rows][8]` results (the features past
+/// `n_out` in the last group are computed and dropped). `k` (the inner dimension) only decides
+/// whether the product is worth the pool.
+///
+/// The caller has checked `out.len() == rows * n_out`.
+pub(crate) fn product_by_groups<F>(rows: usize, n_out: usize, k: usize, out: &mut [f32], run: F)
+where
+    F: Fn(usize, &mut [f32]) + Sync,
+{
+    if rows == 0 || n_out == 0 {
+        return;
+    }
+    let groups = n_out.div_ceil(GROUP);
+    let per_group = rows * GROUP;
+    // Results by group: `[groups][rows][8]`, written straight into `out` when that is its
+    // layout already (one row, whole groups).
+    let direct = rows == 1 && n_out.is_multiple_of(GROUP);
+    let mut staged = if direct {
+        Vec::new()
+    } else {
+        vec![0f32; groups * per_group]
+    };
+    let target: &mut [f32] = if direct { out } else { &mut staged };
+    if rows * n_out * k < PARALLEL_MIN_MACS {
+        for (group, dst) in target.chunks_mut(per_group).enumerate() {
+            run(group, dst);
+        }
+    } else {
+        // Candle's own pool (the one its quantized products use): the calling thread takes
+        // part and the workers spin between the many short products of a decode step, where a
+        // pool whose workers sleep costs more than the product.
+        let pool = candle_core::utils::barrier_pool();
+        let per_piece = groups.div_ceil(PIECES_PER_THREAD * (pool.n_workers() + 1));
+        let pieces: Vec<Piece<'_>> = target
+            .chunks_mut(per_piece * per_group)
+            .enumerate()
+            .map(|(i, dst)| Piece(Mutex::new((i * per_piece, dst))))
+            .collect();
+        pool.execute_chunked(pieces.len(), |range| {
+            for piece in &pieces[range] {
+                // Each piece is taken by one thread only: the lock never waits.
+                let mut guard = piece.0.lock().unwrap_or_else(PoisonError::into_inner);
+                let (first, dst) = &mut *guard;
+                for (g, dst) in dst.chunks_mut(per_group).enumerate() {
+                    run(*first + g, dst);
+                }
+            }
+        });
+    }
+    if !direct {
+        for (r, out_row) in out.chunks_exact_mut(n_out).enumerate() {
+            for (g, out_group) in out_row.chunks_mut(GROUP).enumerate() {
+                let at = g * per_group + r * GROUP;
+                out_group.copy_from_slice(&staged[at..at + out_group.len()]);
+            }
+        }
+    }
+}
+
+/// A run of consecutive groups of the output (its first group, its values), handed to one
+/// thread of the pool; alone on its cache line, so that taking it does not disturb the others.
+#[repr(align(64))]
+struct Piece<'a>(Mutex<(usize, &'a mut [f32])>);
