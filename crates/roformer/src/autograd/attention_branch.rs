@@ -27,11 +27,10 @@ use candle_nn::Linear;
 
 use crate::autograd::attention::{AttentionCore, FusedAttention};
 use crate::autograd::dropout::KeepMask;
-use crate::autograd::prenorm::{
-    bias_rows, norm_backward, norm_rows, rows_with_sums, Cursor, Samples,
-};
+use crate::autograd::prenorm::{bias_rows, norm_backward, norm_rows, Cursor, Samples};
+use crate::cpu::kept::{Kept, Side};
 use crate::cpu::tensor::{f32_slice, tensor, with_f32};
-use crate::cpu::{product, Dst, Mat};
+use crate::cpu::Precision;
 
 /// The parameters of the attention half: the layer norm's weight, bias and epsilon, the four
 /// projections (`[hidden, hidden]`, biases optional) and the layer scale `lambda` `[hidden]`.
@@ -160,12 +159,13 @@ impl Pieces {
     }
 }
 
-/// What the forward keeps for the backward: the normed rows, the row statistics of `x`, the
-/// attention's context and the branch `o` (the attention keeps its own q, k, v).
+/// What the forward keeps for the backward: the normed rows and the attention's context
+/// (kept for their products), the row statistics of `x` and the branch `o` (the attention
+/// keeps its own q, k, v).
 struct Saved {
-    xn: Vec<f32>,
+    xn: Kept,
     stats: Vec<(f32, f32)>,
-    context: Vec<f32>,
+    context: Kept,
     o: Vec<f32>,
 }
 
@@ -175,7 +175,7 @@ struct AttentionBranchOp {
     pieces: Pieces,
     eps: f32,
     samples: Samples,
-    precision: crate::cpu::Precision,
+    precision: Precision,
     core: AttentionCore,
     saved: OnceLock<Saved>,
 }
@@ -191,35 +191,21 @@ impl AttentionBranchOp {
         }
         let rows = x.len() / hid;
         let norm = (&flat[pc.norm_w.clone()], &flat[pc.norm_b.clone()]);
-        let (xn, stats) = norm_rows(x, norm, self.eps);
+        let (xn, stats) = norm_rows(x, norm, self.eps, self.precision);
+        // qkv = xn [Wq; Wk; Wv]^T + [bq; bk; bv], c = Attention(qkv).
         let bias = pc.stacked_bias(flat);
         let mut qkv = bias_rows(rows, 3 * hid, bias.as_deref())?;
-        product(
-            (rows, 3 * hid, hid),
-            Dst::Slice(&mut qkv),
-            (0, 3 * hid),
-            bias.is_some(),
-            Mat::rows(&xn, hid),
-            Mat::rows(&flat[pc.w_qkv.clone()], hid).t(),
-            1.0,
-            true,
-            self.precision,
-        )?;
-        let context = self.core.forward(&qkv, (rows / t, t, 3 * hid))?;
+        xn.times_wt(&flat[pc.w_qkv.clone()], 3 * hid, &mut qkv, bias.is_some())?;
+        let c = self.core.forward(&qkv, (rows / t, t, 3 * hid))?;
         drop(qkv);
+        let (context, _) = Kept::build((rows, hid), Side::Input, self.precision, 0, |i, row, _| {
+            row.copy_from_slice(&c[i * hid..][..hid]);
+        });
+        drop(c);
+        // o = c Wo^T + bo, y = x + f_s lambda o.
         let bo = pc.bo.clone().map(|r| &flat[r]);
         let mut o = bias_rows(rows, hid, bo)?;
-        product(
-            (rows, hid, hid),
-            Dst::Slice(&mut o),
-            (0, hid),
-            bo.is_some(),
-            Mat::rows(&context, hid),
-            Mat::rows(&flat[pc.wo.clone()], hid).t(),
-            1.0,
-            true,
-            self.precision,
-        )?;
+        context.times_wt(&flat[pc.wo.clone()], hid, &mut o, bo.is_some())?;
         let y = self.samples.join(x, &o, &flat[pc.lambda.clone()]);
         // A fresh op per call: the cell is empty.
         let _ = self.saved.set(Saved {
@@ -250,73 +236,42 @@ impl AttentionBranchOp {
         }
         let rows = x.len() / hid;
         let mut grad = vec![0f32; pc.len];
-        let (d_o, dlambda, dbo) = self
-            .samples
-            .join_backward(g, &saved.o, &flat[pc.lambda.clone()]);
+        let (d_o, dlambda, dbo) =
+            self.samples
+                .join_backward(g, &saved.o, &flat[pc.lambda.clone()], self.precision);
         grad[pc.lambda.clone()].copy_from_slice(&dlambda);
         if let Some(bo) = pc.bo.clone() {
             grad[bo].copy_from_slice(&dbo);
         }
-        // dWo = do^T c, dc = do Wo.
-        product(
-            (hid, hid, rows),
-            Dst::Slice(&mut grad),
-            (pc.wo.start, hid),
-            false,
-            Mat::rows(&d_o, hid).t(),
-            Mat::rows(&saved.context, hid),
-            1.0,
-            true,
-            self.precision,
-        )?;
+        // dWo = do^T c, dc = do Wo, dqkv = Attention'(dc).
+        d_o.t_times(&saved.context, &mut grad, pc.wo.start)?;
         let mut dc = vec![0f32; rows * hid];
-        product(
-            (rows, hid, hid),
-            Dst::Slice(&mut dc),
-            (0, hid),
-            false,
-            Mat::rows(&d_o, hid),
-            Mat::rows(&flat[pc.wo.clone()], hid),
-            1.0,
-            true,
-            self.precision,
-        )?;
+        d_o.times_w(&flat[pc.wo.clone()], hid, &mut dc)?;
         drop(d_o);
-        let mut dqkv = self.core.backward((rows / t, t, 3 * hid), &dc)?;
+        let d = self.core.backward((rows / t, t, 3 * hid), &dc)?;
         drop(dc);
-        // d[bq; bk; bv] = sum dqkv (rows unchanged).
-        let db = rows_with_sums(&mut dqkv, 3 * hid, 1, |_, row, sums| {
-            sums.iter_mut().zip(row.iter()).for_each(|(s, d)| *s += d);
-        });
+        // d[bq; bk; bv] = sum dqkv.
+        let width = 3 * hid;
+        let (dqkv, db) = Kept::build(
+            (rows, width),
+            Side::Gradient,
+            self.precision,
+            1,
+            |i, row, sums| {
+                row.copy_from_slice(&d[i * width..][..width]);
+                sums.iter_mut().zip(row.iter()).for_each(|(s, d)| *s += d);
+            },
+        );
+        drop(d);
         for (part, range) in db.chunks_exact(hid).zip(&pc.b_qkv) {
             if let Some(r) = range {
                 grad[r.clone()].copy_from_slice(part);
             }
         }
-        // d[Wq; Wk; Wv] = dqkv^T xn, dxn = dqkv [Wq; Wk; Wv].
-        product(
-            (3 * hid, hid, rows),
-            Dst::Slice(&mut grad),
-            (pc.w_qkv.start, hid),
-            false,
-            Mat::rows(&dqkv, 3 * hid).t(),
-            Mat::rows(&saved.xn, hid),
-            1.0,
-            true,
-            self.precision,
-        )?;
+        // d[Wq; Wk; Wv] = dqkv^T xn, dxn = dqkv [Wq; Wk; Wv], dx = g + LayerNorm'(dxn).
+        dqkv.t_times(&saved.xn, &mut grad, pc.w_qkv.start)?;
         let mut dx = vec![0f32; rows * hid];
-        product(
-            (rows, hid, 3 * hid),
-            Dst::Slice(&mut dx),
-            (0, hid),
-            false,
-            Mat::rows(&dqkv, 3 * hid),
-            Mat::rows(&flat[pc.w_qkv.clone()], hid),
-            1.0,
-            true,
-            self.precision,
-        )?;
+        dqkv.times_w(&flat[pc.w_qkv.clone()], hid, &mut dx)?;
         drop(dqkv);
         let (dw, db) = norm_backward(&mut dx, g, x, &saved.stats, &flat[pc.norm_w.clone()]);
         grad[pc.norm_w.clone()].copy_from_slice(&dw);

@@ -28,16 +28,14 @@ use std::sync::OnceLock;
 
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 use candle_nn::Linear;
-use rayon::prelude::*;
 
 use crate::autograd::dropout::KeepMask;
-use crate::autograd::prenorm::{
-    bias_rows, norm_backward, norm_rows, rows_with_sums, Cursor, Samples,
-};
+use crate::autograd::prenorm::{bias_rows, norm_backward, norm_rows, Cursor, Samples};
+use crate::cpu::kept::{Kept, Side};
+use crate::cpu::mat::SharedOut;
 use crate::cpu::math::gelu_erf_with_slope;
-use crate::cpu::policy::PASS_CHUNK;
 use crate::cpu::tensor::{f32_slice, tensor, with_f32};
-use crate::cpu::{product, Dst, Mat, Precision};
+use crate::cpu::Precision;
 
 /// The parameters of the MLP half: the layer norm's weight, bias and epsilon, the two dense
 /// layers (`up`: `W1` `[inner, hidden]`, `down`: `W2` `[hidden, inner]`, biases optional) and
@@ -174,13 +172,14 @@ impl Pieces {
     }
 }
 
-/// What the forward keeps for the backward, per row of `h`: the normed rows `xn`, the mean and
-/// `1 / std` of `h`, the GELU's slope `gelu'(u)`, the activation `a` and the branch `m`.
+/// What the forward keeps for the backward, per row of `h`: the normed rows `xn` and the
+/// activation `a` (kept for their products), the mean and `1 / std` of `h`, the GELU's slope
+/// `gelu'(u)` and the branch `m`.
 struct Saved {
-    xn: Vec<f32>,
+    xn: Kept,
     stats: Vec<(f32, f32)>,
     slope: Vec<f32>,
-    a: Vec<f32>,
+    a: Kept,
     m: Vec<f32>,
 }
 
@@ -203,40 +202,28 @@ impl MlpBranchOp {
         }
         let rows = h.len() / hid;
         let norm = (&flat[pc.norm_w.clone()], &flat[pc.norm_b.clone()]);
-        let (xn, stats) = norm_rows(h, norm, self.eps);
-        // u = xn W1^T + b1, a = gelu(u), m = a W2^T + b2.
+        let (xn, stats) = norm_rows(h, norm, self.eps, self.precision);
+        // u = xn W1^T + b1 (the bias preloaded).
         let b1 = pc.b1.clone().map(|r| &flat[r]);
         let mut u = bias_rows(rows, inner, b1)?;
-        product(
-            (rows, inner, hid),
-            Dst::Slice(&mut u),
-            (0, inner),
-            b1.is_some(),
-            Mat::rows(&xn, hid),
-            Mat::rows(&flat[pc.w1.clone()], hid).t(),
-            1.0,
-            true,
+        xn.times_wt(&flat[pc.w1.clone()], inner, &mut u, b1.is_some())?;
+        // a = gelu(u); u becomes gelu'(u), all the backward needs of it.
+        let us = SharedOut::new(&mut u);
+        let (a, _) = Kept::build(
+            (rows, inner),
+            Side::Input,
             self.precision,
-        )?;
-        // u becomes gelu'(u), all the backward needs of it.
-        let mut a = vec![0f32; u.len()];
-        u.par_chunks_mut(PASS_CHUNK)
-            .zip(a.par_chunks_mut(PASS_CHUNK))
-            .for_each(|(u, a)| gelu_erf_with_slope(u, a));
+            0,
+            |i, row, _| {
+                // SAFETY: row i's task alone touches row i of u.
+                gelu_erf_with_slope(unsafe { us.slice(i * inner, inner) }, row);
+            },
+        );
         let slope = u;
+        // m = a W2^T + b2, y = h + f_s lambda m.
         let b2 = pc.b2.clone().map(|r| &flat[r]);
         let mut m = bias_rows(rows, hid, b2)?;
-        product(
-            (rows, hid, inner),
-            Dst::Slice(&mut m),
-            (0, hid),
-            b2.is_some(),
-            Mat::rows(&a, inner),
-            Mat::rows(&flat[pc.w2.clone()], inner).t(),
-            1.0,
-            true,
-            self.precision,
-        )?;
+        a.times_wt(&flat[pc.w2.clone()], hid, &mut m, b2.is_some())?;
         let y = self.samples.join(h, &m, &flat[pc.lambda.clone()]);
         // A fresh op per call: the cell is empty.
         let _ = self.saved.set(Saved {
@@ -269,73 +256,47 @@ impl MlpBranchOp {
         }
         let rows = h.len() / hid;
         let mut grad = vec![0f32; pc.len];
-        let (dm, dlambda, db2) = self
-            .samples
-            .join_backward(g, &saved.m, &flat[pc.lambda.clone()]);
+        let (dm, dlambda, db2) =
+            self.samples
+                .join_backward(g, &saved.m, &flat[pc.lambda.clone()], self.precision);
         grad[pc.lambda.clone()].copy_from_slice(&dlambda);
         if let Some(b2) = pc.b2.clone() {
             grad[b2].copy_from_slice(&db2);
         }
         // dW2 = dm^T a, da = dm W2.
-        product(
-            (hid, inner, rows),
-            Dst::Slice(&mut grad),
-            (pc.w2.start, inner),
-            false,
-            Mat::rows(&dm, hid).t(),
-            Mat::rows(&saved.a, inner),
-            1.0,
-            true,
-            self.precision,
-        )?;
-        let mut du = vec![0f32; rows * inner];
-        product(
-            (rows, inner, hid),
-            Dst::Slice(&mut du),
-            (0, inner),
-            false,
-            Mat::rows(&dm, hid),
-            Mat::rows(&flat[pc.w2.clone()], inner),
-            1.0,
-            true,
-            self.precision,
-        )?;
+        dm.t_times(&saved.a, &mut grad, pc.w2.start)?;
+        let mut da = vec![0f32; rows * inner];
+        dm.times_w(&flat[pc.w2.clone()], inner, &mut da)?;
         drop(dm);
         // du = da gelu'(u); db1 = sum du.
-        let db1 = rows_with_sums(&mut du, inner, 1, |i, row, sums| {
-            let slope = &saved.slope[i * inner..][..inner];
-            for ((d, s), sum) in row.iter_mut().zip(slope).zip(sums.iter_mut()) {
-                *d *= s;
-                *sum += *d;
-            }
-        });
+        let (du, db1) = Kept::build(
+            (rows, inner),
+            Side::Gradient,
+            self.precision,
+            1,
+            |i, row, sums| {
+                let (da, slope) = (
+                    &da[i * inner..][..inner],
+                    &saved.slope[i * inner..][..inner],
+                );
+                for ((d, (a, s)), sum) in row
+                    .iter_mut()
+                    .zip(da.iter().zip(slope))
+                    .zip(sums.iter_mut())
+                {
+                    *d = a * s;
+                    *sum += *d;
+                }
+            },
+        );
+        drop(da);
         if let Some(b1) = pc.b1.clone() {
             grad[b1].copy_from_slice(&db1);
         }
         // dW1 = du^T xn, dxn = du W1.
-        product(
-            (inner, hid, rows),
-            Dst::Slice(&mut grad),
-            (pc.w1.start, hid),
-            false,
-            Mat::rows(&du, inner).t(),
-            Mat::rows(&saved.xn, hid),
-            1.0,
-            true,
-            self.precision,
-        )?;
+        du.t_times(&saved.xn, &mut grad, pc.w1.start)?;
         let mut dh = vec![0f32; rows * hid];
-        product(
-            (rows, hid, inner),
-            Dst::Slice(&mut dh),
-            (0, hid),
-            false,
-            Mat::rows(&du, inner),
-            Mat::rows(&flat[pc.w1.clone()], hid),
-            1.0,
-            true,
-            self.precision,
-        )?;
+        du.times_w(&flat[pc.w1.clone()], hid, &mut dh)?;
         drop(du);
         // dh = g + the layer norm's backward of dxn.
         let (dw, db) = norm_backward(&mut dh, g, h, &saved.stats, &flat[pc.norm_w.clone()]);

@@ -11,16 +11,21 @@
 //!
 //! (`f_s` is `1 / (1 - p)` for a kept sample, 0 for a dropped one, 1 without stochastic depth;
 //! sums over all rows, as partial sums of [`SUM_ROWS`] rows added in order, so the same on any
-//! thread count). Each pass is one sweep over its rows on the threads.
+//! thread count). Each pass is one sweep over its rows on the threads; `xn` and `dm` are made
+//! as [`Kept`] activations (with bf16 products: rounded once, into the layouts their products
+//! read).
 
 use std::ops::Range;
 
 use rayon::prelude::*;
 
 use crate::autograd::dropout::KeepMask;
+use crate::cpu::kept::{Kept, Side};
+use crate::cpu::mat::SharedOut;
 use crate::cpu::math::layer_norm_row;
 use crate::cpu::policy::{PASS_CHUNK, SUM_ROWS};
 use crate::cpu::rows::build_rows;
+use crate::cpu::Precision;
 
 /// Consecutive ranges of a flat parameter vector, handed out in order.
 #[derive(Default)]
@@ -82,53 +87,61 @@ impl Samples {
         y
     }
 
-    /// `(dm, dlambda, db)` of `join` from the output's gradient `g` (`join'` above).
+    /// `(dm, dlambda, db)` of `join` from the output's gradient `g` (`join'` above), `dm`
+    /// kept for `precision`'s products as the gradient of a dense layer's output.
     pub(crate) fn join_backward(
         &self,
         g: &[f32],
         m: &[f32],
         lambda: &[f32],
-    ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        precision: Precision,
+    ) -> (Kept, Vec<f32>, Vec<f32>) {
         let width = lambda.len();
         let rows = g.len() / width.max(1);
-        let mut dm = g.to_vec();
-        let sums = rows_with_sums(&mut dm, width, 2, |i, row, sums| {
-            let f = self.factor(i, rows);
-            let (dl, db) = sums.split_at_mut(width);
-            let m = &m[i * width..][..width];
-            for ((d, m), (l, (dl, db))) in row
-                .iter_mut()
-                .zip(m)
-                .zip(lambda.iter().zip(dl.iter_mut().zip(db.iter_mut())))
-            {
-                let gf = *d * f;
-                *dl += gf * m;
-                *d = gf * l;
-                *db += *d;
-            }
-        });
+        let (dm, sums) = Kept::build(
+            (rows, width),
+            Side::Gradient,
+            precision,
+            2,
+            |i, row, sums| {
+                let f = self.factor(i, rows);
+                let (dl, db) = sums.split_at_mut(width);
+                let (g, m) = (&g[i * width..][..width], &m[i * width..][..width]);
+                for ((d, (g, m)), (l, (dl, db))) in row
+                    .iter_mut()
+                    .zip(g.iter().zip(m))
+                    .zip(lambda.iter().zip(dl.iter_mut().zip(db.iter_mut())))
+                {
+                    let gf = g * f;
+                    *dl += gf * m;
+                    *d = gf * l;
+                    *db += *d;
+                }
+            },
+        );
         let (dl, db) = sums.split_at(width);
         (dm, dl.to_vec(), db.to_vec())
     }
 }
 
-/// The layer norm of every row of `h` (`norm` above): `xn` and each row's `(mu, r)`.
+/// The layer norm of every row of `h` (`norm` above), kept for `precision`'s products as a
+/// dense layer's input, and each row's `(mu, r)`.
 pub(crate) fn norm_rows(
     h: &[f32],
     (weight, bias): (&[f32], &[f32]),
     eps: f32,
-) -> (Vec<f32>, Vec<(f32, f32)>) {
+    precision: Precision,
+) -> (Kept, Vec<(f32, f32)>) {
     let width = weight.len().max(1);
-    let mut xn = h.to_vec();
-    let mut stats = vec![(0f32, 0f32); h.len() / width];
-    let per_chunk = (PASS_CHUNK / width).max(1);
-    xn.par_chunks_mut(per_chunk * width)
-        .zip(stats.par_chunks_mut(per_chunk))
-        .for_each(|(x, st)| {
-            for (row, s) in x.chunks_exact_mut(width).zip(st) {
-                *s = layer_norm_row(row, weight, bias, eps);
-            }
-        });
+    let rows = h.len() / width;
+    let mut stats = vec![(0f32, 0f32); rows];
+    let out = SharedOut::new(&mut stats);
+    let (xn, _) = Kept::build((rows, width), Side::Input, precision, 0, |i, row, _| {
+        row.copy_from_slice(&h[i * width..][..width]);
+        // SAFETY: row i's task alone writes its statistics.
+        let slot = unsafe { out.slice(i, 1) };
+        slot[0] = layer_norm_row(row, weight, bias, eps);
+    });
     (xn, stats)
 }
 
