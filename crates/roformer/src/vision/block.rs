@@ -7,6 +7,10 @@
 //!
 //! `DropPath` (stochastic depth, `drop_path_rate`) runs in training only: it drops a whole
 //! sample's branch with probability `p` and scales the kept ones by `1 / (1 - p)`.
+//!
+//! In a training pass on the CPU kernels each line above is one op with its own backward
+//! (`autograd::attention_branch`, `autograd::mlp_branch`) where it applies (a fixed rotation or
+//! none; a plain MLP with the erf GELU); elsewhere, and at inference, the layers' own ops.
 
 use candle_core::Tensor;
 use candle_nn::{Init, VarBuilder};
