@@ -112,6 +112,77 @@ pub(crate) fn attention(
     }
 }
 
+/// [`attention`] on plain buffers, for an op that owns the products around it (the vision
+/// block's attention half): the same forward and backward, without a bias input.
+pub(crate) struct AttentionCore(AttentionOp);
+
+impl AttentionCore {
+    /// The attention of `spec` (its mask, if any, made contiguous).
+    ///
+    /// # Errors
+    /// Candle errors from copying the mask.
+    pub(crate) fn new(spec: FusedAttention) -> candle_core::Result<AttentionCore> {
+        let mask = spec.mask.as_ref().map(Tensor::contiguous).transpose()?;
+        Ok(AttentionCore(AttentionOp {
+            spec: FusedAttention { mask, ..spec },
+            saved: OnceLock::new(),
+        }))
+    }
+
+    /// The context `[b, t, hidden]` of `qkv` (`[b, t, 3 hidden]` as `dims`); keeps what
+    /// [`AttentionCore::backward`] needs.
+    ///
+    /// # Errors
+    /// Sizes that do not fit `dims`, a mask or dropout mask that does not fit; the products'
+    /// errors.
+    pub(crate) fn forward(
+        &self,
+        qkv: &[f32],
+        (b, t, width): (usize, usize, usize),
+    ) -> candle_core::Result<Vec<f32>> {
+        let heads = self.0.spec.heads;
+        let fits = heads > 0
+            && width.is_multiple_of(3 * heads)
+            && qkv.len() == b * t * width
+            && self
+                .0
+                .spec
+                .mask
+                .as_ref()
+                .is_none_or(|m| mask_fits(m, b, heads, t))
+            && self
+                .0
+                .spec
+                .dropout
+                .as_ref()
+                .is_none_or(|d| d.len() == b * heads * t * t);
+        if !fits {
+            return Err(candle_core::Error::Msg(format!(
+                "attention: projections [{b}, {t}, {width}] do not fit {heads} heads, the mask \
+                 or the dropout mask"
+            )));
+        }
+        let (out, _) = self.0.forward(qkv, &Shape::from((b, t, width)), None)?;
+        match out {
+            CpuStorage::F32(context) => Ok(context),
+            _ => Err(candle_core::Error::Msg("attention: f32 context".into())),
+        }
+    }
+
+    /// The gradient of the projections (`[b, t, 3 hidden]` as `dims`) from the context's
+    /// gradient `g`.
+    ///
+    /// # Errors
+    /// No forward before; a gradient of the wrong size; the products' errors.
+    pub(crate) fn backward(
+        &self,
+        dims: (usize, usize, usize),
+        g: &[f32],
+    ) -> candle_core::Result<Vec<f32>> {
+        Ok(self.0.backward(&Shape::from(dims), None, g)?.0)
+    }
+}
+
 /// What the forward keeps for the backward.
 struct Saved {
     /// q, k and v split out of the projections, token-major `[b, t, hidden]`; q and k (and v
@@ -345,8 +416,8 @@ impl AttentionOp {
         &self,
         shape: &Shape,
         bias: Option<(&Tensor, bool)>,
-        g: &Tensor,
-    ) -> candle_core::Result<(Tensor, Option<Tensor>)> {
+        g: &[f32],
+    ) -> candle_core::Result<(Vec<f32>, Option<Tensor>)> {
         let saved = self
             .saved
             .get()
@@ -388,7 +459,12 @@ impl AttentionOp {
                 },
             )
         };
-        with_f32(g, "attention backward", |g| match bias {
+        if g.len() != b * t * h {
+            return Err(candle_core::Error::Msg(
+                "attention backward: the gradient's size".into(),
+            ));
+        }
+        match bias {
             Some((m, _)) => with_f32(m, "attention bias", |data| {
                 let bias = MaskInput {
                     data,
@@ -397,13 +473,13 @@ impl AttentionOp {
                 self.with_masks(dims, Some(bias), |bias, mask| run(g, bias, mask))
             }),
             None => self.with_masks(dims, None, |bias, mask| run(g, bias, mask)),
-        })?;
+        }?;
         self.rotate(&mut dq, dims, Direction::Inverse)?;
         self.rotate(&mut dk, dims, Direction::Inverse)?;
         if self.spec.rotary_value {
             self.rotate(&mut dv, dims, Direction::Inverse)?;
         }
-        let dqkv = tensor(join_projections(&dq, &dk, &dv, h), shape)?;
+        let dqkv = join_projections(&dq, &dk, &dv, h);
         let dbias = match bias {
             Some((m, true)) => Some(reduce_to_mask(ds, m.dims(), dims, m.shape())?),
             _ => None,
@@ -661,7 +737,10 @@ impl CustomOp1 for AttentionOp {
     }
 
     fn bwd(&self, qkv: &Tensor, _res: &Tensor, g: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        Ok(Some(self.backward(qkv.shape(), None, g)?.0))
+        let (dqkv, _) = with_f32(g, "attention backward", |g| {
+            self.backward(qkv.shape(), None, g)
+        })?;
+        Ok(Some(tensor(dqkv, qkv.shape())?))
     }
 }
 
@@ -695,7 +774,9 @@ impl CustomOp2 for AttentionOp {
         _res: &Tensor,
         g: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        let (dqkv, dbias) = self.backward(qkv.shape(), Some((bias, bias.track_op())), g)?;
-        Ok((Some(dqkv), dbias))
+        let (dqkv, dbias) = with_f32(g, "attention backward", |g| {
+            self.backward(qkv.shape(), Some((bias, bias.track_op())), g)
+        })?;
+        Ok((Some(tensor(dqkv, qkv.shape())?), dbias))
     }
 }

@@ -38,6 +38,13 @@
 //! - `layer_scale`: a pre-norm block's branch joined to the stream, `(a * lambda) * f_s + r`
 //!   (layer scale, stochastic depth's per-sample factor, residual add); backward
 //!   `da = g f_s lambda`, `dlambda = sum g f_s a`, `dr = g`;
+//! - `attention_branch`: a pre-norm block's whole attention half, `x + f_s lambda
+//!   o_proj(Attention(qkv(LN(x))))`, the fused attention in the middle; parameters and
+//!   gradients as `mlp_branch`'s;
+//! - `mlp_branch`: a pre-norm block's whole MLP half, `h + f_s lambda down(gelu(up(LN(h))))`,
+//!   its parameters one flat vector (the concatenation of the variables); the backward writes
+//!   every gradient once, layer norm, GELU, layer scale, stochastic depth and residual fused
+//!   into the passes around the four products;
 //! - `cross_entropy`: mean cross entropy over rows of logits with targets, and the arg-max,
 //!   in one pass; backward `(softmax - onehot) / n`;
 //! - `embedding`: the word and token-type lookups and their sum; backward one scatter of the
@@ -48,6 +55,7 @@
 
 pub(crate) mod add_norm;
 pub(crate) mod attention;
+pub(crate) mod attention_branch;
 pub(crate) mod cross_entropy;
 pub(crate) mod dropout;
 mod element;
@@ -55,6 +63,8 @@ pub(crate) mod embedding;
 mod layer_norm;
 pub(crate) mod layer_scale;
 pub(crate) mod linear;
+pub(crate) mod mlp_branch;
+mod prenorm;
 mod rms_norm;
 mod softmax;
 

@@ -180,6 +180,22 @@ multiversion! {
 }
 
 multiversion! {
+    /// `a = gelu(u)` and `u <- gelu'(u) = Phi(u) + u phi(u)` in one pass (one erf per element,
+    /// by [`erf_gauss`], as [`gelu_erf`] and [`gelu_backward`]): the slope a backward then
+    /// only multiplies by.
+    pub(crate) fn gelu_erf_with_slope(u: &mut [f32], a: &mut [f32]) {
+        const INV_SQRT_2PI: f32 = 0.398_942_3;
+        for (u, a) in u.iter_mut().zip(a.iter_mut()) {
+            let x = *u;
+            let (erf, gauss) = erf_gauss(x * std::f32::consts::FRAC_1_SQRT_2);
+            let phi = 0.5 * (1.0 + erf);
+            *a = x * phi;
+            *u = phi + x * INV_SQRT_2PI * gauss;
+        }
+    }
+}
+
+multiversion! {
     /// `row <- (row - mean) / sqrt(var + eps) * weight + bias` (biased variance, two passes);
     /// returns `(mean, 1 / sqrt(var + eps))`.
     pub(crate) fn layer_norm_row(row: &mut [f32], weight: &[f32], bias: &[f32], eps: f32) -> (f32, f32) {

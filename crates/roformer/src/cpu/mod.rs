@@ -6,6 +6,8 @@
 //!   elements;
 //! - [`product`] and [`dense`]: the matrix product in the precision the caller asks for, and
 //!   dense layers' `x W^T` over the threads; [`bf16`]: the bf16 kernels and packed weights;
+//! - [`kept`]: activations a training op keeps for its products, rounded once (bf16) into
+//!   the layouts those products read, and a dense layer's three products on them;
 //! - [`math`]: vectorised row maths (`exp`, erf GELU, softmax row steps, layer and RMS norm);
 //!   [`add_norm`]: a sub-layer's tail `LayerNorm(Dropout(y) + r)` and its backward;
 //! - [`rows`]: outputs built block by block on the threads; [`mask`]: additive masks as rows;
@@ -28,6 +30,7 @@ pub(crate) mod add_norm;
 pub(crate) mod bf16;
 pub(crate) mod ceiling;
 pub(crate) mod dense;
+pub(crate) mod kept;
 pub(crate) mod mask;
 pub(crate) mod mat;
 pub(crate) mod math;

@@ -2,7 +2,7 @@
 
 use gemm::{gemm, Parallelism};
 
-use super::bf16::{self, Packed};
+use super::bf16::{self, Packed, PackedA};
 use super::mat::{span_fits, Dst, Mat};
 use super::precision::Precision;
 
@@ -163,6 +163,58 @@ pub(crate) fn product_packed(
             accumulate,
             a,
             b,
+            alpha,
+            parallel,
+        );
+    }
+    Ok(())
+}
+
+/// [`product`] in bf16 from two operands packed ahead by their producers (an activation
+/// rounded once, in the layouts its products read): `dst = (accumulate ? dst : 0) + alpha a b`
+/// for `a` `m x k` and `b` `k x n`, on the threads when `parallel`.
+///
+/// # Errors
+/// A destination that does not fit its buffer, operands of different depths, a CPU without a
+/// native bf16 kernel ([`bf16::native`]: callers keep f32 operands there).
+pub(crate) fn product_prepacked(
+    mut dst: Dst<'_>,
+    (offset, rs): (usize, usize),
+    accumulate: bool,
+    (a, b): (PackedA<'_>, Packed<'_>),
+    alpha: f32,
+    parallel: bool,
+) -> candle_core::Result<()> {
+    let (m, n, k) = (a.m(), b.n(), a.k());
+    let (ptr, len) = dst.raw();
+    if !span_fits(len, offset, (rs, 1), (m, n)) || b.k() != k {
+        return Err(candle_core::Error::Msg(format!(
+            "matrix product: packed {m}x{k} by {}x{n} does not fit its operands or {len} outputs",
+            b.k()
+        )));
+    }
+    let Some(kernel) = bf16::native() else {
+        return Err(candle_core::Error::Msg(
+            "matrix product: packed bf16 operands on a CPU without a bf16 kernel".into(),
+        ));
+    };
+    if k == 0 {
+        if !accumulate {
+            for i in 0..m {
+                // SAFETY: inside the destination, checked above.
+                unsafe { std::slice::from_raw_parts_mut(ptr.add(offset + i * rs), n) }.fill(0.0);
+            }
+        }
+        return Ok(());
+    }
+    // SAFETY: the destination was checked above and is exclusive to this call (a `&mut`
+    // slice, or a shared buffer whose writers use disjoint elements); the depths agree.
+    unsafe {
+        bf16::product_prepacked(
+            kernel,
+            (ptr.add(offset), rs),
+            accumulate,
+            (a, b),
             alpha,
             parallel,
         );

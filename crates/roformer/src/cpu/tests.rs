@@ -1,8 +1,11 @@
-//! The row maths against double-precision and libm references, and the task splits.
+//! The row maths against double-precision and libm references, the task splits, and kept
+//! activations' products against the products of their rows.
 
 use candle_core::{Device, Tensor};
 
-use super::math::{exp_approx, gelu_erf, layer_norm_row, rms_norm_row, EXP_MIN};
+use super::math::{
+    exp_approx, gelu_backward, gelu_erf, gelu_erf_with_slope, layer_norm_row, rms_norm_row, EXP_MIN,
+};
 use super::policy::{pack_group, row_blocks, sequences_per_task};
 
 #[test]
@@ -104,4 +107,133 @@ fn packing_tasks_split_small_operands_over_the_threads() {
     assert_eq!(pack_group(4, 12, 8), 3);
     assert_eq!(pack_group(0, 12, 2), 3);
     assert_eq!(pack_group(5, 300, 2), 1);
+}
+
+#[test]
+fn gelu_with_slope_is_gelu_and_its_derivative_bit_for_bit() {
+    let xs: Vec<f32> = (0..=20_000).map(|i| -10.0 + i as f32 * 1e-3).collect();
+    let (mut slope, mut a) = (xs.clone(), vec![0f32; xs.len()]);
+    gelu_erf_with_slope(&mut slope, &mut a);
+    let mut want_a = xs.clone();
+    gelu_erf(&mut want_a);
+    let mut want_slope = vec![0f32; xs.len()];
+    gelu_backward(&mut want_slope, &vec![1.0; xs.len()], &xs);
+    // The same erf and the same products (halving is exact): the same bits.
+    for i in 0..xs.len() {
+        assert_eq!(a[i].to_bits(), want_a[i].to_bits(), "gelu({})", xs[i]);
+        assert_eq!(
+            slope[i].to_bits(),
+            want_slope[i].to_bits(),
+            "gelu'({})",
+            xs[i]
+        );
+    }
+}
+
+/// `n` seeded values in [-1, 1).
+fn seeded(n: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// A row builder that copies row `i` of `v` (rows of `cols` values).
+fn rows_of(v: &[f32], cols: usize) -> impl Fn(usize, &mut [f32], &mut [f32]) + Sync + '_ {
+    move |i, row, _| row.copy_from_slice(&v[i * cols..(i + 1) * cols])
+}
+
+/// The three products of a kept activation (`x W^T`, `dy W`, `dy^T x`) against
+/// [`product`] on the same f32 rows in the same precision: the same bits on our kernels
+/// (the same rounded operands, the same sums in the same order), over awkward sizes (odd,
+/// below and past a panel, a block of rows, a pair of `k`).
+#[test]
+fn kept_activations_give_the_products_of_their_rows() {
+    use super::bf16::{native, Kernel};
+    use super::kept::{Kept, Side};
+    use super::{product, Dst, Mat, Precision};
+
+    for precision in [Precision::F32, Precision::Bf16] {
+        let exact = precision.bf16_kernel().is_none() || native() == Some(Kernel::Avx512Bf16);
+        for (rows, width, out) in [
+            (1, 1, 1),
+            (13, 3, 5),
+            (65, 12, 32),
+            (131, 33, 37),
+            (64, 2, 13),
+        ] {
+            let x = seeded(rows * width, 1);
+            let dy = seeded(rows * out, 2);
+            let w = seeded(out * width, 3);
+            let (kx, _) = Kept::build((rows, width), Side::Input, precision, 0, rows_of(&x, width));
+            let (kdy, _) =
+                Kept::build((rows, out), Side::Gradient, precision, 0, rows_of(&dy, out));
+            let check = |what: &str, got: &[f32], want: &[f32]| {
+                for (g, w) in got.iter().zip(want) {
+                    let ok = if exact {
+                        g.to_bits() == w.to_bits()
+                    } else {
+                        (g - w).abs() <= 1e-5 * (1.0 + w.abs())
+                    };
+                    assert!(ok, "{precision} {what} {rows}x{width}x{out}: {g} vs {w}");
+                }
+            };
+            // x W^T onto a preloaded output.
+            let (mut got, mut want) = (vec![0.5f32; rows * out], vec![0.5f32; rows * out]);
+            kx.times_wt(&w, out, &mut got, true).unwrap();
+            let wt = Mat::rows(&w, width).t();
+            let xm = Mat::rows(&x, width);
+            product(
+                (rows, out, width),
+                Dst::Slice(&mut want),
+                (0, out),
+                true,
+                xm,
+                wt,
+                1.0,
+                true,
+                precision,
+            )
+            .unwrap();
+            check("x W^T", &got, &want);
+            // dy W.
+            let (mut got, mut want) = (vec![0f32; rows * width], vec![0f32; rows * width]);
+            kdy.times_w(&w, width, &mut got).unwrap();
+            let dym = Mat::rows(&dy, out);
+            product(
+                (rows, width, out),
+                Dst::Slice(&mut want),
+                (0, width),
+                false,
+                dym,
+                Mat::rows(&w, width),
+                1.0,
+                true,
+                precision,
+            )
+            .unwrap();
+            check("dy W", &got, &want);
+            // dy^T x, written at an offset.
+            let (mut got, mut want) = (vec![0f32; 3 + out * width], vec![0f32; 3 + out * width]);
+            kdy.t_times(&kx, &mut got, 3).unwrap();
+            product(
+                (out, width, rows),
+                Dst::Slice(&mut want),
+                (3, width),
+                false,
+                dym.t(),
+                xm,
+                1.0,
+                true,
+                precision,
+            )
+            .unwrap();
+            check("dy^T x", &got, &want);
+        }
+    }
 }

@@ -92,6 +92,35 @@ impl VisionAttention {
         dense(&self.o_proj, &context, None, plan)
     }
 
+    /// The four projections (`q`, `k`, `v`, `o`) and the fused attention's spec for sequences
+    /// of `t` tokens in `b` samples, for the block's attention half as one op
+    /// ([`crate::autograd::attention_branch`]): where the rotation is a fixed table or none
+    /// (RoPE-Mixed turns q and k by learned frequencies first, in candle's graph: `None`).
+    /// Draws the attention's dropout mask, as [`VisionAttention::forward`] would.
+    pub(crate) fn fused_parts(
+        &self,
+        (b, t): (usize, usize),
+        rotation: &PassRotation,
+        plan: Plan<'_>,
+        precision: Precision,
+    ) -> Option<([&Linear; 4], FusedAttention)> {
+        let rope = match rotation {
+            PassRotation::Fixed { table, .. } => Some(table.clone()),
+            PassRotation::None => None,
+            PassRotation::Mixed { .. } => return None,
+        };
+        let spec = FusedAttention {
+            heads: self.heads,
+            mask: None,
+            rope,
+            rotary_value: false,
+            dropout: plan.mode().keep_mask(b * self.heads * t * t, self.dropout),
+            precision,
+        };
+        let layers = [&self.q_proj, &self.k_proj, &self.v_proj, &self.o_proj].map(Dense::layer);
+        Some((layers, spec))
+    }
+
     /// The learned frequencies, required by a `Mixed` rotation.
     fn freqs(&self) -> candle_core::Result<&Tensor> {
         self.freqs.as_ref().ok_or_else(|| {

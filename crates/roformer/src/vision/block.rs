@@ -7,11 +7,18 @@
 //!
 //! `DropPath` (stochastic depth, `drop_path_rate`) runs in training only: it drops a whole
 //! sample's branch with probability `p` and scales the kept ones by `1 / (1 - p)`.
+//!
+//! In a training pass on the CPU kernels each line above is one op with its own backward
+//! (`autograd::attention_branch`, `autograd::mlp_branch`) where it applies (a fixed rotation or
+//! none; a plain MLP with the erf GELU); elsewhere, and at inference, the layers' own ops.
 
 use candle_core::Tensor;
 use candle_nn::{Init, VarBuilder};
 
+use crate::autograd::attention_branch::{attention_branch, AttentionBranch};
 use crate::autograd::layer_scale::{scaled_residual, scaled_residual_slow};
+use crate::autograd::mlp_branch::{mlp_branch, MlpBranch};
+use crate::cpu::Precision;
 use crate::norm::Norm;
 use crate::plan::Plan;
 use crate::vision::attention::VisionAttention;
@@ -67,12 +74,70 @@ impl VisionLayer {
         rotation: &PassRotation,
         plan: Plan<'_>,
     ) -> candle_core::Result<Tensor> {
-        let a = self
-            .attention
-            .forward(&self.norm1.forward(x, plan)?, rotation, plan)?;
-        let h = self.join(&a, &self.layer_scale1, x, plan)?;
+        let h = match self.fused_attention_half(x, rotation, plan)? {
+            Some(h) => h,
+            None => {
+                let a = self
+                    .attention
+                    .forward(&self.norm1.forward(x, plan)?, rotation, plan)?;
+                self.join(&a, &self.layer_scale1, x, plan)?
+            }
+        };
+        if let Some((branch, precision)) = self.fused_mlp_half(plan) {
+            let keep = plan.mode().keep_mask(h.dim(0)?, self.drop_path);
+            return mlp_branch(&h, branch, keep, precision);
+        }
         let m = self.mlp.forward(&self.norm2.forward(&h, plan)?, plan)?;
         self.join(&m, &self.layer_scale2, &h, plan)
+    }
+
+    /// The attention half as one op ([`attention_branch`], its own backward) where it applies:
+    /// a training pass on the CPU kernels, a layer norm, and a fixed rotation or none (not
+    /// RoPE-Mixed's learned one). `None` where it does not apply (nothing drawn then).
+    fn fused_attention_half(
+        &self,
+        x: &Tensor,
+        rotation: &PassRotation,
+        plan: Plan<'_>,
+    ) -> candle_core::Result<Option<Tensor>> {
+        let Some(precision) = plan.fused_training() else {
+            return Ok(None);
+        };
+        let Norm::Layer { weight, bias, eps } = &self.norm1 else {
+            return Ok(None);
+        };
+        let (b, t, _) = x.dims3()?;
+        let Some((projections, spec)) =
+            self.attention
+                .fused_parts((b, t), rotation, plan, precision)
+        else {
+            return Ok(None);
+        };
+        let branch = AttentionBranch {
+            norm: (weight, bias, *eps),
+            projections,
+            lambda: &self.layer_scale1,
+        };
+        let keep = plan.mode().keep_mask(b, self.drop_path);
+        attention_branch(x, branch, spec, keep).map(Some)
+    }
+
+    /// The MLP half as one op ([`mlp_branch`], its own backward) where it applies: a training
+    /// pass on the CPU kernels, a layer norm and a plain MLP with the erf GELU. Inference keeps
+    /// the dense ops, whose weights are packed once per model.
+    fn fused_mlp_half(&self, plan: Plan<'_>) -> Option<(MlpBranch<'_>, Precision)> {
+        let precision = plan.fused_training()?;
+        let Norm::Layer { weight, bias, eps } = &self.norm2 else {
+            return None;
+        };
+        let (up, down) = self.mlp.plain_gelu()?;
+        let branch = MlpBranch {
+            norm: (weight, bias, *eps),
+            up,
+            down,
+            lambda: &self.layer_scale2,
+        };
+        Some((branch, precision))
     }
 
     /// `residual + DropPath(lambda * branch)` (all `[b, t, hidden]` but `lambda`, `[hidden]`):

@@ -9,7 +9,7 @@
 //! (on the CPU one fused op each, the erf GELU inside it).
 
 use candle_core::Tensor;
-use candle_nn::VarBuilder;
+use candle_nn::{Linear, VarBuilder};
 
 use crate::activation::Activation;
 use crate::plan::Plan;
@@ -47,6 +47,13 @@ impl Mlp {
             down: linear_layer(i, h, bias, std, vb.pp("down_proj"))?,
             activation: cfg.hidden_act,
         })
+    }
+
+    /// `(up, down)` of a plain MLP with the erf GELU (the kind [`crate::autograd::mlp_branch`]
+    /// fuses), none for the gated MLP or another activation.
+    pub(crate) fn plain_gelu(&self) -> Option<(&Linear, &Linear)> {
+        (self.gate.is_none() && self.activation == Activation::Gelu)
+            .then(|| (self.up.layer(), self.down.layer()))
     }
 
     /// `y` of `x`, both `[b, t, hidden]`.

@@ -12,6 +12,7 @@ mod activation;
 mod add_norm;
 mod fused_ops;
 mod layer_norm;
+mod mlp_branch;
 mod rms_norm;
 mod rotary;
 mod softmax;

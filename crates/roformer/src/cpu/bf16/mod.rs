@@ -46,7 +46,7 @@ use rayon::prelude::*;
 use super::mat::Mat;
 #[cfg(test)]
 use pack::round_bf16;
-pub(crate) use pack::{pack_panels, packed_len};
+pub(crate) use pack::{pack_pairs_into, pack_panels, pack_rows_into, packed_len};
 
 /// Rows of a micro-tile (the broadcast operand, `A`).
 pub(crate) const MR: usize = 12;
@@ -171,6 +171,77 @@ impl Packed<'_> {
             n: cols.len(),
             k: self.k,
         })
+    }
+}
+
+impl<'a> Packed<'a> {
+    /// `words` as a packed `k x n` right operand (panels of [`NR`] columns, pairs of `k`, as
+    /// [`pack_panels`] and [`pack_pairs_into`] write them); `None` when it is not
+    /// [`packed_len`]`(n, k, NR)` words long.
+    pub(crate) fn from_words(words: &'a [u32], k: usize, n: usize) -> Option<Self> {
+        (words.len() == packed_len(n, k, NR)).then_some(Packed { words, n, k })
+    }
+}
+
+/// A packed `m x k` left operand: panels of [`MR`] rows, as rows of pair words (`rows`) or
+/// interleaved (see the module doc).
+#[derive(Clone, Copy)]
+pub(crate) struct PackedA<'a> {
+    words: &'a [u32],
+    m: usize,
+    k: usize,
+    rows: bool,
+}
+
+impl<'a> PackedA<'a> {
+    /// `words` as a packed `m x k` left operand in the row layout (`rows`, as
+    /// [`pack_rows_into`] writes it) or the interleaved one ([`pack_pairs_into`] with panels of
+    /// [`MR`]); `None` when it is not [`packed_len`]`(m, k, MR)` words long.
+    pub(crate) fn from_words(words: &'a [u32], m: usize, k: usize, rows: bool) -> Option<Self> {
+        (words.len() == packed_len(m, k, MR)).then_some(PackedA { words, m, k, rows })
+    }
+
+    /// `m`, the rows.
+    pub(crate) fn m(&self) -> usize {
+        self.m
+    }
+
+    /// `k`, the depth.
+    pub(crate) fn k(&self) -> usize {
+        self.k
+    }
+}
+
+/// `C = (accumulate ? C : 0) + alpha * a b` from two operands packed ahead (bf16 words), with
+/// `C`'s element `(i, j)` at `c.0 + i * c.1`, on our micro-kernel.
+///
+/// # Safety
+/// `a.k() == b.k()`; `c` is valid for writes of `a.m()` rows of `b.n()` elements at row
+/// stride `c.1`, touched by no one else during the call.
+pub(crate) unsafe fn product_prepacked(
+    kernel: Kernel,
+    c: (*mut f32, usize),
+    accumulate: bool,
+    (a, b): (PackedA<'_>, Packed<'_>),
+    alpha: f32,
+    parallel: bool,
+) {
+    if a.m == 0 || b.n == 0 {
+        return;
+    }
+    // SAFETY: as this function's; the operands hold the words of their sizes (checked when
+    // they were made).
+    unsafe {
+        run_tiles(
+            kernel,
+            a.m,
+            c,
+            accumulate,
+            (a.words, a.rows),
+            b,
+            alpha,
+            parallel,
+        );
     }
 }
 

@@ -209,6 +209,58 @@ multiversion! {
     }
 }
 
+multiversion! {
+    /// Writes rows `first..` of a row-major matrix of `width` columns, given as `block`
+    /// (whole rows), as rows of pair words: row `i`'s word `p` (`bf16 x[i, 2p]`, `bf16 x[i,
+    /// 2p + 1]`, 0 past the last column) at `i * ceil(width / 2) + p` of `out`: the row layout
+    /// of a left operand packed by [`pack_panels`] (its padding rows left as they are).
+    pub(crate) fn pack_rows_into(block: &[f32], width: usize, first: usize, out: SharedOut<u32>) {
+        let pairs = width.div_ceil(2);
+        for (j, row) in block.chunks_exact(width.max(1)).enumerate() {
+            // SAFETY: the caller's tasks write disjoint rows.
+            let words = unsafe { out.slice((first + j) * pairs, pairs) };
+            row_words(row, words);
+        }
+    }
+}
+
+multiversion! {
+    /// Writes the rows of `block` (whole rows of a row-major `rows x width` matrix, from row
+    /// `first`, an even one) as pair words along the rows, in panels of `panel` columns: word
+    /// `(p, c)` = (`bf16 x[2p, c]`, `bf16 x[2p + 1, c]`) at `((c / panel) * pairs + p) * panel
+    /// + c % panel` of `out`, `pairs = ceil(rows / 2)`, with 0 for a missing last row and for
+    /// the columns past `width` of the last panel: an operand whose `k` is the row index,
+    /// packed as [`pack_panels`] packs it (`panel`: [`super::MR`] for a left operand `x^T`,
+    /// [`super::NR`] for a right operand `x`).
+    pub(crate) fn pack_pairs_into(
+        block: &[f32],
+        sizes: (usize, usize),
+        first: usize,
+        panel: usize,
+        out: SharedOut<u32>
+    ) {
+        let (width, rows) = sizes;
+        let pairs = rows.div_ceil(2);
+        let panels = width.div_ceil(panel);
+        let zeros = vec![0f32; width];
+        for (j, two) in block.chunks(2 * width.max(1)).enumerate() {
+            let p = first / 2 + j;
+            let (lo, hi) = two.split_at(width.min(two.len()));
+            let hi = if hi.is_empty() { &zeros[..] } else { hi };
+            for q in 0..panels {
+                // SAFETY: the caller's tasks write disjoint pairs; this is pair `p` of panel `q`.
+                let lanes = unsafe { out.slice((q * pairs + p) * panel, panel) };
+                let c0 = q * panel;
+                let n = (width - c0).min(panel);
+                for ((w, &l), &h) in lanes.iter_mut().zip(&lo[c0..c0 + n]).zip(&hi[c0..c0 + n]) {
+                    *w = word(l, h);
+                }
+                lanes[n..].fill(0);
+            }
+        }
+    }
+}
+
 /// The words of `count x k` packed into panels of `width`.
 pub(crate) fn packed_len(count: usize, k: usize, width: usize) -> usize {
     count.div_ceil(width) * k.div_ceil(2) * width

@@ -3,6 +3,7 @@
 //! (Parity with transformers is `tests/vision_parity.rs`, on the committed fixtures.)
 
 mod absolute;
+mod blocks;
 mod config;
 mod gradients;
 mod load;

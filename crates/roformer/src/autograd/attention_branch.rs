@@ -1,0 +1,318 @@
+//! A pre-norm block's attention half as one op with its own backward, on f32 CPU tensors:
+//!
+//! ```text
+//! forward   xn = LayerNorm(x)                                  (statistics kept)
+//!           qkv = xn [Wq; Wk; Wv]^T + [bq; bk; bv]              one product, [rows, 3 hidden]
+//!           c = Attention(qkv)                                  (rotation, softmax, dropout)
+//!           o = c Wo^T + bo,   y = x + f_s lambda o
+//! backward  do = g f_s lambda;   dlambda = sum g f_s o;   dbo = sum do
+//!           dWo = do^T c;   dc = do Wo;   dqkv = Attention'(dc)
+//!           d[bq; bk; bv] = sum dqkv;   d[Wq; Wk; Wv] = dqkv^T xn;   dxn = dqkv [Wq; Wk; Wv]
+//!           dx = g + LayerNorm'(dxn)                            (see `prenorm`)
+//! ```
+//!
+//! The attention in the middle is [`AttentionCore`], the fused attention's own forward and
+//! backward; the parameters travel as one flat vector `[w_n | b_n | Wq | Wk | Wv | bq | bk |
+//! bv | Wo | bo | lambda]` (the three weights one after the other are the stacked
+//! `[3 hidden, hidden]` matrix; a missing bias is absent there and a zero block in the
+//! product's), the concatenation of the model's variables, as in [`super::mlp_branch`]. The
+//! reference is the model's op-by-op path (projections, rotation, candle's attention), which
+//! the vision tests compare the fused block against.
+
+use std::ops::Range;
+use std::sync::OnceLock;
+
+use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
+use candle_nn::Linear;
+
+use crate::autograd::attention::{AttentionCore, FusedAttention};
+use crate::autograd::dropout::KeepMask;
+use crate::autograd::prenorm::{bias_rows, norm_backward, norm_rows, Cursor, Samples};
+use crate::cpu::kept::{Kept, Side};
+use crate::cpu::tensor::{f32_slice, tensor, with_f32};
+use crate::cpu::Precision;
+
+/// The parameters of the attention half: the layer norm's weight, bias and epsilon, the four
+/// projections (`[hidden, hidden]`, biases optional) and the layer scale `lambda` `[hidden]`.
+#[derive(Clone, Copy)]
+pub(crate) struct AttentionBranch<'a> {
+    /// `(w_n, b_n, eps)`, both `[hidden]`.
+    pub(crate) norm: (&'a Tensor, &'a Tensor, f64),
+    /// `q_proj`, `k_proj`, `v_proj`, `o_proj`.
+    pub(crate) projections: [&'a Linear; 4],
+    /// `lambda`.
+    pub(crate) lambda: &'a Tensor,
+}
+
+/// `x + f_s lambda o_proj(Attention(qkv(LayerNorm(x))))` for `x` `[samples, tokens, hidden]`
+/// (`f_s` the factor of sample `s` in `keep`, 1 for all without it), the attention as `spec`
+/// says (heads, rotation, dropout, the products' precision), as one op on f32 CPU tensors.
+///
+/// # Errors
+/// Parameters whose shapes do not fit `x`, a mask that does not fit; candle errors (tensors
+/// that are not f32 on the CPU).
+pub(crate) fn attention_branch(
+    x: &Tensor,
+    p: AttentionBranch<'_>,
+    spec: FusedAttention,
+    keep: Option<KeepMask>,
+) -> candle_core::Result<Tensor> {
+    let pieces = Pieces::check(x, &p, keep.as_ref())?;
+    let [q, k, v, o] = p.projections;
+    let mut parts = vec![p.norm.0.clone(), p.norm.1.clone()];
+    for layer in [q, k, v] {
+        parts.push(layer.weight().flatten_all()?);
+    }
+    parts.extend([q, k, v].iter().filter_map(|l| l.bias().cloned()));
+    parts.push(o.weight().flatten_all()?);
+    parts.extend(o.bias().cloned());
+    parts.push(p.lambda.clone());
+    let flat = Tensor::cat(&parts, 0)?;
+    let op = AttentionBranchOp {
+        pieces,
+        eps: p.norm.2 as f32,
+        samples: Samples::new(keep),
+        precision: spec.precision,
+        core: AttentionCore::new(spec)?,
+        saved: OnceLock::new(),
+    };
+    x.contiguous()?.apply_op2(&flat, op)
+}
+
+/// Where each parameter lies in the flat vector, and the sizes.
+#[derive(Debug, Clone)]
+struct Pieces {
+    tokens: usize,
+    hidden: usize,
+    norm_w: Range<usize>,
+    norm_b: Range<usize>,
+    /// `[Wq; Wk; Wv]`, `[3 hidden, hidden]`.
+    w_qkv: Range<usize>,
+    /// `bq`, `bk`, `bv`, each where present.
+    b_qkv: [Option<Range<usize>>; 3],
+    wo: Range<usize>,
+    bo: Option<Range<usize>>,
+    lambda: Range<usize>,
+    len: usize,
+}
+
+impl Pieces {
+    /// The layout of `p`'s flat vector, once every shape is checked against `x`.
+    fn check(
+        x: &Tensor,
+        p: &AttentionBranch<'_>,
+        keep: Option<&KeepMask>,
+    ) -> candle_core::Result<Self> {
+        let (samples, tokens, hidden) = x.dims3()?;
+        let vector = |t: Option<&Tensor>| t.is_none_or(|t| t.dims() == [hidden]);
+        let fits = hidden > 0
+            && p.projections
+                .iter()
+                .all(|l| l.weight().dims() == [hidden, hidden] && vector(l.bias()))
+            && vector(Some(p.norm.0))
+            && vector(Some(p.norm.1))
+            && vector(Some(p.lambda));
+        if !fits {
+            return Err(candle_core::Error::Msg(format!(
+                "attention branch: parameters do not fit hidden states of shape {:?}",
+                x.dims()
+            )));
+        }
+        if let Some(mask) = keep.filter(|m| m.len() != samples) {
+            return Err(candle_core::Error::Msg(format!(
+                "attention branch: a mask of {} samples for {samples}",
+                mask.len()
+            )));
+        }
+        let [q, k, v, o] = p.projections;
+        let mut at = Cursor::default();
+        let norm_w = at.take(hidden);
+        let norm_b = at.take(hidden);
+        let w_qkv = at.take(3 * hidden * hidden);
+        let b_qkv = [q, k, v].map(|l| at.take_if(l.bias().is_some(), hidden));
+        Ok(Pieces {
+            tokens,
+            hidden,
+            norm_w,
+            norm_b,
+            w_qkv,
+            b_qkv,
+            wo: at.take(hidden * hidden),
+            bo: at.take_if(o.bias().is_some(), hidden),
+            lambda: at.take(hidden),
+            len: at.len(),
+        })
+    }
+
+    /// `[bq; bk; bv]` with zeros for the missing ones, or none when all are missing.
+    fn stacked_bias(&self, flat: &[f32]) -> Option<Vec<f32>> {
+        if self.b_qkv.iter().all(Option::is_none) {
+            return None;
+        }
+        let mut out = vec![0f32; 3 * self.hidden];
+        for (part, range) in out.chunks_exact_mut(self.hidden).zip(&self.b_qkv) {
+            if let Some(r) = range {
+                part.copy_from_slice(&flat[r.clone()]);
+            }
+        }
+        Some(out)
+    }
+}
+
+/// What the forward keeps for the backward: the normed rows and the attention's context
+/// (kept for their products), the row statistics of `x` and the branch `o` (the attention
+/// keeps its own q, k, v).
+struct Saved {
+    xn: Kept,
+    stats: Vec<(f32, f32)>,
+    context: Kept,
+    o: Vec<f32>,
+}
+
+/// The op: the parameters' layout, the norm's epsilon, the samples' keep factors, the
+/// products' precision, the attention and the forward's saved buffers.
+struct AttentionBranchOp {
+    pieces: Pieces,
+    eps: f32,
+    samples: Samples,
+    precision: Precision,
+    core: AttentionCore,
+    saved: OnceLock<Saved>,
+}
+
+impl AttentionBranchOp {
+    fn forward(&self, x: &[f32], flat: &[f32]) -> candle_core::Result<Vec<f32>> {
+        let pc = &self.pieces;
+        let (t, hid) = (pc.tokens, pc.hidden);
+        if flat.len() != pc.len || !x.len().is_multiple_of(t * hid) {
+            return Err(candle_core::Error::Msg(
+                "attention branch: input sizes".into(),
+            ));
+        }
+        let rows = x.len() / hid;
+        let norm = (&flat[pc.norm_w.clone()], &flat[pc.norm_b.clone()]);
+        let (xn, stats) = norm_rows(x, norm, self.eps, self.precision);
+        // qkv = xn [Wq; Wk; Wv]^T + [bq; bk; bv], c = Attention(qkv).
+        let bias = pc.stacked_bias(flat);
+        let mut qkv = bias_rows(rows, 3 * hid, bias.as_deref())?;
+        xn.times_wt(&flat[pc.w_qkv.clone()], 3 * hid, &mut qkv, bias.is_some())?;
+        let c = self.core.forward(&qkv, (rows / t, t, 3 * hid))?;
+        drop(qkv);
+        let (context, _) = Kept::build((rows, hid), Side::Input, self.precision, 0, |i, row, _| {
+            row.copy_from_slice(&c[i * hid..][..hid]);
+        });
+        drop(c);
+        // o = c Wo^T + bo, y = x + f_s lambda o.
+        let bo = pc.bo.clone().map(|r| &flat[r]);
+        let mut o = bias_rows(rows, hid, bo)?;
+        context.times_wt(&flat[pc.wo.clone()], hid, &mut o, bo.is_some())?;
+        let y = self.samples.join(x, &o, &flat[pc.lambda.clone()]);
+        // A fresh op per call: the cell is empty.
+        let _ = self.saved.set(Saved {
+            xn,
+            stats,
+            context,
+            o,
+        });
+        Ok(y)
+    }
+
+    /// `(dx, dflat)` from the output's gradient `g`.
+    fn backward(
+        &self,
+        x: &[f32],
+        flat: &[f32],
+        g: &[f32],
+    ) -> candle_core::Result<(Vec<f32>, Vec<f32>)> {
+        let pc = &self.pieces;
+        let (t, hid) = (pc.tokens, pc.hidden);
+        let saved = self.saved.get().ok_or_else(|| {
+            candle_core::Error::Msg("attention branch backward: no forward".into())
+        })?;
+        if g.len() != x.len() || flat.len() != pc.len {
+            return Err(candle_core::Error::Msg(
+                "attention branch backward: gradient sizes".into(),
+            ));
+        }
+        let rows = x.len() / hid;
+        let mut grad = vec![0f32; pc.len];
+        let (d_o, dlambda, dbo) =
+            self.samples
+                .join_backward(g, &saved.o, &flat[pc.lambda.clone()], self.precision);
+        grad[pc.lambda.clone()].copy_from_slice(&dlambda);
+        if let Some(bo) = pc.bo.clone() {
+            grad[bo].copy_from_slice(&dbo);
+        }
+        // dWo = do^T c, dc = do Wo, dqkv = Attention'(dc).
+        d_o.t_times(&saved.context, &mut grad, pc.wo.start)?;
+        let mut dc = vec![0f32; rows * hid];
+        d_o.times_w(&flat[pc.wo.clone()], hid, &mut dc)?;
+        drop(d_o);
+        let d = self.core.backward((rows / t, t, 3 * hid), &dc)?;
+        drop(dc);
+        // d[bq; bk; bv] = sum dqkv.
+        let width = 3 * hid;
+        let (dqkv, db) = Kept::build(
+            (rows, width),
+            Side::Gradient,
+            self.precision,
+            1,
+            |i, row, sums| {
+                row.copy_from_slice(&d[i * width..][..width]);
+                sums.iter_mut().zip(row.iter()).for_each(|(s, d)| *s += d);
+            },
+        );
+        drop(d);
+        for (part, range) in db.chunks_exact(hid).zip(&pc.b_qkv) {
+            if let Some(r) = range {
+                grad[r.clone()].copy_from_slice(part);
+            }
+        }
+        // d[Wq; Wk; Wv] = dqkv^T xn, dxn = dqkv [Wq; Wk; Wv], dx = g + LayerNorm'(dxn).
+        dqkv.t_times(&saved.xn, &mut grad, pc.w_qkv.start)?;
+        let mut dx = vec![0f32; rows * hid];
+        dqkv.times_w(&flat[pc.w_qkv.clone()], hid, &mut dx)?;
+        drop(dqkv);
+        let (dw, db) = norm_backward(&mut dx, g, x, &saved.stats, &flat[pc.norm_w.clone()]);
+        grad[pc.norm_w.clone()].copy_from_slice(&dw);
+        grad[pc.norm_b.clone()].copy_from_slice(&db);
+        Ok((dx, grad))
+    }
+}
+
+impl CustomOp2 for AttentionBranchOp {
+    fn name(&self) -> &'static str {
+        "attention-branch"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let x = f32_slice(s1, l1, "attention branch input")?;
+        let flat = f32_slice(s2, l2, "attention branch parameters")?;
+        Ok((CpuStorage::F32(self.forward(x, flat)?), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        flat: &Tensor,
+        _res: &Tensor,
+        g: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let what = "attention branch backward";
+        let (dx, dflat) = with_f32(x, what, |x| {
+            with_f32(flat, what, |flat| {
+                with_f32(g, what, |g| self.backward(x, flat, g))
+            })
+        })?;
+        Ok((
+            Some(tensor(dx, x.shape())?),
+            Some(tensor(dflat, flat.shape())?),
+        ))
+    }
+}

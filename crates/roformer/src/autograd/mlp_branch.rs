@@ -1,0 +1,344 @@
+//! A pre-norm block's MLP half as one op with its own backward, on f32 CPU tensors, and its
+//! `*_slow` twin of candle ops (any device and dtype):
+//!
+//! ```text
+//! forward   xn = LayerNorm(h) = xh w_n + b_n,   xh = (h - mu) r,   r = 1 / sqrt(var + eps)
+//!           u = xn W1^T + b1,   a = gelu(u),   m = a W2^T + b2
+//!           y = h + f_s lambda m                               (f_s: sample s's keep factor)
+//! backward  dm = g f_s lambda;   dlambda = sum g f_s m;   db2 = sum dm;   dW2 = dm^T a
+//!           du = (dm W2) gelu'(u);   db1 = sum du;   dW1 = du^T xn;   dxn = du W1
+//!           dh = g + r (dxn w_n - mean(dxn w_n) - xh mean(dxn w_n xh))
+//!           dw_n = sum dxn xh;   db_n = sum dxn
+//! ```
+//!
+//! (sums over all rows; `f_s` is `1 / (1 - p)` for a kept sample, 0 for a dropped one, 1
+//! without stochastic depth). The parameters travel as ONE flat vector (`[w_n | b_n | W1 | b1 |
+//! W2 | b2 | lambda]`, each weight row-major, a missing bias absent), the concatenation of the
+//! model's own variables: candle's `cat` hands each variable its slice of the gradient, so
+//! names, optimiser and checkpoints see the variables as before. The forward keeps `xn`, the
+//! row statistics, `u`, `a` and `m` in buffers of its own; the backward writes every parameter
+//! gradient once, in place into the flat gradient (no zero-then-add per node), with the layer
+//! scale, stochastic depth and residual fused into the first pass, the GELU's derivative and
+//! `db1` into one pass (the forward keeps `gelu'(u)`, computed with `gelu(u)` from one erf),
+//! and the layer norm's backward and the residual's gradient into the
+//! last. The products run in the precision asked for (bf16: operands rounded, f32 sums).
+
+use std::ops::Range;
+use std::sync::OnceLock;
+
+use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
+use candle_nn::Linear;
+
+use crate::autograd::dropout::KeepMask;
+use crate::autograd::prenorm::{bias_rows, norm_backward, norm_rows, Cursor, Samples};
+use crate::cpu::kept::{Kept, Side};
+use crate::cpu::mat::SharedOut;
+use crate::cpu::math::gelu_erf_with_slope;
+use crate::cpu::tensor::{f32_slice, tensor, with_f32};
+use crate::cpu::Precision;
+
+/// The parameters of the MLP half: the layer norm's weight, bias and epsilon, the two dense
+/// layers (`up`: `W1` `[inner, hidden]`, `down`: `W2` `[hidden, inner]`, biases optional) and
+/// the layer scale `lambda` `[hidden]`.
+#[derive(Clone, Copy)]
+pub(crate) struct MlpBranch<'a> {
+    /// `(w_n, b_n, eps)`, both `[hidden]`.
+    pub(crate) norm: (&'a Tensor, &'a Tensor, f64),
+    /// `W1`, `b1`.
+    pub(crate) up: &'a Linear,
+    /// `W2`, `b2`.
+    pub(crate) down: &'a Linear,
+    /// `lambda`.
+    pub(crate) lambda: &'a Tensor,
+}
+
+/// `h + f_s lambda down(gelu(up(LayerNorm(h))))` for `h` `[samples, ..., hidden]` (`f_s` the
+/// factor of sample `s` in `keep`, 1 for all without it), as one op on f32 CPU tensors with
+/// products in `precision`.
+///
+/// # Errors
+/// Parameters whose shapes do not fit `h` or each other, a mask whose length is not the
+/// number of samples; candle errors (tensors that are not f32 on the CPU).
+pub(crate) fn mlp_branch(
+    h: &Tensor,
+    p: MlpBranch<'_>,
+    keep: Option<KeepMask>,
+    precision: Precision,
+) -> candle_core::Result<Tensor> {
+    let pieces = Pieces::check(h, &p, keep.as_ref())?;
+    let mut parts = vec![
+        p.norm.0.clone(),
+        p.norm.1.clone(),
+        p.up.weight().flatten_all()?,
+    ];
+    parts.extend(p.up.bias().cloned());
+    parts.push(p.down.weight().flatten_all()?);
+    parts.extend(p.down.bias().cloned());
+    parts.push(p.lambda.clone());
+    let flat = Tensor::cat(&parts, 0)?;
+    let op = MlpBranchOp {
+        pieces,
+        eps: p.norm.2 as f32,
+        samples: Samples::new(keep),
+        precision,
+        saved: OnceLock::new(),
+    };
+    h.contiguous()?.apply_op2(&flat, op)
+}
+
+/// [`mlp_branch`] composed of candle ops (the layer norm, candle-nn's layers, the erf GELU,
+/// the scaled residual's reference), on any device and dtype: the reference the tests hold it
+/// to (the model's own candle path is the block's dense layers, `vision::block`).
+///
+/// # Errors
+/// As [`mlp_branch`].
+#[cfg(test)]
+pub(crate) fn mlp_branch_slow(
+    h: &Tensor,
+    p: MlpBranch<'_>,
+    keep: Option<KeepMask>,
+) -> candle_core::Result<Tensor> {
+    use crate::activation::Activation;
+    use crate::autograd::layer_norm::layer_norm_slow;
+    use crate::autograd::layer_scale::scaled_residual_slow;
+    use crate::autograd::linear::linear_slow;
+
+    Pieces::check(h, &p, keep.as_ref())?;
+    let xn = layer_norm_slow(h, p.norm.0, p.norm.1, p.norm.2)?;
+    let a = linear_slow(&xn, p.up, Some(Activation::Gelu))?;
+    let m = linear_slow(&a, p.down, None)?;
+    scaled_residual_slow(&m, p.lambda, h, keep)
+}
+
+/// Where each parameter lies in the flat vector, and the two widths.
+#[derive(Debug, Clone)]
+struct Pieces {
+    hidden: usize,
+    inner: usize,
+    norm_w: Range<usize>,
+    norm_b: Range<usize>,
+    w1: Range<usize>,
+    b1: Option<Range<usize>>,
+    w2: Range<usize>,
+    b2: Option<Range<usize>>,
+    lambda: Range<usize>,
+    len: usize,
+}
+
+impl Pieces {
+    /// The layout of `p`'s flat vector, once every shape is checked against `h`.
+    fn check(h: &Tensor, p: &MlpBranch<'_>, keep: Option<&KeepMask>) -> candle_core::Result<Self> {
+        let hidden = h.dims().last().copied().unwrap_or(0);
+        let (inner, w1_in) = p.up.weight().dims2()?;
+        let (w2_out, w2_in) = p.down.weight().dims2()?;
+        let vector = |t: Option<&Tensor>, n: usize| t.is_none_or(|t| t.dims() == [n]);
+        let fits = h.rank() >= 2
+            && hidden > 0
+            && w1_in == hidden
+            && (w2_out, w2_in) == (hidden, inner)
+            && vector(Some(p.norm.0), hidden)
+            && vector(Some(p.norm.1), hidden)
+            && vector(p.up.bias(), inner)
+            && vector(p.down.bias(), hidden)
+            && vector(Some(p.lambda), hidden);
+        if !fits {
+            return Err(candle_core::Error::Msg(format!(
+                "mlp branch: parameters ({:?}, {:?}) do not fit hidden states of shape {:?}",
+                p.up.weight().dims(),
+                p.down.weight().dims(),
+                h.dims()
+            )));
+        }
+        if let Some(mask) = keep.filter(|m| m.len() != h.dims()[0]) {
+            return Err(candle_core::Error::Msg(format!(
+                "mlp branch: a mask of {} samples for {}",
+                mask.len(),
+                h.dims()[0]
+            )));
+        }
+        let mut at = Cursor::default();
+        Ok(Pieces {
+            hidden,
+            inner,
+            norm_w: at.take(hidden),
+            norm_b: at.take(hidden),
+            w1: at.take(inner * hidden),
+            b1: at.take_if(p.up.bias().is_some(), inner),
+            w2: at.take(hidden * inner),
+            b2: at.take_if(p.down.bias().is_some(), hidden),
+            lambda: at.take(hidden),
+            len: at.len(),
+        })
+    }
+}
+
+/// What the forward keeps for the backward, per row of `h`: the normed rows `xn` and the
+/// activation `a` (kept for their products), the mean and `1 / std` of `h`, the GELU's slope
+/// `gelu'(u)` and the branch `m`.
+struct Saved {
+    xn: Kept,
+    stats: Vec<(f32, f32)>,
+    slope: Vec<f32>,
+    a: Kept,
+    m: Vec<f32>,
+}
+
+/// The op: the parameters' layout, the layer norm's epsilon, each sample's keep factor, the
+/// products' precision and the forward's saved buffers.
+struct MlpBranchOp {
+    pieces: Pieces,
+    eps: f32,
+    samples: Samples,
+    precision: Precision,
+    saved: OnceLock<Saved>,
+}
+
+impl MlpBranchOp {
+    fn forward(&self, h: &[f32], flat: &[f32]) -> candle_core::Result<Vec<f32>> {
+        let pc = &self.pieces;
+        let (hid, inner) = (pc.hidden, pc.inner);
+        if flat.len() != pc.len || !h.len().is_multiple_of(hid) {
+            return Err(candle_core::Error::Msg("mlp branch: input sizes".into()));
+        }
+        let rows = h.len() / hid;
+        let norm = (&flat[pc.norm_w.clone()], &flat[pc.norm_b.clone()]);
+        let (xn, stats) = norm_rows(h, norm, self.eps, self.precision);
+        // u = xn W1^T + b1 (the bias preloaded).
+        let b1 = pc.b1.clone().map(|r| &flat[r]);
+        let mut u = bias_rows(rows, inner, b1)?;
+        xn.times_wt(&flat[pc.w1.clone()], inner, &mut u, b1.is_some())?;
+        // a = gelu(u); u becomes gelu'(u), all the backward needs of it.
+        let us = SharedOut::new(&mut u);
+        let (a, _) = Kept::build(
+            (rows, inner),
+            Side::Input,
+            self.precision,
+            0,
+            |i, row, _| {
+                // SAFETY: row i's task alone touches row i of u.
+                gelu_erf_with_slope(unsafe { us.slice(i * inner, inner) }, row);
+            },
+        );
+        let slope = u;
+        // m = a W2^T + b2, y = h + f_s lambda m.
+        let b2 = pc.b2.clone().map(|r| &flat[r]);
+        let mut m = bias_rows(rows, hid, b2)?;
+        a.times_wt(&flat[pc.w2.clone()], hid, &mut m, b2.is_some())?;
+        let y = self.samples.join(h, &m, &flat[pc.lambda.clone()]);
+        // A fresh op per call: the cell is empty.
+        let _ = self.saved.set(Saved {
+            xn,
+            stats,
+            slope,
+            a,
+            m,
+        });
+        Ok(y)
+    }
+
+    /// `(dh, dflat)` from the output's gradient `g`.
+    fn backward(
+        &self,
+        h: &[f32],
+        flat: &[f32],
+        g: &[f32],
+    ) -> candle_core::Result<(Vec<f32>, Vec<f32>)> {
+        let pc = &self.pieces;
+        let (hid, inner) = (pc.hidden, pc.inner);
+        let saved = self
+            .saved
+            .get()
+            .ok_or_else(|| candle_core::Error::Msg("mlp branch backward: no forward".into()))?;
+        if g.len() != h.len() || flat.len() != pc.len {
+            return Err(candle_core::Error::Msg(
+                "mlp branch backward: gradient sizes".into(),
+            ));
+        }
+        let rows = h.len() / hid;
+        let mut grad = vec![0f32; pc.len];
+        let (dm, dlambda, db2) =
+            self.samples
+                .join_backward(g, &saved.m, &flat[pc.lambda.clone()], self.precision);
+        grad[pc.lambda.clone()].copy_from_slice(&dlambda);
+        if let Some(b2) = pc.b2.clone() {
+            grad[b2].copy_from_slice(&db2);
+        }
+        // dW2 = dm^T a, da = dm W2.
+        dm.t_times(&saved.a, &mut grad, pc.w2.start)?;
+        let mut da = vec![0f32; rows * inner];
+        dm.times_w(&flat[pc.w2.clone()], inner, &mut da)?;
+        drop(dm);
+        // du = da gelu'(u); db1 = sum du.
+        let (du, db1) = Kept::build(
+            (rows, inner),
+            Side::Gradient,
+            self.precision,
+            1,
+            |i, row, sums| {
+                let (da, slope) = (
+                    &da[i * inner..][..inner],
+                    &saved.slope[i * inner..][..inner],
+                );
+                for ((d, (a, s)), sum) in row
+                    .iter_mut()
+                    .zip(da.iter().zip(slope))
+                    .zip(sums.iter_mut())
+                {
+                    *d = a * s;
+                    *sum += *d;
+                }
+            },
+        );
+        drop(da);
+        if let Some(b1) = pc.b1.clone() {
+            grad[b1].copy_from_slice(&db1);
+        }
+        // dW1 = du^T xn, dxn = du W1.
+        du.t_times(&saved.xn, &mut grad, pc.w1.start)?;
+        let mut dh = vec![0f32; rows * hid];
+        du.times_w(&flat[pc.w1.clone()], hid, &mut dh)?;
+        drop(du);
+        // dh = g + the layer norm's backward of dxn.
+        let (dw, db) = norm_backward(&mut dh, g, h, &saved.stats, &flat[pc.norm_w.clone()]);
+        grad[pc.norm_w.clone()].copy_from_slice(&dw);
+        grad[pc.norm_b.clone()].copy_from_slice(&db);
+        Ok((dh, grad))
+    }
+}
+
+impl CustomOp2 for MlpBranchOp {
+    fn name(&self) -> &'static str {
+        "mlp-branch"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let h = f32_slice(s1, l1, "mlp branch input")?;
+        let flat = f32_slice(s2, l2, "mlp branch parameters")?;
+        Ok((CpuStorage::F32(self.forward(h, flat)?), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        h: &Tensor,
+        flat: &Tensor,
+        _res: &Tensor,
+        g: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let what = "mlp branch backward";
+        let (dh, dflat) = with_f32(h, what, |h| {
+            with_f32(flat, what, |flat| {
+                with_f32(g, what, |g| self.backward(h, flat, g))
+            })
+        })?;
+        Ok((
+            Some(tensor(dh, h.shape())?),
+            Some(tensor(dflat, flat.shape())?),
+        ))
+    }
+}

@@ -1,0 +1,234 @@
+//! The passes shared by the pre-norm branch ops ([`super::mlp_branch`],
+//! [`super::attention_branch`]), on plain f32 rows of `width` values:
+//!
+//! ```text
+//! norm     xn = xh w_n + b_n,   xh = (h - mu) r,   r = 1 / sqrt(var + eps)   (mu, r kept)
+//! join     y = h + f_s lambda m                                   (f_s: sample s's factor)
+//! join'    dm = g f_s lambda,   dlambda = sum g f_s m,   db = sum dm
+//! norm'    dh = g + r (dxn w_n - mean(dxn w_n) - xh mean(dxn w_n xh))
+//!          dw_n = sum dxn xh,   db_n = sum dxn
+//! ```
+//!
+//! (`f_s` is `1 / (1 - p)` for a kept sample, 0 for a dropped one, 1 without stochastic depth;
+//! sums over all rows, as partial sums of [`SUM_ROWS`] rows added in order, so the same on any
+//! thread count). Each pass is one sweep over its rows on the threads; `xn` and `dm` are made
+//! as [`Kept`] activations (with bf16 products: rounded once, into the layouts their products
+//! read).
+
+use std::ops::Range;
+
+use rayon::prelude::*;
+
+use crate::autograd::dropout::KeepMask;
+use crate::cpu::kept::{Kept, Side};
+use crate::cpu::mat::SharedOut;
+use crate::cpu::math::layer_norm_row;
+use crate::cpu::policy::{PASS_CHUNK, SUM_ROWS};
+use crate::cpu::rows::build_rows;
+use crate::cpu::Precision;
+
+/// Consecutive ranges of a flat parameter vector, handed out in order.
+#[derive(Default)]
+pub(crate) struct Cursor(usize);
+
+impl Cursor {
+    /// The next `n` elements.
+    pub(crate) fn take(&mut self, n: usize) -> Range<usize> {
+        self.0 += n;
+        self.0 - n..self.0
+    }
+
+    /// The next `n` elements when `present`.
+    pub(crate) fn take_if(&mut self, present: bool, n: usize) -> Option<Range<usize>> {
+        present.then(|| self.take(n))
+    }
+
+    /// The elements handed out.
+    pub(crate) fn len(&self) -> usize {
+        self.0
+    }
+}
+
+/// The per-sample factors of stochastic depth (none: all 1).
+pub(crate) struct Samples(Option<Vec<f32>>);
+
+impl Samples {
+    /// The factors of `keep`'s samples.
+    pub(crate) fn new(keep: Option<KeepMask>) -> Samples {
+        Samples(keep.map(|m| m.factors()))
+    }
+
+    /// The factor of row `i` of `rows` rows.
+    fn factor(&self, i: usize, rows: usize) -> f32 {
+        self.0.as_ref().map_or(1.0, |f| {
+            let per_sample = rows / f.len().max(1);
+            f[i / per_sample.max(1)]
+        })
+    }
+
+    /// `y = h + f_s lambda m` (`join` above).
+    pub(crate) fn join(&self, h: &[f32], m: &[f32], lambda: &[f32]) -> Vec<f32> {
+        let width = lambda.len().max(1);
+        let rows = h.len() / width;
+        let per_chunk = (PASS_CHUNK / width).max(1);
+        let mut y = vec![0f32; h.len()];
+        y.par_chunks_mut(per_chunk * width)
+            .enumerate()
+            .for_each(|(c, out)| {
+                for (j, o) in out.chunks_exact_mut(width).enumerate() {
+                    let i = c * per_chunk + j;
+                    let f = self.factor(i, rows);
+                    let (hr, mr) = (&h[i * width..][..width], &m[i * width..][..width]);
+                    for (((o, h), m), l) in o.iter_mut().zip(hr).zip(mr).zip(lambda) {
+                        *o = h + f * l * m;
+                    }
+                }
+            });
+        y
+    }
+
+    /// `(dm, dlambda, db)` of `join` from the output's gradient `g` (`join'` above), `dm`
+    /// kept for `precision`'s products as the gradient of a dense layer's output.
+    pub(crate) fn join_backward(
+        &self,
+        g: &[f32],
+        m: &[f32],
+        lambda: &[f32],
+        precision: Precision,
+    ) -> (Kept, Vec<f32>, Vec<f32>) {
+        let width = lambda.len();
+        let rows = g.len() / width.max(1);
+        let (dm, sums) = Kept::build(
+            (rows, width),
+            Side::Gradient,
+            precision,
+            2,
+            |i, row, sums| {
+                let f = self.factor(i, rows);
+                let (dl, db) = sums.split_at_mut(width);
+                let (g, m) = (&g[i * width..][..width], &m[i * width..][..width]);
+                for ((d, (g, m)), (l, (dl, db))) in row
+                    .iter_mut()
+                    .zip(g.iter().zip(m))
+                    .zip(lambda.iter().zip(dl.iter_mut().zip(db.iter_mut())))
+                {
+                    let gf = g * f;
+                    *dl += gf * m;
+                    *d = gf * l;
+                    *db += *d;
+                }
+            },
+        );
+        let (dl, db) = sums.split_at(width);
+        (dm, dl.to_vec(), db.to_vec())
+    }
+}
+
+/// The layer norm of every row of `h` (`norm` above), kept for `precision`'s products as a
+/// dense layer's input, and each row's `(mu, r)`.
+pub(crate) fn norm_rows(
+    h: &[f32],
+    (weight, bias): (&[f32], &[f32]),
+    eps: f32,
+    precision: Precision,
+) -> (Kept, Vec<(f32, f32)>) {
+    let width = weight.len().max(1);
+    let rows = h.len() / width;
+    let mut stats = vec![(0f32, 0f32); rows];
+    let out = SharedOut::new(&mut stats);
+    let (xn, _) = Kept::build((rows, width), Side::Input, precision, 0, |i, row, _| {
+        row.copy_from_slice(&h[i * width..][..width]);
+        // SAFETY: row i's task alone writes its statistics.
+        let slot = unsafe { out.slice(i, 1) };
+        slot[0] = layer_norm_row(row, weight, bias, eps);
+    });
+    (xn, stats)
+}
+
+/// Turns `dxn` (the gradient of the normed rows) into `dh = g + norm'(dxn)` in place and
+/// returns `(dw_n, db_n)` (`norm'` above), from `h`, its row statistics and the norm's weight.
+pub(crate) fn norm_backward(
+    dxn: &mut [f32],
+    g: &[f32],
+    h: &[f32],
+    stats: &[(f32, f32)],
+    weight: &[f32],
+) -> (Vec<f32>, Vec<f32>) {
+    let width = weight.len();
+    let n = width as f32;
+    let sums = rows_with_sums(dxn, width, 2, |i, row, sums| {
+        let (mean, r) = stats[i];
+        let (dw, db) = sums.split_at_mut(width);
+        let hr = &h[i * width..][..width];
+        let (mut s1, mut s2) = (0f32, 0f32);
+        for ((d, x), (w, (dw, db))) in row
+            .iter()
+            .zip(hr)
+            .zip(weight.iter().zip(dw.iter_mut().zip(db.iter_mut())))
+        {
+            let xh = (x - mean) * r;
+            let gw = d * w;
+            s1 += gw;
+            s2 += gw * xh;
+            *dw += d * xh;
+            *db += d;
+        }
+        let (m1, m2) = (s1 / n, s2 / n);
+        let gr = &g[i * width..][..width];
+        for (((d, x), w), g) in row.iter_mut().zip(hr).zip(weight).zip(gr) {
+            let xh = (x - mean) * r;
+            *d = g + r * (*d * w - m1 - xh * m2);
+        }
+    });
+    let (dw, db) = sums.split_at(width);
+    (dw.to_vec(), db.to_vec())
+}
+
+/// `[rows, width]` rows each equal to `bias` (zeros without one), written once on the threads.
+///
+/// # Errors
+/// None in practice (the blocks cover the rows); the row builder's errors.
+pub(crate) fn bias_rows(
+    rows: usize,
+    width: usize,
+    bias: Option<&[f32]>,
+) -> candle_core::Result<Vec<f32>> {
+    let per_block = (PASS_CHUNK / width.max(1)).max(1);
+    let blocks: Vec<Range<usize>> = (0..rows)
+        .step_by(per_block)
+        .map(|start| start..(start + per_block).min(rows))
+        .collect();
+    build_rows(rows, width, &blocks, true, |_, out| {
+        out.init(None, &[bias]);
+        Ok(())
+    })
+}
+
+/// Runs `f(i, row_i, sums)` over every row of `width` values of `buf` (rows changed in place)
+/// in blocks of [`SUM_ROWS`] rows on the threads, each block adding into its own `count *
+/// width` partial sums, which are then added in order (the same result on any thread count).
+pub(crate) fn rows_with_sums(
+    buf: &mut [f32],
+    width: usize,
+    count: usize,
+    f: impl Fn(usize, &mut [f32], &mut [f32]) + Sync,
+) -> Vec<f32> {
+    let n = count * width;
+    let width = width.max(1);
+    let partials: Vec<Vec<f32>> = buf
+        .par_chunks_mut(SUM_ROWS * width)
+        .enumerate()
+        .map(|(b, block)| {
+            let mut sums = vec![0f32; n];
+            for (j, row) in block.chunks_exact_mut(width).enumerate() {
+                f(b * SUM_ROWS + j, row, &mut sums);
+            }
+            sums
+        })
+        .collect();
+    let mut total = vec![0f32; n];
+    for p in partials {
+        total.iter_mut().zip(p).for_each(|(s, v)| *s += v);
+    }
+    total
+}
