@@ -9,7 +9,12 @@
 //! - [`output`]: every file write (atomic) and every line on standard output ([`outln!`]);
 //! - [`json`]: JSON that refuses non-finite numbers, naming the field;
 //! - [`plot`]: figures written as PNG or SVG with an embedded font;
-//! - [`precision`]: the `--precision` flag.
+//! - [`precision`]: the `--precision` flag;
+//! - [`default_model`] and [`default_vision_model`]: the model of `--model DIR`, or the built-in
+//!   one of `roformer-builtin`;
+//! - [`truncation`]: `--max-length`, a text cut to its first tokens and the notice that says so;
+//! - [`inputs`]: an output refused where it would replace one of the command's own inputs;
+//! - [`alloc`]: the warm allocator settings of the training commands and the benchmarks.
 //!
 //! An application crate: errors are [`anyhow::Error`]s with the context a person reads, and
 //! it prints (stderr notes, progress bars), as a command does.
@@ -38,8 +43,13 @@
 
 #![warn(missing_docs)]
 
+pub mod alloc;
+pub mod default_model;
+pub mod default_vision_model;
+pub mod inputs;
 pub mod json;
 pub mod output;
 pub mod plot;
 pub mod precision;
 pub mod train;
+pub mod truncation;
