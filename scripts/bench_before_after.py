@@ -19,8 +19,12 @@ import subprocess
 import sys
 
 
-def cases(gguf):
-    """(name, arguments, how to read the figures: JSON lines -> {key: value})."""
+def cases(gguf, quick=False):
+    """(name, arguments, how to read the figures: JSON lines -> {key: value}). `quick`: a
+    fraction of the timing, for a smoke run of the script (its figures are not worth reading)."""
+    def seconds(s):
+        return str(s / 20 if quick else s)
+
     def lines(key_fields, value):
         def read(out):
             rows = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
@@ -29,24 +33,25 @@ def cases(gguf):
         return read
 
     out = [
-        ("rope", ["bench", "rope", "--json", "--rotations", "rope1d", "--seconds", "0.3"],
+        ("rope", ["bench", "rope", "--json", "--rotations", "rope1d", "--seconds", seconds(0.3)],
          lines(["variant", "dtype", "layout", "shape"], "gbps")),
     ]
     for precision in ("f32", "bf16"):
         out.append((f"model {precision}",
                     ["bench", "model", "--json", "--configs", "poetry,small", "--shapes",
-                     "1x128,8x128", "--seconds", "2", "--precision", precision],
+                     "1x128,8x128", "--seconds", seconds(2), "--precision", precision],
                     lines(["config", "batch", "seq", "precision"], "tokens_per_s")))
         out.append((f"train {precision}",
                     ["bench", "train", "--json", "--config", "poetry", "--shapes", "8x128",
-                     "--seconds", "6", "--precision", precision],
+                     "--seconds", seconds(6), "--precision", precision],
                     lines(["config", "batch", "seq", "precision"], "tokens_per_s")))
     if gguf:
         def llama(out):
             r = json.loads(out[out.index("{"):])
             return {"prefill tok/s": r["prefill_tok_s"], "decode tok/s": r["decode_tok_s"]}
         out.append(("llama", ["bench", "llama", "--json", "--gguf", gguf, "--prompt-tokens",
-                              "128", "--new-tokens", "32", "--repeats", "3"], llama))
+                              "128", "--new-tokens", "32", "--repeats", "1" if quick else "3"],
+                    llama))
     return out
 
 
@@ -58,9 +63,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--json", help="write every run's figures here")
     ap.add_argument("--only", help="run only the cases whose name starts with this (e.g. model)")
+    ap.add_argument("--quick", action="store_true",
+                    help="a twentieth of the timing: a smoke run of the script, not a measurement")
     args = ap.parse_args()
     runs = {"before": {}, "after": {}}
-    for name, argv, read in cases(args.gguf):
+    for name, argv, read in cases(args.gguf, args.quick):
         if args.only and not name.startswith(args.only):
             continue
         for round_ in range(args.rounds):

@@ -97,6 +97,9 @@ pub fn tokenizer(e: TokenizerError) -> PyErr {
 pub fn pipeline(e: PipelineError) -> PyErr {
     match e {
         PipelineError::Model(m) => model(m),
+        PipelineError::NoMask { .. } | PipelineError::NoMaskedLmHead { .. } => {
+            PyValueError::new_err(message(&e))
+        }
         other => PyRuntimeError::new_err(message(&other)),
     }
 }

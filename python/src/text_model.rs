@@ -8,35 +8,43 @@ use candle_core::{Device, Tensor};
 use numpy::{PyArray2, PyArrayMethods, PyReadonlyArray2};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use roformer::pipeline::{self, Pooling};
-use roformer::{
-    HeadModel, ModelDir, Precision, RoFormerForMaskedLM, RoFormerModel, RoFormerTokenizer,
-};
+use roformer::pipeline::{self, MaskedLm, Pooling, Prediction};
+use roformer::{HeadModel, ModelDir, Precision, RoFormerModel, RoFormerTokenizer};
 use roformer_builtin::poetry;
 
 use crate::arrays::to_numpy;
 use crate::errors::{self, not_found, value_error};
 
-/// The network: with its masked-LM head when the checkpoint has one.
+/// The network and its tokenizer: the library's [`MaskedLm`] when the checkpoint has the
+/// masked-LM head.
 enum Network {
-    /// `RoFormerForMaskedLM`.
-    MaskedLm(RoFormerForMaskedLM),
-    /// The bare encoder.
-    Encoder(RoFormerModel),
+    /// `RoFormerForMaskedLM` with its tokenizer, the library's front door.
+    MaskedLm(MaskedLm),
+    /// The bare encoder and its tokenizer.
+    Encoder(RoFormerModel, RoFormerTokenizer),
 }
 
 impl Network {
     /// The encoder.
     fn encoder(&self) -> &RoFormerModel {
         match self {
-            Network::MaskedLm(m) => m.roformer(),
-            Network::Encoder(m) => m,
+            Network::MaskedLm(m) => m.model().roformer(),
+            Network::Encoder(m, _) => m,
+        }
+    }
+
+    /// The tokenizer.
+    fn tokenizer(&self) -> &RoFormerTokenizer {
+        match self {
+            Network::MaskedLm(m) => m.tokenizer(),
+            Network::Encoder(_, t) => t,
         }
     }
 }
 
-/// One fill-mask candidate: `(score, token id, token text, filled text)`.
-type Candidate = (f64, u32, String, String);
+/// One fill-mask candidate: `(score, token id, token text, filled text)`, the texts `None`
+/// for an id past the vocabulary (a `vocab.txt` smaller than the model's vocabulary).
+type Candidate = (f64, u32, Option<String>, Option<String>);
 
 /// An encoding: `(ids, token texts, char offsets, type ids, attention mask)`.
 type Tokenized = (
@@ -51,7 +59,6 @@ type Tokenized = (
 #[pyclass(name = "NativeModel", module = "roformer_rs._roformer_rs", frozen)]
 pub struct NativeModel {
     network: Network,
-    tokenizer: RoFormerTokenizer,
     precision: Precision,
     name: String,
 }
@@ -75,25 +82,24 @@ impl NativeModel {
         precision: Precision,
         name: String,
     ) -> PyResult<NativeModel> {
-        let device = Device::Cpu;
         let network = if dir.checkpoint.has_mlm_head() {
-            Network::MaskedLm(dir.load(&device, precision).map_err(errors::model)?.model)
+            Network::MaskedLm(MaskedLm::new(dir, tokenizer, precision).map_err(errors::pipeline)?)
         } else {
-            Network::Encoder(dir.load(&device, precision).map_err(errors::model)?.model)
+            let encoder = dir.load(&Device::Cpu, precision).map_err(errors::model)?;
+            Network::Encoder(encoder.model, tokenizer)
         };
         Ok(NativeModel {
             network,
-            tokenizer,
             precision,
             name,
         })
     }
 
-    /// The masked-LM network, or a `ValueError` saying the checkpoint has no head.
-    fn masked_lm(&self) -> PyResult<&RoFormerForMaskedLM> {
+    /// The masked LM, or a `ValueError` saying the checkpoint has no head.
+    fn masked_lm(&self) -> PyResult<&MaskedLm> {
         match &self.network {
             Network::MaskedLm(m) => Ok(m),
-            Network::Encoder(_) => Err(value_error(format!(
+            Network::Encoder(..) => Err(value_error(format!(
                 "{} has no masked-LM head (no cls.predictions.* tensors): fill_mask needs a \
                  checkpoint saved from RoFormerForMaskedLM",
                 self.name
@@ -182,10 +188,11 @@ impl NativeModel {
                 let encoder = self.network.encoder();
                 let hidden = encoder.forward(&ids, types.as_ref(), mask.as_ref(), None)?;
                 let logits = match &self.network {
-                    Network::MaskedLm(m) => {
-                        Some(m.head_forward(&hidden, encoder.plan(roformer::Mode::Inference))?)
-                    }
-                    Network::Encoder(_) => None,
+                    Network::MaskedLm(m) => Some(
+                        m.model()
+                            .head_forward(&hidden, encoder.plan(roformer::Mode::Inference))?,
+                    ),
+                    Network::Encoder(..) => None,
                 };
                 Ok((hidden, logits))
             })
@@ -198,41 +205,21 @@ impl NativeModel {
         Ok(out)
     }
 
-    /// The `top_k` candidates of each mask of `text`: one list per mask of
-    /// `(score, token id, token text, filled text)`.
+    /// The `top_k` candidates of each mask of `text` (the library's [`MaskedLm::fill_mask`]):
+    /// one list per mask of `(score, token id, token text, filled text)`.
     #[pyo3(signature = (text, top_k = 5))]
     fn fill_mask(&self, py: Python<'_>, text: &str, top_k: usize) -> PyResult<Vec<Vec<Candidate>>> {
         if top_k == 0 {
             return Err(value_error("top_k must be at least 1"));
         }
-        let model = self.masked_lm()?;
-        let tokenizer = &self.tokenizer;
-        let mask_id = tokenizer.mask_token_id().map_err(errors::tokenizer)?;
-        let encoding = tokenizer.encode(text);
-        if !encoding.ids.contains(&mask_id) {
-            return Err(value_error(format!(
-                "the text has no mask token {:?}",
-                tokenizer.id_to_token(mask_id).unwrap_or("[MASK]")
-            )));
-        }
-        let pad = tokenizer.special_tokens().pad;
-        let found = py
-            .detach(|| pipeline::fill_mask(model, &[&encoding], mask_id, pad, top_k))
+        let lm = self.masked_lm()?;
+        let filled = py
+            .detach(|| lm.fill_mask(text, top_k))
             .map_err(errors::pipeline)?;
-        Ok(found
+        let candidate = |p: Prediction| (p.probability, p.id, p.token, p.sequence);
+        Ok(filled
             .into_iter()
-            .flatten()
-            .map(|mask| {
-                let span = encoding.offsets[mask.position];
-                mask.candidates
-                    .into_iter()
-                    .map(|c| {
-                        let token = tokenizer.id_to_token(c.id).unwrap_or_default().to_owned();
-                        let sequence = pipeline::fill(text, span, &token);
-                        (c.score, c.id, token, sequence)
-                    })
-                    .collect()
-            })
+            .map(|mask| mask.predictions.into_iter().map(candidate).collect())
             .collect())
     }
 
@@ -260,14 +247,13 @@ impl NativeModel {
         let vectors = py.detach(|| -> PyResult<Vec<f32>> {
             let mut encodings = Vec::with_capacity(texts.len());
             for text in &texts {
-                let e = self
-                    .tokenizer
+                let e = (self.network.tokenizer())
                     .encode_truncated(text, None, limit)
                     .map_err(errors::tokenizer)?;
                 encodings.push(e);
             }
             let batch: Vec<_> = encodings.iter().collect();
-            let pad = self.tokenizer.special_tokens().pad;
+            let pad = self.network.tokenizer().special_tokens().pad;
             let pooled = pipeline::embed(self.network.encoder(), &batch, pooling, normalize, pad)
                 .map_err(errors::pipeline)?;
             let mut flat = Vec::with_capacity(texts.len() * hidden);
@@ -287,7 +273,7 @@ impl NativeModel {
 
     /// `text` as `[CLS] text [SEP]`: ids, token texts, char offsets, type ids and mask.
     fn tokenize(&self, text: &str) -> Tokenized {
-        let e = self.tokenizer.encode(text);
+        let e = self.network.tokenizer().encode(text);
         (e.ids, e.tokens, e.offsets, e.type_ids, e.attention_mask)
     }
 }

@@ -3,30 +3,27 @@
 //! A thin layer over the `rotary` and `roformer` crates: argument parsing, files, progress
 //! bars, tables, plots and `--json` output.
 
-mod alloc;
 mod analyze;
 mod bench;
 mod classify;
-mod default_model;
-mod default_vision_model;
 mod embed;
 mod eval;
 mod fill_mask;
 mod forward;
-mod inputs;
 mod llama;
 mod rope_cmd;
 mod serve;
 mod tokenize;
 mod train;
-mod truncation;
 mod vision;
 mod vocab;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use roformer_runner::{json, output, plot, precision};
+use roformer_runner::{
+    alloc, default_model, default_vision_model, inputs, json, output, plot, precision, truncation,
+};
 
 /// Rotary position embedding (RoPE) and the RoFormer transformer.
 #[derive(Debug, Parser)]
@@ -193,7 +190,7 @@ fn fix_thread_count() {
 }
 
 /// Lets oneDNN's OpenMP threads sleep as soon as a product ends (`OMP_WAIT_POLICY=passive`),
-/// where oneDNN runs the bf16 products (`roformer::roofline::bf16_kernels`). By default
+/// where oneDNN runs the bf16 products (`roformer::measure::bf16_kernels`). By default
 /// libgomp's idle threads spin for a while after each parallel region, on the cores that
 /// rayon's threads then want for the norms, softmax and packing between the products: with
 /// oneDNN on request, a DINOv3 ViT-S/16 forward at batch 8 took 1.0 CPU seconds spinning and

@@ -28,6 +28,24 @@
 //! An application crate, like the binary it serves: errors are [`anyhow::Error`]s with the
 //! context a person reads, and it prints its progress; what it shares with the `train`
 //! commands (the run's observer, output directory and record) is `roformer-runner`'s.
+//!
+//! A program runs an experiment as the binary does: [`Command`] is a clap subcommand, [`run`]
+//! runs it (here `convergence` with two arms and one seed, its other numbers from
+//! `experiments/convergence/settings.json`).
+//!
+//! ```no_run
+//! use clap::Parser;
+//!
+//! #[derive(Parser)]
+//! struct Cli {
+//!     #[command(subcommand)]
+//!     experiment: roformer_experiments::Command,
+//! }
+//! let argv = ["x", "convergence", "--arms", "rotary,absolute", "--seeds", "1", "--out", "runs"];
+//! let cli = Cli::parse_from(argv);
+//! roformer_experiments::run(cli.experiment)?;
+//! # Ok::<(), anyhow::Error>(())
+//! ```
 
 #![warn(missing_docs)]
 

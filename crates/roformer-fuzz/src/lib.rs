@@ -17,6 +17,17 @@
 //! so that a crash is recorded rather than ending the run; `cargo test` runs a short
 //! deterministic slice of each target (`tests/slice.rs`). The same target functions serve
 //! libFuzzer targets in the repository's `fuzz/` directory (`cargo +nightly fuzz`).
+//!
+//! ```
+//! use roformer_fuzz::outcome::Outcome;
+//! use roformer_fuzz::targets::Target;
+//!
+//! // A seed passes; a mangled one is refused with an error, never a panic or a NaN.
+//! let seed = Target::Config.seeds().remove(0);
+//! assert_eq!(Target::Config.run(&seed), Outcome::Accepted);
+//! let broken = &seed[..seed.len() / 2];
+//! assert!(matches!(Target::Config.run(broken), Outcome::Rejected(_)));
+//! ```
 
 #![warn(missing_docs)]
 

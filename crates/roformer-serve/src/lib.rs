@@ -11,7 +11,7 @@
 //! ([`Models::vision`]) `POST /image-classification` and `POST /embed_image`, the image file's
 //! bytes as the body, run by their own thread ([`vision`]). Texts are admitted up to
 //! `--max-concurrent-requests` (429 beyond), encoded and checked in the handler, and queued
-//! to one batcher thread ([`batcher`]) that runs the model as soon as it is free, on every
+//! to one batcher thread (`batcher.rs`) that runs the model as soon as it is free, on every
 //! request queued meanwhile (up to a token budget). Errors are JSON `{"error", "error_type"}`
 //! ([`error::ApiError`]).
 //!
@@ -27,19 +27,19 @@
 #![warn(missing_docs)]
 
 pub mod access_log;
-pub mod admission;
-pub mod auth;
+mod admission;
+mod auth;
 pub mod backend;
-pub mod batcher;
+mod batcher;
 pub mod config;
 pub mod error;
 pub mod generate;
-pub mod metrics;
+mod metrics;
 pub mod request;
 pub mod routes;
 pub mod shutdown;
-pub mod state;
-pub mod timeout;
+mod state;
+mod timeout;
 pub mod vision;
 
 use std::future::{Future, IntoFuture};

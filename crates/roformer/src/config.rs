@@ -217,7 +217,7 @@ configs! {
         /// RoFormer-V2: activation of the pooler (default `tanh`).
         pooler_activation: Activation = Activation::Tanh,
         /// This crate's extension: `softmax` (default, as every checkpoint) or `linear` (the
-        /// paper's eq. 19, see [`crate::linear_attention`]).
+        /// paper's eq. 19, see [`crate::measure::LinearAttention`]).
         attention_type: AttentionType = AttentionType::Softmax,
     }
 }

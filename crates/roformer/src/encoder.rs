@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use candle_core::Tensor;
 use candle_nn::{Linear, VarBuilder};
-use rotary::{Positions, Rope};
+use rotary::{Positions, Rope, ScaledRope};
 
 use crate::activation::Activation;
 use crate::attention::{dense, encoder_linear, Attention};
@@ -33,7 +33,7 @@ use crate::fused::{self, LayerParts, PackedLayer};
 use crate::norm::Norm;
 use crate::plan::Plan;
 use crate::position_bias::PositionBias;
-use crate::rope_scaling::{RopeScaling, RotaryTable};
+use crate::rope_scaling::{rotary_table, RopeScaling};
 use crate::score_mask::ScoreMask;
 
 /// One encoder layer (`encoder.layer.{i}`).
@@ -117,7 +117,7 @@ impl Layer {
 #[derive(Debug)]
 pub struct Encoder {
     layers: Vec<Layer>,
-    rope: Option<RotaryTable>,
+    rope: Option<ScaledRope>,
     bias: Option<PositionBias>,
 }
 
@@ -134,7 +134,7 @@ impl Encoder {
             .map(|i| Layer::load(vb.pp("layer").pp(i), cfg))
             .collect::<candle_core::Result<Vec<_>>>()?;
         let rope = match cfg.position_embedding_type {
-            PositionEmbeddingType::Rotary => Some(RotaryTable::new(cfg.head_dim())?),
+            PositionEmbeddingType::Rotary => Some(rotary_table(cfg.head_dim(), None)?),
             _ => None,
         };
         Ok(Encoder { layers, rope, bias })
@@ -165,11 +165,12 @@ impl Encoder {
     /// The rotary embedding of the layers (`None` when positions are not rotary); under a
     /// dynamic NTK scaling, the one of passes up to the training length.
     pub fn rope(&self) -> Option<&Rope> {
-        self.rope.as_ref().map(RotaryTable::rope)
+        self.rope.as_ref().map(ScaledRope::rope)
     }
 
-    /// The rotary embedding with its scaling (`None` when positions are not rotary).
-    pub fn rotary(&self) -> Option<&RotaryTable> {
+    /// The rotary embedding with its scaling, the table of each pass length (`None` when
+    /// positions are not rotary).
+    pub fn rotary(&self) -> Option<&ScaledRope> {
         self.rope.as_ref()
     }
 
@@ -188,7 +189,7 @@ impl Encoder {
                 reason: "a RoPE scaling needs rotary positions".into(),
             });
         };
-        self.rope = Some(table.scaled(scaling)?);
+        self.rope = Some(rotary_table(table.rope().head_dim(), scaling.as_ref())?);
         Ok(())
     }
 
@@ -243,7 +244,11 @@ impl Encoder {
     ) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
         let coefficients = match &self.rope {
-            Some(rope) => Some(rope.coefficients(positions, b, t)?),
+            Some(rope) => {
+                let input = |e: rotary::RopeError| ModelError::Input(e.to_string());
+                let pass = rope.for_pass(positions, b, t).map_err(input)?;
+                Some(pass.coefficients(positions, b, t).map_err(input)?)
+            }
             None => None,
         };
         let mask = self.score_mask(mask, positions, x)?;

@@ -90,7 +90,7 @@
 #![warn(missing_docs)]
 
 pub(crate) mod activation;
-pub mod attention;
+pub(crate) mod attention;
 pub(crate) mod autograd;
 pub mod config;
 mod cpu;
@@ -103,7 +103,8 @@ mod fused;
 pub(crate) mod heads;
 pub mod images;
 mod input;
-pub mod linear_attention;
+pub(crate) mod linear_attention;
+pub mod measure;
 pub mod memory;
 pub(crate) mod mode;
 pub(crate) mod model;
@@ -111,8 +112,8 @@ pub(crate) mod norm;
 pub mod optim;
 pub mod pipeline;
 pub(crate) mod plan;
-pub mod position_bias;
-pub mod roofline;
+pub(crate) mod position_bias;
+pub(crate) mod roofline;
 pub mod rope_scaling;
 pub(crate) mod score_mask;
 pub(crate) mod shapes;

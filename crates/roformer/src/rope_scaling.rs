@@ -12,22 +12,16 @@
 //! | YaRN (Peng et al. 2023) | `theta_i ((1 - e_i) / s + e_i)`, `e_i` a ramp from 1 (pairs turning more than 32 times over `L`) to 0 (less than once) | `0.1 ln s + 1` |
 //!
 //! `n` is the length of the pass (the largest position + 1), so dynamic NTK's table is rebuilt
-//! per length (and cached: [`RotaryTable`]). Position interpolation maps position `m s` onto
+//! per length (and kept: rotary's [`ScaledRope`]). Position interpolation maps position `m s` onto
 //! the unscaled angle of `m`: `(m s)(theta_i / s) = m theta_i`. YaRN's attention factor
 //! multiplies every cos and sin, so a score `q . k` grows by its square, as in transformers.
 //! The frequencies are those of `rotary::scaling` ([`RopeSpec`]); a factor of exactly 1 for
 //! the static schemes is no scaling (the model's own table, bit for bit).
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
-
 use rotary::scaling::{RopeSpec, Scaling, Yarn};
-use rotary::{Coefficients, Layout, Positions, Rope, DEFAULT_BASE};
+use rotary::{Layout, Rope, ScaledRope, DEFAULT_BASE};
 
 use crate::error::{ModelError, Result};
-
-/// Dynamic NTK tables kept at once (one per pass length); past this the cache starts afresh.
-const MAX_CACHED_LENGTHS: usize = 32;
 
 /// An inference-time rescaling of the encoder's rotary frequencies: one of rotary's schemes
 /// (see the module's table), [`Scaling::Linear`] (position interpolation),
@@ -150,137 +144,38 @@ impl RopeScaling {
     }
 }
 
-/// The encoder's rotary embedding: the model's own [`Rope`], or a scaled one (per pass length
-/// for dynamic NTK, cached by length).
-#[derive(Debug)]
-pub struct RotaryTable {
-    /// The table of every pass (for dynamic NTK: of passes up to the training length).
-    rope: Arc<Rope>,
-    /// The scaling, if any.
-    scaling: Option<RopeScaling>,
-    /// Dynamic NTK's tables by pass length, past the training length.
-    by_length: Mutex<BTreeMap<usize, Arc<Rope>>>,
+/// The paper's table for heads of `head_dim` (interleaved pairs, base 10000).
+///
+/// # Errors
+/// [`ModelError::InvalidConfig`] for an odd or too large head dim.
+fn paper_rope(head_dim: usize) -> Result<Rope> {
+    Rope::new(head_dim, head_dim, DEFAULT_BASE, Layout::Interleaved)
+        .map_err(|e| invalid("num_attention_heads", &e))
 }
 
-impl RotaryTable {
-    /// The paper's table for heads of `head_dim` (interleaved pairs, base 10000).
-    ///
-    /// # Errors
-    /// [`ModelError::InvalidConfig`] for an odd or too large head dim.
-    pub fn new(head_dim: usize) -> Result<RotaryTable> {
-        let rope = Rope::new(head_dim, head_dim, DEFAULT_BASE, Layout::Interleaved)
-            .map_err(|e| invalid("num_attention_heads", &e))?;
-        Ok(RotaryTable {
-            rope: Arc::new(rope),
-            scaling: None,
-            by_length: Mutex::new(BTreeMap::new()),
-        })
-    }
-
-    /// The same heads under `scaling` (`None`: the paper's table again).
-    ///
-    /// # Errors
-    /// As [`RotaryTable::new`]; [`ModelError::InvalidConfig`] for a factor below 1 or a
-    /// training length of 0.
-    pub fn scaled(&self, scaling: Option<RopeScaling>) -> Result<RotaryTable> {
-        let head_dim = self.rope.head_dim();
-        let unscaled = RotaryTable::new(head_dim)?;
-        let Some(scaling) = scaling else {
-            return Ok(unscaled);
-        };
-        scaling.validate()?;
-        let rope = match scaling.dynamic_length() {
-            Some(_) => unscaled.rope,
-            None if scaling.factor() == 1.0 => unscaled.rope,
-            _ => scaling
-                .spec(head_dim, DEFAULT_BASE)
-                .rope(Layout::Interleaved, None)
-                .map_err(|e| invalid("rope_scaling.factor", &e))
-                .map(Arc::new)?,
-        };
-        Ok(RotaryTable {
-            rope,
-            scaling: Some(scaling),
-            by_length: Mutex::new(BTreeMap::new()),
-        })
-    }
-
-    /// The scaling in force (`None`: the paper's frequencies).
-    pub fn scaling(&self) -> Option<&RopeScaling> {
-        self.scaling.as_ref()
-    }
-
-    /// The table of passes up to the training length (of every pass, but for dynamic NTK).
-    pub fn rope(&self) -> &Rope {
-        &self.rope
-    }
-
-    /// The table of a pass whose largest position is `end - 1`: [`RotaryTable::rope`], or for
-    /// dynamic NTK past the training length the one rebuilt at `end` (cached).
-    ///
-    /// # Errors
-    /// [`ModelError::Input`] if the frequencies at `end` are not finite.
-    pub fn rope_at(&self, end: usize) -> Result<Arc<Rope>> {
-        let dynamic = match &self.scaling {
-            Some(s) if s.dynamic_length().is_some_and(|l| end > l) => s,
-            _ => return Ok(Arc::clone(&self.rope)),
-        };
-        let mut cache = match self.by_length.lock() {
-            Ok(c) => c,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        if let Some(rope) = cache.get(&end) {
-            return Ok(Arc::clone(rope));
-        }
-        if cache.len() >= MAX_CACHED_LENGTHS {
-            cache.clear();
-        }
-        let rope = dynamic
-            .spec(self.rope.head_dim(), DEFAULT_BASE)
-            .rope(Layout::Interleaved, Some(end))
-            .map_err(|e| ModelError::Input(format!("dynamic NTK at {end} positions: {e}")))?;
-        let rope = Arc::new(rope);
-        cache.insert(end, Arc::clone(&rope));
-        Ok(rope)
-    }
-
-    /// The coefficients of a `batch x seq` pass at `positions`.
-    ///
-    /// # Errors
-    /// [`ModelError::Input`] for positions that do not fit the batch.
-    pub fn coefficients(
-        &self,
-        positions: Positions<'_>,
-        batch: usize,
-        seq: usize,
-    ) -> Result<Coefficients> {
-        let input = |e: rotary::RopeError| ModelError::Input(e.to_string());
-        let rows = positions.rows(batch, seq).map_err(input)?;
-        let dynamic = self
-            .scaling
-            .as_ref()
-            .is_some_and(|s| s.dynamic_length().is_some());
-        let rope = if dynamic {
-            self.rope_at(end_of(positions, rows))?
-        } else {
-            Arc::clone(&self.rope)
-        };
-        rope.coefficients(positions, batch, seq).map_err(input)
-    }
-}
-
-/// The largest position + 1 of `rows` positions (for fractional ones, of the largest rounded
-/// down; 0 for none).
-fn end_of(positions: Positions<'_>, rows: usize) -> usize {
-    positions.integer_end(rows).unwrap_or_else(|| {
-        let largest = (0..rows)
-            .map(|r| positions.get(r))
-            .fold(f64::NEG_INFINITY, f64::max);
-        if largest >= 0.0 {
-            (largest.floor() as usize).saturating_add(1)
-        } else {
-            0
-        }
+/// The encoder's rotary table for heads of `head_dim` under `scaling`: the paper's table
+/// (`None`, or a static scheme at factor exactly 1), the scheme's table, or for dynamic NTK
+/// the paper's table up to the training length and the scheme's at each longer pass length
+/// (rotary's [`ScaledRope`] keeps them).
+///
+/// # Errors
+/// [`ModelError::InvalidConfig`] for an odd or too large head dim, a scheme other than the
+/// four of [`RopeScaling::schemes`], a factor below 1 or not finite, or a training length of
+/// 0.
+pub(crate) fn rotary_table(head_dim: usize, scaling: Option<&RopeScaling>) -> Result<ScaledRope> {
+    let own = paper_rope(head_dim)?;
+    let Some(scaling) = scaling else {
+        return Ok(ScaledRope::fixed(own));
+    };
+    scaling.validate()?;
+    let spec = scaling.spec(head_dim, DEFAULT_BASE);
+    Ok(match scaling.dynamic_length() {
+        Some(length) => ScaledRope::by_length(own, spec, Layout::Interleaved, length),
+        None if scaling.factor() == 1.0 => ScaledRope::fixed(own),
+        None => ScaledRope::fixed(
+            spec.rope(Layout::Interleaved, None)
+                .map_err(|e| invalid("rope_scaling.factor", &e))?,
+        ),
     })
 }
 

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use candle_core::{DType, Device, Tensor, D};
 use candle_nn::VarBuilder;
 use roformer::config::AttentionType;
-use roformer::linear_attention::{linear_attention_slow, Masking};
+use roformer::measure::{linear_attention_slow, Masking};
 use roformer::{ModelError, RoFormerConfig, RoFormerModel};
 use rotary::{Layout, Positions, Rope};
 use test_support::max_abs_diff;

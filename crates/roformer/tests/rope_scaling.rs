@@ -146,7 +146,7 @@ fn dynamic_ntk_is_ntk_aware_at_the_pass_length() {
             let ntk = scaled(&vars, DType::F32, Some(scaling(NTK, effective)));
             let table = dynamic.encoder().rotary().unwrap();
             let want = ntk.encoder().rope().unwrap().inv_freq();
-            for (a, b) in table.rope_at(n).unwrap().inv_freq().iter().zip(want) {
+            for (a, b) in table.at_length(n).unwrap().inv_freq().iter().zip(want) {
                 assert!((a - b).abs() <= 1e-12 * b, "s {s}, n {n}: {a} against {b}");
             }
             let d = max_abs_diff(&hidden(&dynamic, n, None), &hidden(&ntk, n, None));

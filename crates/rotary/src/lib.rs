@@ -68,5 +68,6 @@ pub use layout::{convert_projection, pair_permutation, Layout};
 pub use nd::{AxisSchedule, NdPositions, NdRope};
 pub use positions::Positions;
 pub use rope::{Coefficients, Rope};
+pub use scaling::by_length::ScaledRope;
 pub use scaling::{ConfigError, RopeSpec, ScaledFreqs, Scaling, Xpos};
 pub use table::{CosSin, CosSinView};

@@ -3,6 +3,17 @@
 //! documents), and the largest magnitude, for tolerances relative to the data.
 //!
 //! A dev-dependency only; it depends on no crate of the workspace, so any of them can use it.
+//!
+//! ```
+//! use test_support::{max_abs, max_abs_diff};
+//!
+//! let fast = [1.0f32, -2.0, 3.0];
+//! let slow = [1.0f32, -2.0, 3.0 + 1e-6];
+//! // A tolerance relative to the data's size: 1e-6 of the largest magnitude, and a margin.
+//! assert!(max_abs_diff(&fast[..], &slow[..]) <= 1e-6 * max_abs(&slow[..]) + 1e-6);
+//! // A NaN never passes a tolerance.
+//! assert!(!(max_abs_diff(&[f32::NAN][..], &[0.0][..]) <= 1.0));
+//! ```
 #![warn(missing_docs)]
 
 use candle_core::{DType, Tensor};

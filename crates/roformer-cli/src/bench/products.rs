@@ -2,7 +2,7 @@
 //! (our kernel, or oneDNN where it is the default), each beside the ceiling of the instruction
 //! it runs on; and, where oneDNN is installed, bf16 through oneDNN beside them.
 //!
-//! First the ceilings of one core ([`roformer::roofline::ceilings`]), then, per product, the
+//! First the ceilings of one core ([`roformer::measure::ceilings`]), then, per product, the
 //! median seconds of f32 and bf16 timed round-robin, as GFLOP/s (`2 m n k / seconds`) and as a
 //! share of `ceiling x threads` (f32 against the best f32 FMA, bf16 against `vdpbf16ps`). The
 //! last line sums a step: each product's time times its count (see one-thread products below).
@@ -29,7 +29,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use roformer::roofline::{bf16_kernels, ceilings, onednn_version, Ceiling, ProductCase, Storage};
+use roformer::measure::{bf16_kernels, ceilings, onednn_version, Ceiling, ProductCase, Storage};
 use roformer::Precision;
 use serde_json::json;
 

@@ -42,6 +42,24 @@ pub enum Format {
     Poetry,
 }
 
+impl Format {
+    /// The flag's value for a recorded format (`None`: detected per file, `auto`).
+    pub fn of(format: Option<&CorpusFormat>) -> Format {
+        match format {
+            None => Format::Auto,
+            Some(CorpusFormat::Lines) => Format::Lines,
+            Some(CorpusFormat::Paragraphs) => Format::Paragraphs,
+            Some(CorpusFormat::JsonLines { .. }) => Format::Jsonl,
+            Some(CorpusFormat::ChinesePoetry) => Format::Poetry,
+        }
+    }
+}
+
+/// The value name clap parses to `value`.
+fn value_name(value: impl ValueEnum) -> Option<String> {
+    Some(value.to_possible_value()?.get_name().to_owned())
+}
+
 /// The library's defaults of the data flags not given.
 fn data_defaults() -> MlmDataOptions {
     MlmDataOptions::default()
@@ -189,13 +207,7 @@ impl Args {
                 .or(base_field.clone())
                 .unwrap_or_else(|| "text".into())
         };
-        let format = self.format.unwrap_or(match base {
-            None => Format::Auto,
-            Some(CorpusFormat::Lines) => Format::Lines,
-            Some(CorpusFormat::Paragraphs) => Format::Paragraphs,
-            Some(CorpusFormat::JsonLines { .. }) => Format::Jsonl,
-            Some(CorpusFormat::ChinesePoetry) => Format::Poetry,
-        });
+        let format = self.format.unwrap_or(Format::of(base.as_ref()));
         match format {
             Format::Auto => None,
             Format::Lines => Some(CorpusFormat::Lines),
@@ -231,6 +243,26 @@ impl Args {
 impl Flags for Args {
     type Model = Model;
     type Data = MlmDataOptions;
+
+    /// `--position` (`alibi`, not serde's `Alibi`) and `--format` (`jsonl --text-field body`,
+    /// `auto` for none).
+    fn flag_value(field: &str, value: &serde_json::Value) -> Option<String> {
+        let value = value.clone();
+        match field {
+            "position" => value_name(serde_json::from_value::<Position>(value).ok()?),
+            "format" => {
+                let format: Option<CorpusFormat> = serde_json::from_value(value).ok()?;
+                let name = value_name(Format::of(format.as_ref()))?;
+                Some(match format {
+                    Some(CorpusFormat::JsonLines { field }) => {
+                        format!("{name} --text-field {field}")
+                    }
+                    _ => name,
+                })
+            }
+            _ => None,
+        }
+    }
 
     fn defaults(&self) -> Settings<Model, MlmDataOptions> {
         Settings {

@@ -41,8 +41,8 @@ pub enum AttentionType {
 
 /// How token positions enter the model: the one switch between RoFormer and BERT (everything
 /// else is shared), two controls for comparison, and two attention biases that came after the
-/// paper (ALiBi, T5's relative bias; see [`crate::position_bias`]). `config.json` spells them
-/// `rotary`, `absolute`, `sinusoidal`, `alibi`, `t5_relative` and `none`.
+/// paper (ALiBi, T5's relative bias, computed once a pass by the encoder). `config.json`
+/// spells them `rotary`, `absolute`, `sinusoidal`, `alibi`, `t5_relative` and `none`.
 ///
 /// `alibi` and `t5_relative` are this crate's own: transformers' RoFormer has no such option.
 /// It would read such a `config.json` as a rotary RoFormer (it ignores
@@ -63,13 +63,15 @@ pub enum PositionEmbeddingType {
     /// embedding width; any position.
     Sinusoidal,
     /// ALiBi (Press et al. 2022): no position embedding; `-m_h |p_j - p_i|` added to the
-    /// scores of head `h`, the slopes `m_h` of [`crate::position_bias::alibi_slopes`]. No
+    /// scores of head `h`, with the slopes `m_h = 2^(-8h/n')` for `h = 1..n'`, `n'` the largest
+    /// power of two up to the `n` heads, then `2^(-4(2k-1)/n')` for `k = 1..n-n'`. No
     /// parameter; any position.
     Alibi,
     /// T5's relative bias (Raffel et al. 2020): no position embedding; a learned scalar per
     /// (bucket of `p_j - p_i`, head) added to the scores, one table for all layers:
     /// `roformer.encoder.relative_attention_bias.weight`, `[relative_attention_num_buckets,
-    /// num_attention_heads]`; buckets of [`crate::position_bias::t5_bucket`]; any position.
+    /// num_attention_heads]`; T5's buckets (`num_buckets / 2` a side, half of them
+    /// exact distances, the rest logarithmic up to 128); any position.
     T5Relative,
     /// No position information at all (a bag of tokens, the ablation).
     None,

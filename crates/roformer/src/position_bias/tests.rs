@@ -1,4 +1,6 @@
 use super::*;
+use crate::config::RawConfig;
+use crate::tasks::{HeadModel, RoFormerForMaskedLM};
 
 /// The slopes written out from the formula of [`alibi_slopes`]: `2^(-8h/n')` for the power of
 /// two `n'` at or below `n`, then `2^(-4(2k-1)/n')`.
@@ -195,4 +197,90 @@ fn positions_that_do_not_fit_the_batch_are_an_input_error() {
     );
     let v: Vec<f32> = ranged.unwrap().flatten_all().unwrap().to_vec1().unwrap();
     assert_eq!(v, [0.0, -1.0 / 256.0, -1.0 / 256.0, 0.0]);
+}
+
+/// A small config of `position` positions, with `HEADS` heads (`extra` fields on top).
+fn small_config(position: &str, extra: RawConfig) -> RoFormerConfig {
+    RoFormerConfig::try_from(RawConfig {
+        vocab_size: 30,
+        hidden_size: 16,
+        num_hidden_layers: 2,
+        num_attention_heads: HEADS,
+        intermediate_size: 24,
+        position_embedding_type: Some(PositionEmbeddingType::parse(position).unwrap()),
+        hidden_act: crate::Activation::Gelu,
+        ..extra
+    })
+    .unwrap()
+}
+
+/// Heads of [`small_config`].
+const HEADS: usize = 4;
+
+/// A `[rows, len]` tensor of token ids.
+fn ids(rows: &[&[u32]]) -> Tensor {
+    let flat: Vec<u32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
+    Tensor::from_vec(flat, (rows.len(), rows[0].len()), &Device::Cpu).unwrap()
+}
+
+/// T5 buckets are exact for distances below `num_buckets / 4`: with 64 buckets (16 exact a
+/// side) and a table holding `-m_h |r|` at the bucket of `r`, the T5 model is the ALiBi model
+/// with the same weights, on sequences of up to 16 tokens (within 1e-5, f32).
+#[test]
+fn t5_with_alibis_values_in_its_table_is_alibi() {
+    let t5_cfg = small_config(
+        "t5_relative",
+        RawConfig {
+            relative_attention_num_buckets: Some(64),
+            ..RawConfig::default()
+        },
+    );
+    let alibi_cfg = small_config("alibi", RawConfig::default());
+    let t5 = crate::train::build_trainable::<RoFormerForMaskedLM>(&t5_cfg, None, 3, &Device::Cpu)
+        .unwrap();
+    let alibi =
+        crate::train::build_trainable::<RoFormerForMaskedLM>(&alibi_cfg, None, 3, &Device::Cpu)
+            .unwrap();
+    let slopes = alibi_slopes(HEADS);
+    let mut table = vec![0f32; 64 * HEADS];
+    for r in -15i64..=15 {
+        let bucket = t5_bucket(r, true, 64, 128);
+        for (h, m) in slopes.iter().enumerate() {
+            table[bucket * HEADS + h] = (-m * r.unsigned_abs() as f64) as f32;
+        }
+    }
+    t5.params
+        .get("roformer.encoder.relative_attention_bias.weight")
+        .unwrap()
+        .set(&Tensor::from_vec(table, (64, HEADS), &Device::Cpu).unwrap())
+        .unwrap();
+    let x: Vec<u32> = (0..16).map(|i| 2 + (i * 7) % 27).collect();
+    let x = ids(&[&x]);
+    let mask = ids(&[&[1; 16]]);
+    let a = t5
+        .model
+        .forward(&x, None, Some(&mask), None)
+        .unwrap()
+        .logits;
+    let b = alibi
+        .model
+        .forward(&x, None, Some(&mask), None)
+        .unwrap()
+        .logits;
+    let d = test_support::max_abs_diff(&a, &b);
+    assert!(d < 1e-5, "{d}");
+    // And the bias matters: a zero table is another model.
+    let none = crate::train::build_trainable::<RoFormerForMaskedLM>(
+        &small_config("none", RawConfig::default()),
+        None,
+        3,
+        &Device::Cpu,
+    )
+    .unwrap();
+    let c = none
+        .model
+        .forward(&x, None, Some(&mask), None)
+        .unwrap()
+        .logits;
+    assert!(test_support::max_abs_diff(&b, &c) > 1e-4);
 }

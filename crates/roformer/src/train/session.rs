@@ -14,9 +14,11 @@
 //!   6. the loop                           (run::Trainer::run; observer.event per event)
 //! ```
 //!
-//! The steps are the same for every task: a task's fit (`fit_mlm`, `fit_classify`) brings its
-//! config, its data and its [`Task`], and calls the one skeleton, `Session`, around them: `build`
-//! (step 1 and the model), `announce` (step 3) and `drive` (steps 4 to 6).
+//! The steps are the same for every task: a task's fit (`fit_mlm`, `fit_classify`, and
+//! [`crate::train::vision::fit_vision`] for images) brings its model, its data and its [`Task`],
+//! and calls the one skeleton, `Session`, around them: `for_text` (steps 1 and 2 of a text
+//! run; a vision run builds its model and calls `new`), `announce` (step 3, text), `steps`
+//! (the run's length) and `drive` (steps 4 to 6).
 //!
 //! A masked-LM run may also dump its first steps for a comparison with another framework
 //! ([`TrainRun::dump`], [`crate::train::dump`]): `init/` is written between steps 3 and 4,
@@ -43,7 +45,7 @@ use crate::train::dump::{self, DumpOptions, DumpSettings, StepLog};
 use crate::train::error::TrainError;
 use crate::train::mlm::{prepare_mlm_data, MlmData, MlmDataOptions, MlmTask};
 use crate::train::options::TrainOptions;
-use crate::train::params::{build_trainable, Params, Trainable};
+use crate::train::params::{build_trainable, Params};
 use crate::train::resume::{load_accumulation, load_resume_state};
 use crate::train::run::{
     checkpoint_dir, Accumulation, EvalMetrics, Event, LoopOptions, Outcome, Task, Trainer,
@@ -261,28 +263,30 @@ fn fit_mlm(
 ) -> Result<Finished, TrainError> {
     let shape = (data_options.batch_size, data_options.seq_len);
     let config = run.model.config.clone();
-    let session = Session::<RoFormerForMaskedLM>::build(run, config, ModelKind::MaskedLm, shape)?;
+    let kind = ModelKind::MaskedLm;
+    let (session, text) = Session::<RoFormerForMaskedLM>::for_text(run, config, kind, shape)?;
     let data = prepare_mlm_data(&run.model.tokenizer, data_options)?;
     let view = PreparedData::MaskedLm {
         options: data_options,
         data: &data,
     };
-    let steps = session.announce(observer, view, data.blocks.0, data_options.batch_size)?;
+    let items = (data.blocks.0, data_options.batch_size);
+    let steps = session.announce(&text, observer, view, items)?;
     let task = MlmTask {
-        model: &session.trainable.model,
-        params: &session.trainable.params,
+        model: &session.model,
+        params: &session.params,
         data: &data,
         max_eval_batches: data_options.max_eval_batches,
-        tokenizer_files: session.files.clone(),
+        tokenizer_files: text.files.clone(),
         precision: run.options.precision,
     };
     let record = task_record(data_options)?;
     let Some(dump_options) = &run.dump else {
         return Ok(session.drive(task, steps, record, observer, stop)?.0);
     };
-    let architecture = session.trainable.model.architecture_name();
-    let mut init = model_files(&session.config, &architecture, &session.trainable.params)?;
-    init.extend(session.files.iter().cloned());
+    let architecture = session.model.architecture_name();
+    let mut init = model_files(&text.config, &architecture, &session.params)?;
+    init.extend(text.files.iter().cloned());
     dump::begin(dump_options, run.options.grad_accum, run.resume, &init)?;
     let mut log = StepLog::new(dump_options.steps);
     let mut logged = Logged {
@@ -349,8 +353,8 @@ fn fit_classify(
     config.id2label = labels.iter().cloned().enumerate().collect();
     let (batch, length) = (task_options.batch_size, task_options.max_length);
     let kind = ModelKind::SequenceClassification;
-    let session =
-        Session::<RoFormerForSequenceClassification>::build(run, config, kind, (batch, length))?;
+    let (session, text) =
+        Session::<RoFormerForSequenceClassification>::for_text(run, config, kind, (batch, length))?;
     let read = |path: &Path| read_examples(path, &run.model.tokenizer, labels, length);
     let train = read(&task_options.train)?;
     let eval = task_options.eval.as_deref().map(read).transpose()?;
@@ -360,16 +364,16 @@ fn fit_classify(
         train: &train,
         eval: &eval,
     };
-    let steps = session.announce(observer, view, train.len(), batch)?;
+    let steps = session.announce(&text, observer, view, (train.len(), batch))?;
     let best_dir = run.out.join("best");
     let task = ClassifyTask {
-        model: &session.trainable.model,
-        params: &session.trainable.params,
+        model: &session.model,
+        params: &session.params,
         train,
         eval,
         options: task_options.clone(),
-        pad: session.config.pad_token_id.unwrap_or(0),
-        tokenizer_files: session.files.clone(),
+        pad: text.config.pad_token_id.unwrap_or(0),
+        tokenizer_files: text.files.clone(),
         precision: run.options.precision,
         best: run.resume.then(|| best_score(&best_dir)).flatten(),
         best_dir: Some(best_dir.clone()),
@@ -380,82 +384,66 @@ fn fit_classify(
     Ok(finished)
 }
 
-/// The steps every task's run shares, around what the task brings (its config, its data, its
-/// [`Task`]): steps 1 and 2 of [`fit`] ([`Session::build`]: the memory check, the model and
-/// the tokenizer files a checkpoint holds), step 3 ([`Session::announce`]: the observer's
-/// `prepared`, and the run's length) and steps 4 to 6 ([`Session::drive`]: the optimiser, the
-/// schedule and the loop).
-struct Session<'o, M> {
-    /// The run.
-    run: &'o TrainRun<'o>,
-    /// The config as trained.
-    config: RoFormerConfig,
-    /// The model and its variables.
-    trainable: Trainable<M>,
-    /// The tokenizer files saved in every checkpoint.
-    files: Vec<(String, Vec<u8>)>,
+/// The steps every run shares, text and images, around what its task brings (its model, its
+/// data, its [`Task`]): the run's length ([`Session::steps`]) and steps 4 to 6 of [`fit`]
+/// ([`Session::drive`]: the optimiser, the schedule and the loop). A text run builds its
+/// session with [`Session::for_text`] (steps 1 and 2: the memory check, the model, the tokenizer
+/// files a checkpoint holds) and tells its observer with [`Session::announce`] (step 3);
+/// [`crate::train::vision::fit_vision`] builds its own model and calls [`Session::new`].
+pub(crate) struct Session<'o, M> {
+    /// The loop's side of the run's options.
+    settings: LoopSettings<'o>,
+    /// The steps asked for (`None`: three passes over the training data).
+    steps: Option<u64>,
+    /// The model; its weights are the tensors of `params`.
+    pub(crate) model: M,
+    /// The trainable variables, for the optimiser and the checkpoints.
+    pub(crate) params: Params,
 }
 
-impl<'o, M: Architecture> Session<'o, M> {
-    /// Checks that a run of `kind` on micro-batches of `(batch, length)` fits in memory, then
-    /// builds the model of `config` (from the start's weights, or seeded).
-    ///
-    /// # Errors
-    /// [`TrainError::TooLarge`], and the errors of building the model and its tokenizer files.
-    fn build(
-        run: &'o TrainRun<'o>,
-        config: RoFormerConfig,
-        kind: ModelKind,
-        (batch, length): (usize, usize),
-    ) -> Result<Self, TrainError> {
-        check_training_memory(&config, kind, batch, length)?;
-        let start = run.model;
-        let weights = start.weights.as_ref();
-        let trainable = build_trainable(&config, weights, run.options.seed, &Device::Cpu)?;
-        let files = tokenizer_files(&start.tokenizer, &config)?;
-        Ok(Session {
-            run,
-            config,
-            trainable,
-            files,
-        })
+/// What a text run's observer and checkpoints need beside its [`Session`].
+struct TextStart {
+    /// The config as trained.
+    config: RoFormerConfig,
+    /// The tokenizer files saved in every checkpoint.
+    files: Vec<(String, Vec<u8>)>,
+    /// Whether the weights came from a checkpoint.
+    from_checkpoint: bool,
+    /// Parameters the checkpoint lacked, freshly initialised.
+    initialised: Vec<String>,
+    /// Checkpoint tensors the model does not use.
+    unused: Vec<String>,
+}
+
+impl<'o, M> Session<'o, M> {
+    /// The session of `model` on `params`, run with `settings` for `steps` steps (`None`:
+    /// three passes over the training data).
+    pub(crate) fn new(
+        settings: LoopSettings<'o>,
+        steps: Option<u64>,
+        model: M,
+        params: Params,
+    ) -> Self {
+        Session {
+            settings,
+            steps,
+            model,
+            params,
+        }
     }
 
-    /// Tells `observer` the run is prepared with `data`; returns the run's steps: its
-    /// options', or three passes over `items` at `batch` items a micro-batch.
-    ///
-    /// # Errors
-    /// The observer's refusal.
-    fn announce(
-        &self,
-        observer: &mut dyn Observer,
-        data: PreparedData<'_>,
-        items: usize,
-        batch: usize,
-    ) -> Result<u64, TrainError> {
-        let trainable = &self.trainable;
-        observer.prepared(&Prepared {
-            config: &self.config,
-            params: &trainable.params,
-            from_checkpoint: self.run.model.weights.is_some(),
-            initialised: &trainable.initialised,
-            unused: &trainable.unused,
-            tokenizer_files: &self.files,
-            data,
-        })?;
-        let per_step = batch * self.run.options.grad_accum;
-        Ok(self
-            .run
-            .options
-            .steps
-            .unwrap_or_else(|| three_epochs(items, per_step)))
+    /// The run's steps: those asked for, or three passes over `items` at `batch` items a
+    /// micro-batch.
+    pub(crate) fn steps(&self, items: usize, batch: usize) -> u64 {
+        let per_step = batch * self.settings.grad_accum;
+        self.steps.unwrap_or_else(|| three_epochs(items, per_step))
     }
 
-    /// Runs `task` for `steps` steps: [`drive`] with the run's loop settings.
+    /// Runs `task` for `steps` steps: [`drive`] with the session's loop settings.
     ///
     /// # Errors
     /// As [`drive`].
-    fn drive<T: Task>(
+    pub(crate) fn drive<T: Task>(
         &self,
         task: T,
         steps: u64,
@@ -463,14 +451,71 @@ impl<'o, M: Architecture> Session<'o, M> {
         observer: &mut dyn Observer,
         stop: &AtomicBool,
     ) -> Result<(Finished, T), TrainError> {
-        let settings = self.run.settings();
-        let params = &self.trainable.params;
-        drive(&settings, task, params, steps, record, observer, stop)
+        let settings = &self.settings;
+        drive(settings, task, &self.params, steps, record, observer, stop)
+    }
+}
+
+impl<'o, M: Architecture> Session<'o, M> {
+    /// Checks that a text run of `kind` on micro-batches of `(batch, length)` fits in memory,
+    /// then builds the model of `config` (from the start's weights, or seeded).
+    ///
+    /// # Errors
+    /// [`TrainError::TooLarge`], and the errors of building the model and its tokenizer files.
+    fn for_text(
+        run: &'o TrainRun<'o>,
+        config: RoFormerConfig,
+        kind: ModelKind,
+        (batch, length): (usize, usize),
+    ) -> Result<(Self, TextStart), TrainError> {
+        check_training_memory(&config, kind, batch, length)?;
+        let start = run.model;
+        let weights = start.weights.as_ref();
+        let trainable = build_trainable(&config, weights, run.options.seed, &Device::Cpu)?;
+        let files = tokenizer_files(&start.tokenizer, &config)?;
+        let session = Session::new(
+            run.settings(),
+            run.options.steps,
+            trainable.model,
+            trainable.params,
+        );
+        let text = TextStart {
+            config,
+            files,
+            from_checkpoint: weights.is_some(),
+            initialised: trainable.initialised,
+            unused: trainable.unused,
+        };
+        Ok((session, text))
+    }
+
+    /// Tells `observer` the text run is prepared with `data`; returns the run's steps
+    /// ([`Session::steps`] over `items` at `batch` items a micro-batch).
+    ///
+    /// # Errors
+    /// The observer's refusal.
+    fn announce(
+        &self,
+        text: &TextStart,
+        observer: &mut dyn Observer,
+        data: PreparedData<'_>,
+        (items, batch): (usize, usize),
+    ) -> Result<u64, TrainError> {
+        observer.prepared(&Prepared {
+            config: &text.config,
+            params: &self.params,
+            from_checkpoint: text.from_checkpoint,
+            initialised: &text.initialised,
+            unused: &text.unused,
+            tokenizer_files: &text.files,
+            data,
+        })?;
+        Ok(self.steps(items, batch))
     }
 }
 
 /// Steps for three passes over `items` at `per_step` items a step.
-pub(crate) fn three_epochs(items: usize, per_step: usize) -> u64 {
+fn three_epochs(items: usize, per_step: usize) -> u64 {
     (3 * items).div_ceil(per_step.max(1)) as u64
 }
 
@@ -600,7 +645,7 @@ fn restore(
 
 /// Steps 4 to 6 of [`fit`] for a prepared `task`: the optimiser, the schedule and the loop.
 /// Returns the task with the result, for what it kept (the best model).
-pub(crate) fn drive<T: Task>(
+fn drive<T: Task>(
     options: &LoopSettings<'_>,
     task: T,
     params: &Params,

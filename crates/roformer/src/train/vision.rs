@@ -1,5 +1,6 @@
 //! Image classification on Fashion-MNIST: a [`VisionForImageClassification`] trained from
-//! scratch (or continued from a checkpoint) by the same loop as the text tasks, as one call,
+//! scratch (or continued from a checkpoint) by the same skeleton as the text tasks (their
+//! `Session`: the run's length, the optimiser, its schedule and the loop), as one call,
 //! [`fit_vision`].
 //!
 //! ```text
@@ -46,7 +47,7 @@ use crate::train::error::TrainError;
 use crate::train::options::TrainOptions;
 use crate::train::params::Params;
 use crate::train::run::{checkpoint_dir, EvalMetrics, Evaluation, Task};
-use crate::train::session::{drive, three_epochs, Finished, LoopSettings, Observer};
+use crate::train::session::{Finished, LoopSettings, Observer, Session};
 use crate::vision::error::invalid;
 use crate::vision::init::initialise;
 use crate::vision::save::model_files;
@@ -99,7 +100,7 @@ struct TaskRecord<'a> {
 
 /// The image-classification task of the loop.
 struct ImageTask<'a> {
-    model: VisionForImageClassification,
+    model: &'a VisionForImageClassification,
     config: &'a VisionConfig,
     varmap: &'a VarMap,
     train: Split,
@@ -146,7 +147,7 @@ impl ImageTask<'_> {
         stop: &AtomicBool,
     ) -> Result<Option<EvalMetrics>, TrainError> {
         let Some(scored) = score_split(
-            &self.model,
+            self.model,
             &self.builder,
             &self.validation,
             (self.eval_side, 256),
@@ -412,23 +413,21 @@ pub fn fit_vision(
         options.init.clone()
     };
     let (varmap, model) = build_model(config, start.as_deref(), options.train.seed)?;
-    let params = Params::from_varmap(&varmap);
     let record = task_record(options, train.len(), validation.len())?;
+    let train_options = &options.train;
     let settings = LoopSettings::new(
         &options.out,
-        &options.train,
+        train_options,
         vision_decays,
         options.resume,
         None,
     );
-    let per_step = options.batch_size * options.train.grad_accum;
-    let steps = options
-        .train
-        .steps
-        .unwrap_or_else(|| three_epochs(train.len(), per_step));
+    let params = Params::from_varmap(&varmap);
+    let session = Session::new(settings, train_options.steps, model, params);
+    let steps = session.steps(train.len(), options.batch_size);
     let best_dir = options.out.join("best");
     let task = ImageTask {
-        model,
+        model: &session.model,
         config,
         varmap: &varmap,
         train,
@@ -444,7 +443,7 @@ pub fn fit_vision(
         best: None,
         best_dir: best_dir.clone(),
     };
-    let (mut finished, task) = drive(&settings, task, &params, steps, record, observer, stop)?;
+    let (mut finished, task) = session.drive(task, steps, record, observer, stop)?;
     finished.best = task.best.map(|_| best_dir);
     Ok(finished)
 }

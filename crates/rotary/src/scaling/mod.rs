@@ -16,8 +16,10 @@
 //!
 //! (`L = max_position_embeddings`, `L_orig = original_max_position_embeddings`.) A schedule
 //! enters the kernels through [`Rope::from_inv_freq`], the attention factor as the amplitude
-//! of every cos and sin. [`xpos`] is the length-extrapolatable variant that scales q and k.
+//! of every cos and sin; [`by_length::ScaledRope`] keeps the table of each pass length where
+//! the schedule follows it. [`xpos`] is the length-extrapolatable variant that scales q and k.
 
+pub mod by_length;
 mod compute;
 mod error;
 mod hf;

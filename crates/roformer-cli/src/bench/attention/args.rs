@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use roformer::linear_attention::DEFAULT_CHUNK;
+use roformer::measure::DEFAULT_CHUNK;
 
 use super::cases::MaskingArg;
 use crate::output::OutputArgs;

@@ -1,7 +1,7 @@
 //! The cases: attention layer, masking and length, and their `--case` spec.
 
 use anyhow::{bail, Context};
-use roformer::linear_attention::Masking;
+use roformer::measure::Masking;
 use serde::{Deserialize, Serialize};
 
 /// The masking choice of the command line.

@@ -18,7 +18,7 @@
 //! median over rounds after that call. Softmax lengths whose `N x N` score matrix alone would
 //! exceed `--memory-budget-mib` are skipped and reported as skipped.
 //!
-//! [`softmax_attention`]: roformer::attention::softmax_attention
+//! [`softmax_attention`]: roformer::measure::softmax_attention
 
 mod args;
 mod cases;
@@ -31,7 +31,7 @@ mod tests;
 use std::io::Write;
 
 use anyhow::{ensure, Context};
-use roformer::linear_attention::LinearAttention;
+use roformer::measure::LinearAttention;
 
 use crate::plot;
 pub use args::Args;

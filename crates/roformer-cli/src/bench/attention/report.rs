@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use roformer::linear_attention::Masking;
+use roformer::measure::Masking;
 use serde::Serialize;
 
 use super::args::Args;

@@ -1,6 +1,6 @@
 //! Crossover detection and `--case` specs.
 
-use roformer::linear_attention::Masking;
+use roformer::measure::Masking;
 
 use super::cases::{Case, Kind};
 use super::measure::Measurement;

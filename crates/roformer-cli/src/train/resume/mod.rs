@@ -62,7 +62,18 @@ pub trait Flags: DeserializeOwned {
         &self,
         base: &Settings<Self::Model, Self::Data>,
     ) -> Settings<Self::Model, Self::Data>;
+
+    /// A recorded value of one of the command's enum flags as the flag takes it (`alibi`, not
+    /// the Rust name `Alibi`), for the fields whose serialised form is not the flag's value;
+    /// `None` for any other field (the library's `decay` and `precision` serialise as their
+    /// flags' values already).
+    fn flag_value(_field: &str, _value: &serde_json::Value) -> Option<String> {
+        None
+    }
 }
+
+/// [`Flags::flag_value`] of a command.
+pub type FlagValue = fn(&str, &serde_json::Value) -> Option<String>;
 
 /// The settings of the runs of the command whose flags are `F`.
 pub type SettingsOf<F> = Settings<<F as Flags>::Model, <F as Flags>::Data>;
@@ -86,7 +97,12 @@ pub fn resolve<F: Flags>(
     }
     check_not_in_use(out)?;
     let (recorded, fingerprint) = read_settings(args, out)?;
-    let merged = merge(&recorded, &args.settings_over(&recorded), out)?;
+    let merged = merge(
+        &recorded,
+        &args.settings_over(&recorded),
+        out,
+        F::flag_value,
+    )?;
     Ok((merged, Some(Recorded { fingerprint })))
 }
 
@@ -127,20 +143,25 @@ fn read_settings<F: Flags>(
 /// `out`.
 ///
 /// # Errors
-/// A field that may not change asked with another value, named by its flag.
+/// A field that may not change asked with another value, named by its flag, each value as
+/// the flag takes it (`named`: the command's [`Flags::flag_value`]).
 fn merge<M: Resumable + Clone, D: Resumable + Clone>(
     recorded: &Settings<M, D>,
     asked: &Settings<M, D>,
     out: &Path,
+    named: FlagValue,
 ) -> anyhow::Result<Settings<M, D>> {
-    let refused = |c: ResumeConflict| anyhow::anyhow!(conflict_message(&c));
+    let refused = |c: ResumeConflict| anyhow::anyhow!(conflict_message(&c, named));
     if asked.plot != recorded.plot {
-        bail!(conflict_message(&ResumeConflict {
-            field: "plot".into(),
-            was: serde_json::json!(recorded.plot),
-            asked: serde_json::json!(asked.plot),
-            may_change: TrainOptions::MAY_CHANGE,
-        }));
+        bail!(conflict_message(
+            &ResumeConflict {
+                field: "plot".into(),
+                was: serde_json::json!(recorded.plot),
+                asked: serde_json::json!(asked.plot),
+                may_change: TrainOptions::MAY_CHANGE,
+            },
+            named
+        ));
     }
     Ok(Settings {
         version: VERSION,
@@ -158,10 +179,10 @@ pub fn may_change() -> impl Iterator<Item = String> {
 }
 
 /// "--lr 0.01 cannot change on --resume: the run has --lr 0.002; drop the flag (a resume
-/// may change --steps, ...)".
-fn conflict_message(c: &ResumeConflict) -> String {
+/// may change --steps, ...)", an enum's values named by `named`.
+fn conflict_message(c: &ResumeConflict, named: FlagValue) -> String {
     let flag = flag_of(&c.field);
-    let shown = |v: &serde_json::Value| value_text(&c.field, v);
+    let shown = |v: &serde_json::Value| value_text(&c.field, v, named);
     format!(
         "{flag} {} cannot change on --resume: the run has {flag} {}; drop the flag (a resume \
          may change {})",
@@ -184,15 +205,19 @@ fn flag_of(field: &str) -> String {
     }
 }
 
-/// A recorded value as it would be typed (`a,b` for a list, none for an absent value; the
-/// flag's sense for `packed`, which `--line-by-line` inverts).
-fn value_text(field: &str, value: &serde_json::Value) -> String {
+/// A recorded value as it would be typed: an enum flag's by `named` (the command's
+/// [`Flags::flag_value`]), a list as `a,b`, none for an absent value, and the flag's sense for
+/// `packed`, which `--line-by-line` inverts.
+fn value_text(field: &str, value: &serde_json::Value, named: FlagValue) -> String {
+    if let Some(name) = named(field, value) {
+        return name;
+    }
     match value {
         serde_json::Value::Bool(packed) if field == "packed" => (!packed).to_string(),
         serde_json::Value::String(s) => s.clone(),
         serde_json::Value::Array(items) => items
             .iter()
-            .map(|v| value_text(field, v))
+            .map(|v| value_text(field, v, named))
             .collect::<Vec<_>>()
             .join(","),
         serde_json::Value::Null => "(none)".into(),

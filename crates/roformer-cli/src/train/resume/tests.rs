@@ -22,6 +22,20 @@ fn recorded(flags: &[&str]) -> Settings<crate::train::mlm::Model, MlmDataOptions
     args.settings_over(&args.defaults())
 }
 
+/// [`merge`] with `train mlm`'s value names.
+fn merge_mlm(
+    run: &Settings<crate::train::mlm::Model, MlmDataOptions>,
+    asked: &Settings<crate::train::mlm::Model, MlmDataOptions>,
+    out: &Path,
+) -> anyhow::Result<Settings<crate::train::mlm::Model, MlmDataOptions>> {
+    merge(
+        run,
+        asked,
+        out,
+        <crate::train::mlm::Args as Flags>::flag_value,
+    )
+}
+
 fn started() -> Settings<crate::train::mlm::Model, MlmDataOptions> {
     recorded(&[
         "--corpus", "poems", "--vocab", "v", "--config", "c", "--steps", "8", "--lr", "2e-3",
@@ -40,7 +54,7 @@ fn a_resume_takes_a_flag_it_may_change_and_keeps_the_rest() {
         "--precision",
         "bf16",
     ]);
-    let merged = merge(&run, &args.settings_over(&run), Path::new("copy")).unwrap();
+    let merged = merge_mlm(&run, &args.settings_over(&run), Path::new("copy")).unwrap();
     assert_eq!(merged.train.steps, Some(16));
     assert_eq!(merged.train.save_every, 2);
     assert_eq!(merged.train.precision, Precision::Bf16);
@@ -57,8 +71,8 @@ fn a_resume_takes_a_flag_it_may_change_and_keeps_the_rest() {
 fn a_resume_refuses_another_flag_naming_it_but_takes_the_runs_value_again() {
     let run = started();
     let same = mlm(&["--resume", "--lr", "0.002", "--corpus", "poems"]);
-    assert!(merge(&run, &same.settings_over(&run), Path::new("run")).is_ok());
-    let err = merge(
+    assert!(merge_mlm(&run, &same.settings_over(&run), Path::new("run")).is_ok());
+    let err = merge_mlm(
         &run,
         &mlm(&["--resume", "--lr", "0.01"]).settings_over(&run),
         Path::new("run"),
@@ -82,13 +96,80 @@ fn a_resume_refuses_another_flag_naming_it_but_takes_the_runs_value_again() {
             "--line-by-line true cannot change on --resume: the run has --line-by-line false",
         ),
         (&["--batch", "4"], "--batch 4 cannot change"),
-        (&["--position", "alibi"], "--position Alibi cannot change"),
+        (
+            &["--position", "alibi"],
+            "--position alibi cannot change on --resume: the run has --position (none)",
+        ),
+        (
+            &["--format", "jsonl"],
+            "--format jsonl --text-field text cannot change on --resume: the run has --format \
+             auto",
+        ),
+        (
+            &["--decay", "cosine"],
+            "--decay cosine cannot change on --resume: the run has --decay linear",
+        ),
         (&["--plot", "loss.svg"], "--plot loss.svg cannot change"),
     ] {
         let asked = mlm(&[&["--resume"], flags].concat()).settings_over(&run);
-        let err = merge(&run, &asked, Path::new("run")).unwrap_err();
+        let err = merge_mlm(&run, &asked, Path::new("run")).unwrap_err();
         assert!(err.to_string().starts_with(want), "{flags:?}: {err}");
     }
+}
+
+#[test]
+fn a_refused_enum_flag_is_named_by_its_value_names_on_both_sides() {
+    // The message gives each value as the flag takes it, never serde's or Rust's name.
+    let run = recorded(&[
+        "--corpus",
+        "poems",
+        "--config",
+        "c",
+        "--vocab",
+        "v",
+        "--position",
+        "t5",
+        "--format",
+        "jsonl",
+        "--text-field",
+        "body",
+        "--decay",
+        "constant",
+        "--steps",
+        "8",
+    ]);
+    for (flags, want) in [
+        (
+            &["--position", "alibi"][..],
+            "--position alibi cannot change on --resume: the run has --position t5;",
+        ),
+        (
+            &["--format", "poetry"],
+            "--format poetry cannot change on --resume: the run has --format jsonl --text-field \
+             body;",
+        ),
+        (
+            &["--text-field", "text"],
+            "--format jsonl --text-field text cannot change on --resume: the run has --format \
+             jsonl --text-field body;",
+        ),
+        (
+            &["--decay", "cosine"],
+            "--decay cosine cannot change on --resume: the run has --decay constant;",
+        ),
+    ] {
+        let asked = mlm(&[&["--resume"], flags].concat()).settings_over(&run);
+        let err = merge_mlm(&run, &asked, Path::new("run")).unwrap_err();
+        assert!(err.to_string().starts_with(want), "{flags:?}: {err}");
+    }
+    // The library's own enums serialise as their flags' values: `bf16`, not `Bf16`.
+    let named = <crate::train::mlm::Args as Flags>::flag_value;
+    let bf16 = serde_json::to_value(TrainOptions {
+        precision: Precision::Bf16,
+        ..TrainOptions::default()
+    })
+    .unwrap();
+    assert_eq!(value_text("precision", &bf16["precision"], named), "bf16");
 }
 
 #[test]

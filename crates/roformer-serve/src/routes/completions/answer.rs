@@ -5,7 +5,7 @@
 //! `finish_reason`, then `data: [DONE]`. A failure mid-stream is sent as one
 //! `data: {"error", "error_type"}` event that ends the stream (no `[DONE]`); OpenAI's clients
 //! raise an error on an event with an `error` field. So is the end of a stream that runs past
-//! the request's [`Deadline`] (`--request-timeout-s`, counted from the request's arrival):
+//! the request's deadline (`--request-timeout-s`, counted from the request's arrival):
 //! `error_type` `Timeout`, and the generation is stopped, which frees the model for the next.
 
 use std::collections::VecDeque;

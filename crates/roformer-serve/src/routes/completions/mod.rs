@@ -8,7 +8,7 @@
 //! event stream (streams) owns the receiving end of the generator's channel, and the scheduler
 //! checks it before each step and each new token. So does a request that runs past
 //! `--request-timeout-s`: a whole answer is dropped by the timeout middleware with the handler,
-//! a stream ends itself at the request's [`Deadline`].
+//! a stream ends itself at the request's deadline (`timeout.rs`).
 
 pub mod answer;
 pub mod request;

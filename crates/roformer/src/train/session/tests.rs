@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::*;
 use crate::data::{build_vocab, read_corpus, VocabOptions};
+use crate::train::params::Trainable;
 use crate::train::run::{read_trainer_state, StepMetrics};
 use candle_core::{DType, Tensor};
 
