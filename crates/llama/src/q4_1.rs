@@ -33,9 +33,9 @@
 //!
 //! # Threads
 //!
-//! The groups of eight output rows are spread over candle's barrier pool by
-//! [`crate::groups`]; each output is computed whole by one thread, so the split never changes
-//! a bit.
+//! The groups of eight output rows are spread over candle's barrier pool by the crate's
+//! `groups` module; each output is computed whole by one thread, so the split never changes a
+//! bit.
 
 use std::fmt;
 

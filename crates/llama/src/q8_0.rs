@@ -38,8 +38,8 @@
 //! lanes, the eight sums `s_{b,l}` of two features. Up to four rows of `x` go through a group
 //! together, sharing each load of its weights and scales. The last group is padded with zero
 //! features, whose results are dropped. The groups are spread over candle's barrier pool by
-//! [`crate::groups`]; each output is computed whole by one thread, so the split never changes a
-//! bit.
+//! the crate's `groups` module; each output is computed whole by one thread, so the split never
+//! changes a bit.
 
 use std::fmt;
 
