@@ -1,5 +1,6 @@
-//! What our quantized kernels ([`crate::q4_1`], [`crate::q8_0`]) share: their tensor front end
-//! ([`forward_tensor`], [`count_rows`]) and running a product group by group: the outputs of `y = x W^T` (`[rows, n_out]`) cut
+//! What our quantized kernels ([`crate::q4_1`], [`crate::q8_0`]) share: the checks of a weight
+//! they read ([`weight_shape`], [`weight_blocks`]), their tensor front end ([`forward_tensor`],
+//! [`count_rows`]) and running a product group by group: the outputs of `y = x W^T` (`[rows, n_out]`) cut
 //! into groups of [`GROUP`] output features, each group computed whole (for every row) by one
 //! call of the kernel, on the calling thread or over candle's barrier pool.
 //!
@@ -18,6 +19,7 @@
 
 use std::sync::{Mutex, PoisonError};
 
+use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Storage, Tensor};
 
 use crate::error::{LlamaError, Result};
@@ -29,6 +31,60 @@ const PARALLEL_MIN_MACS: usize = 1 << 18;
 /// Pieces of the output per thread of the pool: the threads take them in turn, so one that
 /// starts late takes fewer.
 const PIECES_PER_THREAD: usize = 4;
+
+/// The `[n_out, k]` of a quantized weight that the kernel named `kernel` reads, whose blocks
+/// must be of type `dtype`.
+///
+/// # Errors
+/// [`LlamaError::Unsupported`] when the tensor is of another type or not two-dimensional.
+pub(crate) fn weight_shape(
+    tensor: &QTensor,
+    dtype: GgmlDType,
+    kernel: &str,
+) -> Result<(usize, usize)> {
+    if tensor.dtype() != dtype {
+        return Err(LlamaError::Unsupported(format!(
+            "the {kernel} kernel got a {:?} tensor",
+            tensor.dtype()
+        )));
+    }
+    match tensor.shape().dims() {
+        &[n_out, k] => Ok((n_out, k)),
+        dims => Err(LlamaError::Unsupported(format!(
+            "the {kernel} kernel needs a [n_out, k] weight, got shape {dims:?}"
+        ))),
+    }
+}
+
+/// The blocks per row, `k / block_values`, of an `[n_out, k]` weight given as `bytes`, blocks
+/// of `block_bytes` bytes row after row, for the kernel named `kernel`.
+///
+/// # Errors
+/// [`LlamaError::Unsupported`] when `k` is not a multiple of `block_values` or `bytes` is not
+/// `n_out * k / block_values * block_bytes` bytes long.
+pub(crate) fn weight_blocks(
+    bytes: &[u8],
+    (n_out, k): (usize, usize),
+    (block_values, block_bytes): (usize, usize),
+    kernel: &str,
+) -> Result<usize> {
+    if !k.is_multiple_of(block_values) {
+        return Err(LlamaError::Unsupported(format!(
+            "the {kernel} kernel needs rows of whole {block_values}-value blocks, got k = {k}"
+        )));
+    }
+    let blocks = k / block_values;
+    let expected = n_out
+        .checked_mul(blocks)
+        .and_then(|n| n.checked_mul(block_bytes));
+    if expected != Some(bytes.len()) {
+        return Err(LlamaError::Unsupported(format!(
+            "a [{n_out}, {k}] {kernel} weight takes {expected:?} bytes, got {}",
+            bytes.len()
+        )));
+    }
+    Ok(blocks)
+}
 
 /// `y = x W^T` for f32 `x` of shape `[..., k]` on the CPU through `matmul(x, y)` on the
 /// row-major slices; `y` has shape `[..., n_out]`. `kernel` names the kernel in messages.

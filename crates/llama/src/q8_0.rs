@@ -48,7 +48,9 @@ use candle_core::Tensor;
 use half::f16;
 
 use crate::error::{LlamaError, Result};
-use crate::groups::{count_rows, forward_tensor, product_by_groups, GROUP};
+use crate::groups::{
+    count_rows, forward_tensor, product_by_groups, weight_blocks, weight_shape, GROUP,
+};
 
 /// Values per Q8_0 block.
 pub const BLOCK_VALUES: usize = 32;
@@ -129,20 +131,7 @@ impl Q8_0Matrix {
     /// [`LlamaError::Unsupported`] when the tensor is not Q8_0, not two-dimensional, or its
     /// rows are not a whole number of 32-value blocks; candle errors reading its bytes.
     pub fn from_qtensor(tensor: &QTensor) -> Result<Self> {
-        if tensor.dtype() != GgmlDType::Q8_0 {
-            return Err(LlamaError::Unsupported(format!(
-                "the Q8_0 kernel got a {:?} tensor",
-                tensor.dtype()
-            )));
-        }
-        let (n_out, k) = match tensor.shape().dims() {
-            &[n_out, k] => (n_out, k),
-            dims => {
-                return Err(LlamaError::Unsupported(format!(
-                    "the Q8_0 kernel needs a [n_out, k] weight, got shape {dims:?}"
-                )))
-            }
-        };
+        let (n_out, k) = weight_shape(tensor, GgmlDType::Q8_0, "Q8_0")?;
         let data = tensor.data()?;
         Self::from_blocks(&data, n_out, k)
     }
@@ -154,21 +143,7 @@ impl Q8_0Matrix {
     /// [`LlamaError::Unsupported`] when `k` is not a multiple of 32 or `bytes` is not
     /// `n_out * k / 32 * 34` bytes long.
     pub fn from_blocks(bytes: &[u8], n_out: usize, k: usize) -> Result<Self> {
-        if !k.is_multiple_of(BLOCK_VALUES) {
-            return Err(LlamaError::Unsupported(format!(
-                "the Q8_0 kernel needs rows of whole 32-value blocks, got k = {k}"
-            )));
-        }
-        let blocks = k / BLOCK_VALUES;
-        let expected = n_out
-            .checked_mul(blocks)
-            .and_then(|n| n.checked_mul(BLOCK_BYTES));
-        if expected != Some(bytes.len()) {
-            return Err(LlamaError::Unsupported(format!(
-                "a [{n_out}, {k}] Q8_0 weight takes {expected:?} bytes, got {}",
-                bytes.len()
-            )));
-        }
+        let blocks = weight_blocks(bytes, (n_out, k), (BLOCK_VALUES, BLOCK_BYTES), "Q8_0")?;
         let tiles = n_out.div_ceil(GROUP) * blocks;
         // Padding features: weight 0 (stored as 128) and scale 0.
         let mut weights = vec![WeightTile([[0x80; 64]; 4]); tiles];

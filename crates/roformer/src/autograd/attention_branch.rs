@@ -22,14 +22,15 @@
 use std::ops::Range;
 use std::sync::OnceLock;
 
-use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
+use candle_core::Tensor;
 use candle_nn::Linear;
 
 use crate::autograd::attention::{AttentionCore, FusedAttention};
 use crate::autograd::dropout::KeepMask;
-use crate::autograd::prenorm::{bias_rows, norm_backward, norm_rows, Cursor, Samples};
+use crate::autograd::prenorm::{
+    bias_rows, norm_backward, norm_rows, Branch, BranchOp, Cursor, Samples,
+};
 use crate::cpu::kept::{Kept, Side};
-use crate::cpu::tensor::{f32_slice, tensor, with_f32};
 use crate::cpu::Precision;
 
 /// The parameters of the attention half: the layer norm's weight, bias and epsilon, the four
@@ -76,7 +77,7 @@ pub(crate) fn attention_branch(
         core: AttentionCore::new(spec)?,
         saved: OnceLock::new(),
     };
-    x.contiguous()?.apply_op2(&flat, op)
+    x.contiguous()?.apply_op2(&flat, BranchOp(op))
 }
 
 /// Where each parameter lies in the flat vector, and the sizes.
@@ -180,7 +181,9 @@ struct AttentionBranchOp {
     saved: OnceLock<Saved>,
 }
 
-impl AttentionBranchOp {
+impl Branch for AttentionBranchOp {
+    const NAME: &'static str = "attention-branch";
+
     fn forward(&self, x: &[f32], flat: &[f32]) -> candle_core::Result<Vec<f32>> {
         let pc = &self.pieces;
         let (t, hid) = (pc.tokens, pc.hidden);
@@ -277,42 +280,5 @@ impl AttentionBranchOp {
         grad[pc.norm_w.clone()].copy_from_slice(&dw);
         grad[pc.norm_b.clone()].copy_from_slice(&db);
         Ok((dx, grad))
-    }
-}
-
-impl CustomOp2 for AttentionBranchOp {
-    fn name(&self) -> &'static str {
-        "attention-branch"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let x = f32_slice(s1, l1, "attention branch input")?;
-        let flat = f32_slice(s2, l2, "attention branch parameters")?;
-        Ok((CpuStorage::F32(self.forward(x, flat)?), l1.shape().clone()))
-    }
-
-    fn bwd(
-        &self,
-        x: &Tensor,
-        flat: &Tensor,
-        _res: &Tensor,
-        g: &Tensor,
-    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        let what = "attention branch backward";
-        let (dx, dflat) = with_f32(x, what, |x| {
-            with_f32(flat, what, |flat| {
-                with_f32(g, what, |g| self.backward(x, flat, g))
-            })
-        })?;
-        Ok((
-            Some(tensor(dx, x.shape())?),
-            Some(tensor(dflat, flat.shape())?),
-        ))
     }
 }

@@ -26,15 +26,16 @@
 use std::ops::Range;
 use std::sync::OnceLock;
 
-use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
+use candle_core::Tensor;
 use candle_nn::Linear;
 
 use crate::autograd::dropout::KeepMask;
-use crate::autograd::prenorm::{bias_rows, norm_backward, norm_rows, Cursor, Samples};
+use crate::autograd::prenorm::{
+    bias_rows, norm_backward, norm_rows, Branch, BranchOp, Cursor, Samples,
+};
 use crate::cpu::kept::{Kept, Side};
 use crate::cpu::mat::SharedOut;
 use crate::cpu::math::gelu_erf_with_slope;
-use crate::cpu::tensor::{f32_slice, tensor, with_f32};
 use crate::cpu::Precision;
 
 /// The parameters of the MLP half: the layer norm's weight, bias and epsilon, the two dense
@@ -83,7 +84,7 @@ pub(crate) fn mlp_branch(
         precision,
         saved: OnceLock::new(),
     };
-    h.contiguous()?.apply_op2(&flat, op)
+    h.contiguous()?.apply_op2(&flat, BranchOp(op))
 }
 
 /// [`mlp_branch`] composed of candle ops (the layer norm, candle-nn's layers, the erf GELU,
@@ -193,7 +194,9 @@ struct MlpBranchOp {
     saved: OnceLock<Saved>,
 }
 
-impl MlpBranchOp {
+impl Branch for MlpBranchOp {
+    const NAME: &'static str = "mlp-branch";
+
     fn forward(&self, h: &[f32], flat: &[f32]) -> candle_core::Result<Vec<f32>> {
         let pc = &self.pieces;
         let (hid, inner) = (pc.hidden, pc.inner);
@@ -303,42 +306,5 @@ impl MlpBranchOp {
         grad[pc.norm_w.clone()].copy_from_slice(&dw);
         grad[pc.norm_b.clone()].copy_from_slice(&db);
         Ok((dh, grad))
-    }
-}
-
-impl CustomOp2 for MlpBranchOp {
-    fn name(&self) -> &'static str {
-        "mlp-branch"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let h = f32_slice(s1, l1, "mlp branch input")?;
-        let flat = f32_slice(s2, l2, "mlp branch parameters")?;
-        Ok((CpuStorage::F32(self.forward(h, flat)?), l1.shape().clone()))
-    }
-
-    fn bwd(
-        &self,
-        h: &Tensor,
-        flat: &Tensor,
-        _res: &Tensor,
-        g: &Tensor,
-    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        let what = "mlp branch backward";
-        let (dh, dflat) = with_f32(h, what, |h| {
-            with_f32(flat, what, |flat| {
-                with_f32(g, what, |g| self.backward(h, flat, g))
-            })
-        })?;
-        Ok((
-            Some(tensor(dh, h.shape())?),
-            Some(tensor(dflat, flat.shape())?),
-        ))
     }
 }

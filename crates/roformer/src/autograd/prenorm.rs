@@ -13,10 +13,12 @@
 //! sums over all rows, as partial sums of [`SUM_ROWS`] rows added in order, so the same on any
 //! thread count). Each pass is one sweep over its rows on the threads; `xn` and `dm` are made
 //! as [`Kept`] activations (with bf16 products: rounded once, into the layouts their products
-//! read).
+//! read). [`Branch`] and [`BranchOp`] make a branch's forward and backward on slices one candle op
+//! of its input and its flat parameters.
 
 use std::ops::Range;
 
+use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
 use crate::autograd::dropout::KeepMask;
@@ -25,6 +27,7 @@ use crate::cpu::mat::SharedOut;
 use crate::cpu::math::layer_norm_row;
 use crate::cpu::policy::{PASS_CHUNK, SUM_ROWS};
 use crate::cpu::rows::build_rows;
+use crate::cpu::tensor::{f32_slice, tensor, with_f32};
 use crate::cpu::Precision;
 
 /// Consecutive ranges of a flat parameter vector, handed out in order.
@@ -231,4 +234,66 @@ pub(crate) fn rows_with_sums(
         total.iter_mut().zip(p).for_each(|(s, v)| *s += v);
     }
     total
+}
+
+/// A pre-norm branch `y = x + f(x; flat)` on rows of f32, its parameters one flat vector: the
+/// forward (which keeps what its backward needs) and the backward, on plain slices.
+pub(crate) trait Branch: Send + Sync {
+    /// The op's name in candle's graph and in its messages.
+    const NAME: &'static str;
+
+    /// `y` for the input rows `x` and the parameters `flat`.
+    fn forward(&self, x: &[f32], flat: &[f32]) -> candle_core::Result<Vec<f32>>;
+
+    /// `(dx, dflat)` from the output's gradient `g`, after [`Branch::forward`].
+    fn backward(
+        &self,
+        x: &[f32],
+        flat: &[f32],
+        g: &[f32],
+    ) -> candle_core::Result<(Vec<f32>, Vec<f32>)>;
+}
+
+/// A [`Branch`] as one candle op of `(x, flat)`, contiguous f32 CPU tensors: `y` has `x`'s
+/// shape, the gradients are `dx` and `dflat`.
+pub(crate) struct BranchOp<B>(pub(crate) B);
+
+impl<B: Branch> CustomOp2 for BranchOp<B> {
+    fn name(&self) -> &'static str {
+        B::NAME
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let x = f32_slice(s1, l1, B::NAME)?;
+        let flat = f32_slice(s2, l2, B::NAME)?;
+        Ok((
+            CpuStorage::F32(self.0.forward(x, flat)?),
+            l1.shape().clone(),
+        ))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        flat: &Tensor,
+        _res: &Tensor,
+        g: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let what = B::NAME;
+        let (dx, dflat) = with_f32(x, what, |x| {
+            with_f32(flat, what, |flat| {
+                with_f32(g, what, |g| self.0.backward(x, flat, g))
+            })
+        })?;
+        Ok((
+            Some(tensor(dx, x.shape())?),
+            Some(tensor(dflat, flat.shape())?),
+        ))
+    }
 }
