@@ -82,11 +82,12 @@ def test_from_pretrained_loads_the_builtin_directory() -> None:
     assert model.fill_mask("床前明月[MASK]", top_k=1)[0]["token_str"]
 
 
-def _fixture_with_vocab(case: str, tmp_path: Path) -> Path:
-    """A transformers fixture directory with a vocabulary of its size (the fixtures have none)."""
+def _fixture_with_vocab(case: str, tmp_path: Path, words: int | None = None) -> Path:
+    """A transformers fixture directory with a vocabulary (the fixtures have none) of `words`
+    entries, by default the model's size."""
     target = tmp_path / case
     shutil.copytree(MODEL_FIXTURES / case, target)
-    size = json.loads((target / "config.json").read_text())["vocab_size"]
+    size = words or json.loads((target / "config.json").read_text())["vocab_size"]
     special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     words = special + [f"w{i}" for i in range(size - len(special))]
     (target / "vocab.txt").write_text("\n".join(words) + "\n")
@@ -103,6 +104,21 @@ def test_forward_matches_transformers_on_the_committed_fixture(tmp_path: Path) -
     )
     np.testing.assert_allclose(out["last_hidden_state"], ref["last_hidden_state"], atol=1e-4)
     np.testing.assert_allclose(out["logits"], ref["logits"], atol=1e-4)
+
+
+def test_fill_mask_names_no_token_past_the_vocabulary(tmp_path: Path) -> None:
+    """A vocab.txt shorter than the model's vocabulary: candidates whose id has no entry come
+    back with their id and score and ``None`` as token and sequence, never an invented text."""
+    model = Model.from_pretrained(_fixture_with_vocab("mlm_gelu", tmp_path, words=8))
+    size = json.loads((tmp_path / "mlm_gelu" / "config.json").read_text())["vocab_size"]
+    found = model.fill_mask("[MASK]", top_k=size)
+    assert len(found) == size
+    assert abs(sum(c["score"] for c in found) - 1.0) < 1e-4
+    for c in found:
+        if c["token"] < 8:
+            assert isinstance(c["token_str"], str) and isinstance(c["sequence"], str)
+        else:
+            assert c["token_str"] is None and c["sequence"] is None
 
 
 def test_a_model_without_head_refuses_fill_mask(tmp_path: Path) -> None:

@@ -93,7 +93,8 @@ class Model:
     def fill_mask(self, text: str, top_k: int = 5) -> list[dict[str, Any]] | list[list[dict[str, Any]]]:
         """The ``top_k`` most likely tokens behind each ``[MASK]`` of ``text``: a list of
         ``{"score", "token", "token_str", "sequence"}``, or one such list per mask when there
-        are several (transformers' fill-mask pipeline)."""
+        are several (transformers' fill-mask pipeline). A token id past the checkpoint's
+        ``vocab.txt`` gives ``None`` as ``token_str`` and ``sequence``."""
         masks = [
             [
                 {"score": score, "token": token, "token_str": token_str, "sequence": sequence}
