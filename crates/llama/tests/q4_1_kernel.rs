@@ -7,29 +7,10 @@ use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 use half::f16;
 use llama::q4_1::{Isa, Q4_1Matrix};
-use llama::LlamaError;
 
-/// SplitMix64: a small deterministic generator, so the cases do not depend on `rand`'s API.
-struct Rng(u64);
+mod kernel_support;
 
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[-1, 1)`.
-    fn unit(&mut self) -> f32 {
-        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-}
+use kernel_support::{bits, refuses_what_does_not_fit, Kernel, Rng};
 
 /// `rows x cols` values of varied magnitudes: each row on its own scale (1e-4 to 1e4), some
 /// rows all zero, some constant, some with one outlier, some blocks all zero.
@@ -69,12 +50,6 @@ fn weight(rng: &mut Rng, n_out: usize, k: usize) -> QTensor {
     let values = varied(rng, n_out, k);
     let w = Tensor::from_vec(values, (n_out, k), &Device::Cpu).unwrap();
     QTensor::quantize(&w, GgmlDType::Q4_1).unwrap()
-}
-
-fn bits(rows: Vec<Vec<f32>>) -> Vec<Vec<u32>> {
-    rows.into_iter()
-        .map(|row| row.into_iter().map(f32::to_bits).collect())
-        .collect()
 }
 
 /// The instruction sets to check: all this CPU has (the scalar one always).
@@ -269,54 +244,15 @@ fn empty_inputs_give_empty_outputs() {
 fn errors() {
     let mut rng = Rng(0x5EED_0006);
     let w = Tensor::from_vec(varied(&mut rng, 4, 64), (4, 64), &Device::Cpu).unwrap();
-    // Not Q4_1.
-    for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::F32] {
-        let q = QTensor::quantize(&w, dtype).unwrap();
-        let err = Q4_1Matrix::from_qtensor(&q).unwrap_err();
-        assert!(
-            matches!(err, LlamaError::Unsupported(_)),
-            "{dtype:?}: {err}"
-        );
-    }
-    // Not two-dimensional.
-    let w3 = w.reshape((2, 2, 64)).unwrap();
-    let q3 = QTensor::quantize(&w3, GgmlDType::Q4_1).unwrap();
-    assert!(matches!(
-        Q4_1Matrix::from_qtensor(&q3),
-        Err(LlamaError::Unsupported(_))
-    ));
-    // Raw blocks: k not a multiple of 32, or the wrong byte count.
-    let q = QTensor::quantize(&w, GgmlDType::Q4_1).unwrap();
-    let bytes = q.data().unwrap();
-    assert!(Q4_1Matrix::from_blocks(&bytes, 4, 64).is_ok());
-    for (n_out, k) in [(4, 48), (4, 65), (3, 64), (4, 96), (5, 64)] {
-        let err = Q4_1Matrix::from_blocks(&bytes, n_out, k).unwrap_err();
-        assert!(
-            matches!(err, LlamaError::Unsupported(_)),
-            "[{n_out}, {k}]: {err}"
-        );
-    }
-    // Inputs of the wrong width, dtype or rank.
-    let ours = Q4_1Matrix::from_qtensor(&q).unwrap();
-    let cases = [
-        Tensor::zeros((2, 32), DType::F32, &Device::Cpu).unwrap(),
-        Tensor::zeros((2, 96), DType::F32, &Device::Cpu).unwrap(),
-        Tensor::zeros((2, 64), DType::F64, &Device::Cpu).unwrap(),
-        Tensor::new(1f32, &Device::Cpu).unwrap(),
-    ];
-    for x in cases {
-        let err = ours.forward(&x).unwrap_err();
-        assert!(
-            matches!(err, LlamaError::Request(_)),
-            "{:?}: {err}",
-            x.shape()
-        );
-    }
-    // Slices of the wrong lengths.
-    let mut out = vec![0f32; 8];
-    assert!(ours.matmul(&[0.0; 100], &mut out).is_err());
-    assert!(ours.matmul(&[0.0; 128], &mut out[..7]).is_err());
-    assert!(ours.matmul(&[0.0; 128], &mut out).is_ok());
+    let kernel = Kernel {
+        dtype: GgmlDType::Q4_1,
+        others: [GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::F32],
+        from_qtensor: Q4_1Matrix::from_qtensor,
+        from_blocks: Q4_1Matrix::from_blocks,
+        forward: Q4_1Matrix::forward,
+        matmul: Q4_1Matrix::matmul,
+    };
+    refuses_what_does_not_fit(&kernel, &w);
 }
 
 /// Blocks of 32 values that stress the Q8_1 rounding: halves (ties go away from zero), values
