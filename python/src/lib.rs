@@ -25,5 +25,14 @@ fn _roformer_rs(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(half_rotation::apply_rotary_pos_emb, m)?)?;
     m.add_function(wrap_pyfunction!(half_rotation::apply_rotary_pos_emb_, m)?)?;
     m.add_function(wrap_pyfunction!(train::train_mlm, m)?)?;
+    m.add_function(wrap_pyfunction!(bf16_products_on_openmp, m)?)?;
     Ok(())
+}
+
+/// Whether this process's bf16 products will run on oneDNN's OpenMP threads
+/// (`roformer::bf16_products_on_openmp`); the package sets `OMP_WAIT_POLICY=passive` at import
+/// when so.
+#[pyfunction]
+fn bf16_products_on_openmp() -> bool {
+    roformer::bf16_products_on_openmp()
 }

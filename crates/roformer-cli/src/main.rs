@@ -189,17 +189,13 @@ fn fix_thread_count() {
     }
 }
 
-/// Lets oneDNN's OpenMP threads sleep as soon as a product ends (`OMP_WAIT_POLICY=passive`),
-/// where oneDNN runs the bf16 products (`roformer::measure::bf16_kernels`). By default
-/// libgomp's idle threads spin for a while after each parallel region, on the cores that
-/// rayon's threads then want for the norms, softmax and packing between the products: with
-/// oneDNN on request, a DINOv3 ViT-S/16 forward at batch 8 took 1.0 CPU seconds spinning and
-/// 0.58 passive, as much as with our kernel (`bench vision --precision bf16`, 2 threads, AMD
-/// EPYC Zen 4, a loaded machine). libgomp reads the variable when oneDNN is first opened; a
-/// value already set is kept.
+/// Lets oneDNN's OpenMP threads sleep as soon as a product ends (`OMP_WAIT_POLICY=passive`)
+/// where the bf16 products run on them (`roformer::bf16_products_on_openmp`, whose doc gives
+/// the measurement). libgomp reads the variable when oneDNN is first opened; a value already
+/// set is kept.
 fn idle_openmp_threads_sleep() {
     // Called in `main` before any other thread exists, like `fix_thread_count`.
-    if std::env::var_os("OMP_WAIT_POLICY").is_none() {
+    if roformer::bf16_products_on_openmp() && std::env::var_os("OMP_WAIT_POLICY").is_none() {
         std::env::set_var("OMP_WAIT_POLICY", "passive");
     }
 }

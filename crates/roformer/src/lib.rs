@@ -137,3 +137,16 @@ pub use tasks::{
 };
 pub use tokenizer::{Encoding, RoFormerTokenizer, TokenizerError};
 pub use weights::{Checkpoint, Format, Loaded};
+
+/// Whether this process asks for oneDNN's bf16 products, which run on its OpenMP threads: on
+/// a CPU with AMX-BF16, or with `ROFORMER_ONEDNN=1` (`ROFORMER_ONEDNN=0` turns it off). It
+/// reads the variable and the CPU only; nothing is opened.
+///
+/// A program that gets `true` should set `OMP_WAIT_POLICY=passive` before its first bf16
+/// product, as the `roformer` binary and the Python package do: libgomp reads it when oneDNN
+/// opens, and by default its idle threads spin after each product on the cores that rayon's
+/// threads want for the work between the products (a DINOv3 ViT-S/16 forward at batch 8 took
+/// 1.0 CPU seconds spinning and 0.58 passive; BENCHMARKS.md, "oneDNN").
+pub fn bf16_products_on_openmp() -> bool {
+    cpu::bf16::onednn::requested()
+}

@@ -145,3 +145,4 @@ def train_mlm(
     or Ctrl-C, stops the run at the next micro-batch with the last completed step saved, then
     propagates. Returns ``{"outcome": "finished" | "stopped", "steps", "last_eval"}``."""
 
+def bf16_products_on_openmp() -> bool: ...

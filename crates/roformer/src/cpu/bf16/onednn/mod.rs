@@ -93,12 +93,26 @@ pub(crate) fn version() -> Result<&'static str, &'static str> {
 /// (AMD Zen 4), oneDNN's `vdpbf16ps` kernel measured level with ours product by product
 /// (BENCHMARKS.md, "oneDNN"), so ours, which needs nothing installed, stays the default.
 pub(crate) fn chosen() -> bool {
-    let wanted = match std::env::var("ROFORMER_ONEDNN").as_deref() {
-        Ok("1") => true,
-        Ok("0") => false,
-        _ => has_amx_bf16(),
-    };
-    wanted && version().is_ok()
+    requested() && version().is_ok()
+}
+
+/// Whether this process asks for oneDNN's bf16 products: `ROFORMER_ONEDNN` and the CPU as
+/// [`chosen`] reads them, without opening the library (so before its OpenMP runtime starts).
+pub(crate) fn requested() -> bool {
+    requested_by(
+        std::env::var("ROFORMER_ONEDNN").ok().as_deref(),
+        has_amx_bf16(),
+    )
+}
+
+/// The rule of [`requested`]: `"1"` yes, `"0"` no, anything else (or unset) where the CPU has
+/// AMX-BF16.
+fn requested_by(setting: Option<&str>, amx_bf16: bool) -> bool {
+    match setting {
+        Some("1") => true,
+        Some("0") => false,
+        _ => amx_bf16,
+    }
 }
 
 /// Whether the CPU reports AMX-BF16 (CPUID leaf 7, sub-leaf 0, EDX bit 22).
@@ -461,5 +475,20 @@ fn make_primitive(lib: &'static Library, shape: Shape) -> Option<Primitive> {
             dst,
             scratch,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::requested_by;
+
+    #[test]
+    fn the_setting_wins_over_the_cpu_and_amx_decides_otherwise() {
+        for amx in [false, true] {
+            assert!(requested_by(Some("1"), amx));
+            assert!(!requested_by(Some("0"), amx));
+            assert_eq!(requested_by(None, amx), amx);
+            assert_eq!(requested_by(Some("yes"), amx), amx);
+        }
     }
 }
