@@ -4,12 +4,12 @@
 use std::io::{Read, Seek, SeekFrom};
 use std::path::PathBuf;
 
+use test_support::Scratch;
+
 use super::*;
 
-/// A fresh file of `bytes` under the system's temporary directory, named for `test`.
-fn file_of(test: &str, bytes: &[u8]) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("file-source-{}-{test}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+/// `dir/data.bin` holding `bytes`.
+fn file_of(dir: &Scratch, bytes: &[u8]) -> PathBuf {
     let path = dir.join("data.bin");
     std::fs::write(&path, bytes).unwrap();
     path
@@ -18,7 +18,8 @@ fn file_of(test: &str, bytes: &[u8]) -> PathBuf {
 #[test]
 fn buffers_and_files_read_the_same_bytes_and_refuse_ranges_past_the_end() {
     let bytes: Vec<u8> = (0..=255).collect();
-    let path = file_of("same", &bytes);
+    let dir = Scratch::new("file-source", "same");
+    let path = file_of(&dir, &bytes);
     let sources = [
         Source::Owned(bytes.clone()),
         Source::open(&path, "a test file").unwrap(),
@@ -52,7 +53,8 @@ fn buffers_and_files_read_the_same_bytes_and_refuse_ranges_past_the_end() {
 
 #[test]
 fn a_file_that_shrinks_gives_a_short_read_and_is_reported_changed() {
-    let path = file_of("shrinks", &[7u8; 1000]);
+    let dir = Scratch::new("file-source", "shrinks");
+    let path = file_of(&dir, &[7u8; 1000]);
     let source = Source::open(&path, "a test file").unwrap();
     std::fs::OpenOptions::new()
         .write(true)
@@ -75,7 +77,8 @@ fn a_file_that_shrinks_gives_a_short_read_and_is_reported_changed() {
 
 #[test]
 fn a_file_that_grows_is_reported_changed() {
-    let path = file_of("grows", &[1u8; 10]);
+    let dir = Scratch::new("file-source", "grows");
+    let path = file_of(&dir, &[1u8; 10]);
     let source = Source::open(&path, "a test file").unwrap();
     std::fs::write(&path, [2u8; 20]).unwrap();
     let what = source.changed().unwrap();
@@ -84,7 +87,7 @@ fn a_file_that_grows_is_reported_changed() {
 
 #[test]
 fn directories_are_refused_by_name() {
-    let dir = file_of("dir", b"").parent().unwrap().to_path_buf();
+    let dir = Scratch::new("file-source", "dir");
     let err = Source::open(&dir, "a GGUF file").unwrap_err();
     assert!(
         err.to_string().contains("not a regular file") && err.to_string().contains("a GGUF file"),

@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -16,6 +16,7 @@ use common::{
 use llama::generate::{generate, Sampling};
 use llama::gguf::GgufFile;
 use llama::{Llama, LlamaError, LoadOptions, Tokenizer};
+use test_support::Scratch;
 
 fn options(dequantize: bool) -> LoadOptions {
     LoadOptions {
@@ -38,11 +39,8 @@ fn with_value(mut weights: TinyWeights, name: &str, index: usize, value: f32) ->
     weights
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("llama-checks-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn scratch(name: &str) -> Scratch {
+    Scratch::new("llama-checks", name)
 }
 
 #[test]
@@ -238,7 +236,7 @@ fn a_fifo_or_directory_is_refused_without_waiting() {
         .status()
         .unwrap();
     assert!(made.success());
-    for path in [fifo, dir.clone()] {
+    for path in [fifo, dir.to_path_buf()] {
         let shown = path.display().to_string();
         let err = within_20s(move || GgufFile::open(&path).map(|_| ()).unwrap_err());
         let msg = err.to_string();
@@ -264,7 +262,8 @@ fn big_file(path: &Path, mib: usize) {
 
 #[test]
 fn a_file_truncated_after_opening_is_an_error() {
-    let path = scratch("truncated").join("big.gguf");
+    let dir = scratch("truncated");
+    let path = dir.join("big.gguf");
     big_file(&path, 4);
     let file = GgufFile::open(&path).unwrap();
     let len = std::fs::metadata(&path).unwrap().len();
@@ -288,7 +287,8 @@ fn a_file_truncated_after_opening_is_an_error() {
 #[test]
 fn truncation_during_a_load_is_a_clean_error_or_a_correct_load() {
     // With a memory map, this killed the process with SIGBUS.
-    let path = scratch("race").join("big.gguf");
+    let dir = scratch("race");
+    let path = dir.join("big.gguf");
     let mut outcomes = (0, 0);
     for round in 0..6 {
         big_file(&path, 48);
@@ -329,7 +329,8 @@ fn a_header_longer_than_the_first_read_is_read_whole() {
     let mut g = Gguf::default();
     g.meta("tokenizer.ggml.tokens", v_strings(&refs));
     g.f32_tensor("w", &[4], &[1.0, 2.0, 3.0, 4.0]);
-    let path = scratch("long-header").join("long.gguf");
+    let dir = scratch("long-header");
+    let path = dir.join("long.gguf");
     std::fs::write(&path, g.bytes()).unwrap();
     let file = GgufFile::open(&path).unwrap();
     let read = file

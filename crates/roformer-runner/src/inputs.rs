@@ -108,13 +108,10 @@ pub fn refuse_output_among_inputs(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use test_support::Scratch;
 
-    fn scratch(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("roformer-inputs-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+    fn scratch(name: &str) -> Scratch {
+        Scratch::new("roformer-inputs", name)
     }
 
     #[test]

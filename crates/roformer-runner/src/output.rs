@@ -144,13 +144,10 @@ pub use crate::outln;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use test_support::Scratch;
 
-    fn scratch(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("roformer-cli-output-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+    fn scratch(name: &str) -> Scratch {
+        Scratch::new("roformer-cli-output", name)
     }
 
     #[test]

@@ -15,6 +15,7 @@ use candle_core::{DType, Device, Tensor};
 use roformer::{
     Checkpoint, ModelDir, ModelError, Precision, RoFormerForMaskedLM, RoFormerModel, WeightProblem,
 };
+use test_support::Scratch;
 
 fn fixture(case: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -24,16 +25,10 @@ fn fixture(case: &str) -> PathBuf {
 
 /// A fresh scratch directory, unique to this call: tests run in parallel threads of one
 /// process, and two of them asking for the same name must not remove each other's files.
-fn scratch(name: &str) -> PathBuf {
+fn scratch(name: &str) -> Scratch {
     static CALLS: AtomicUsize = AtomicUsize::new(0);
     let call = CALLS.fetch_add(1, Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!(
-        "roformer-loader-{}-{call}-{name}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch::new("roformer-loader", &format!("{call}-{name}"))
 }
 
 /// The tensors of the `mlm_gelu` fixture (hidden 32, vocab 97).
@@ -43,7 +38,7 @@ fn mlm_tensors() -> HashMap<String, Tensor> {
 }
 
 /// A model directory with `mlm_gelu`'s config and `file` holding `bytes`.
-fn model_dir(name: &str, file: &str, bytes: &[u8]) -> PathBuf {
+fn model_dir(name: &str, file: &str, bytes: &[u8]) -> Scratch {
     let dir = scratch(name);
     std::fs::copy(
         fixture("mlm_gelu").join("config.json"),
@@ -56,7 +51,8 @@ fn model_dir(name: &str, file: &str, bytes: &[u8]) -> PathBuf {
 
 /// `tensors` as a safetensors file's bytes.
 fn safetensors_bytes(tensors: &HashMap<String, Tensor>) -> Vec<u8> {
-    let path = scratch("st").join("model.safetensors");
+    let dir = scratch("st");
+    let path = dir.join("model.safetensors");
     candle_core::safetensors::save(tensors, &path).unwrap();
     std::fs::read(path).unwrap()
 }
@@ -213,7 +209,8 @@ fn mlm_pth(edit: impl Fn(&str, &Tensor, &mut PthTensor, &mut Vec<u8>)) -> Vec<u8
 }
 
 fn corrupt_reason(bytes: &[u8], name: &str) -> String {
-    let path = scratch(name).join("pytorch_model.bin");
+    let dir = scratch(name);
+    let path = dir.join("pytorch_model.bin");
     std::fs::write(&path, bytes).unwrap();
     match Checkpoint::open(&path) {
         Err(ModelError::CorruptCheckpoint { reason, .. }) => reason,
@@ -361,7 +358,8 @@ fn storages_shorter_than_their_tensors_are_refused() {
         stride: vec![1 << 40, 1],
         ..PthTensor::contiguous("huge", "0", &[1])
     };
-    let path = scratch("huge").join("pytorch_model.bin");
+    let dir = scratch("huge");
+    let path = dir.join("pytorch_model.bin");
     std::fs::write(&path, pth_bytes(&[huge], vec![("0".into(), vec![0; 4])])).unwrap();
     let c = Checkpoint::open(&path).unwrap();
     let err = c.read("huge", DType::F32, &Device::Cpu).unwrap_err();
@@ -526,7 +524,8 @@ fn weights_that_overflow_the_requested_dtype_are_refused() {
 #[cfg(unix)]
 #[test]
 fn a_fifo_is_refused_without_waiting() {
-    let fifo = scratch("fifo").join("model.safetensors");
+    let dir = scratch("fifo");
+    let fifo = dir.join("model.safetensors");
     let made = std::process::Command::new("mkfifo")
         .arg(&fifo)
         .status()
@@ -586,21 +585,20 @@ fn a_checkpoint_truncated_after_opening_is_a_file_changed_error() {
         file.set_len(len / 2).unwrap();
         assert_file_changed(load_all(&c).unwrap_err(), &path, "came back short");
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// A file rewritten in place after it was opened (same size, so every read succeeds) may mix
 /// old and new bytes: its modification time gives it away when the load ends.
 #[test]
 fn a_checkpoint_rewritten_after_opening_is_a_file_changed_error() {
-    let path = scratch("rewritten").join("model.safetensors");
+    let dir = scratch("rewritten");
+    let path = dir.join("model.safetensors");
     big_safetensors(&path, 2);
     let c = Checkpoint::open(&path).unwrap();
     let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
     let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
     file.set_modified(an_hour_ago).unwrap();
     assert_file_changed(load_all(&c).unwrap_err(), &path, "modification time");
-    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
 
 /// With a memory map this killed the process with SIGBUS: a concurrent writer truncates a
@@ -609,7 +607,8 @@ fn a_checkpoint_rewritten_after_opening_is_a_file_changed_error() {
 /// rest of the assertion.
 #[test]
 fn truncation_during_a_load_is_a_clean_error_or_a_correct_load() {
-    let path = scratch("race").join("model.safetensors");
+    let dir = scratch("race");
+    let path = dir.join("model.safetensors");
     let (mut loaded, mut changed) = (0, 0);
     for delay_ms in [0, 1, 2, 5, 10, 20, 40] {
         big_safetensors(&path, 48);
@@ -640,5 +639,4 @@ fn truncation_during_a_load_is_a_clean_error_or_a_correct_load() {
         truncate.join().unwrap();
     }
     eprintln!("{loaded} loads finished first, {changed} were cut short");
-    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }

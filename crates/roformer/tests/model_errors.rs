@@ -8,6 +8,7 @@ use roformer::{
     Checkpoint, ModelDir, ModelError, Precision, RoFormerConfig, RoFormerForMaskedLM,
     RoFormerModel, RoFormerTokenizer, WeightProblem, WeightProblems,
 };
+use test_support::Scratch;
 
 fn fixture(case: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -16,11 +17,8 @@ fn fixture(case: &str) -> PathBuf {
 }
 
 /// A fresh scratch directory for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("roformer-errors-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn scratch(name: &str) -> Scratch {
+    Scratch::new("roformer-errors", name)
 }
 
 /// A copy of fixture `case`'s config in a scratch directory, with `edit` applied to its JSON.
@@ -269,7 +267,7 @@ fn bad_inputs_are_input_errors() {
 
 /// The fixture `mlm_gelu` with its config edited: the checkpoint (two layers of width 32)
 /// cannot back what the config claims.
-fn claiming(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
+fn claiming(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> Scratch {
     let dir = scratch(name);
     copy_config("mlm_gelu", &dir, edit);
     std::fs::copy(

@@ -1,6 +1,7 @@
-//! Comparison helpers shared by the tests of every crate in the workspace: the largest absolute
+//! Helpers shared by the tests of every crate in the workspace: the largest absolute
 //! difference between two equally laid out sets of numbers (tensors, slices, tables, JSON
-//! documents), and the largest magnitude, for tolerances relative to the data.
+//! documents), and the largest magnitude, for tolerances relative to the data; and a test's
+//! own temporary directory, removed when the test ends ([`Scratch`]).
 //!
 //! A dev-dependency only; it depends on no crate of the workspace, so any of them can use it.
 //!
@@ -15,6 +16,10 @@
 //! assert!(!(max_abs_diff(&[f32::NAN][..], &[0.0][..]) <= 1.0));
 //! ```
 #![warn(missing_docs)]
+
+mod scratch;
+
+pub use scratch::Scratch;
 
 use candle_core::{DType, Tensor};
 use serde_json::Value;

@@ -6,16 +6,14 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::common::{roformer, roformer_ok};
+use test_support::Scratch;
 
 fn poetry() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../roformer/tests/fixtures/poetry")
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("roformer-exp-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn scratch(name: &str) -> Scratch {
+    Scratch::new("roformer-exp", name)
 }
 
 fn read_json(path: &Path) -> Value {

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+use test_support::Scratch;
 
 use crate::common::{roformer, roformer_ok};
 
@@ -14,13 +15,10 @@ fn subset() -> String {
     dir.display().to_string()
 }
 
-/// A scratch directory holding a small settings file: the committed one with a smaller model
-/// and a few steps.
-fn settings(name: &str, arms: &[&str]) -> (PathBuf, PathBuf) {
-    let dir =
-        std::env::temp_dir().join(format!("roformer-expvision-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+/// A scratch directory holding a small settings file (the committed one with a smaller model
+/// and a few steps), that file, and the run's output directory inside it.
+fn settings(name: &str, arms: &[&str]) -> (Scratch, PathBuf, PathBuf) {
+    let dir = Scratch::new("roformer-expvision", name);
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let committed = root.join("experiments/vision/settings.json");
     let mut plan: Value =
@@ -44,7 +42,8 @@ fn settings(name: &str, arms: &[&str]) -> (PathBuf, PathBuf) {
     }
     let path = dir.join("settings.json");
     std::fs::write(&path, plan.to_string()).unwrap();
-    (path, dir.join("out"))
+    let out = dir.join("out");
+    (dir, path, out)
 }
 
 /// `experiment vision` on the subset with the settings file `settings`, into `out`.
@@ -75,7 +74,7 @@ fn stderr(out: &std::process::Output) -> String {
 
 #[test]
 fn the_vision_experiment_trains_tests_measures_and_reports_then_reuses_its_runs() {
-    let (config, out) = settings("full", &["rope_axial", "rope_flat", "absolute"]);
+    let (_dir, config, out) = settings("full", &["rope_axial", "rope_flat", "absolute"]);
     let args = command(&config, &out);
     let first = roformer_ok(&args);
     // 3 arms x 2 rates in the sweep, then seed 1 of each at its best rate (seed 0 reused).
@@ -212,7 +211,7 @@ fn the_vision_experiment_trains_tests_measures_and_reports_then_reuses_its_runs(
 
 #[test]
 fn bad_settings_are_refused_before_any_run() {
-    let (config, out) = settings("bad", &["rope_axial", "rope_axial"]);
+    let (_dir, config, out) = settings("bad", &["rope_axial", "rope_axial"]);
     let args = command(&config, &out);
     let refused = roformer(&args);
     assert!(!refused.status.success());

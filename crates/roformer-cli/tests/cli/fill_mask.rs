@@ -11,25 +11,20 @@ use std::path::{Path, PathBuf};
 use candle_core::{Device, Tensor};
 
 use crate::common::roformer;
+use test_support::Scratch;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../roformer/tests/fixtures")
 }
 
 /// A fresh scratch directory for test `name`.
-pub(crate) fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "roformer-cli-fill-embed-{}-{name}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+pub(crate) fn scratch(name: &str) -> Scratch {
+    Scratch::new("roformer-cli-fill-embed", name)
 }
 
 /// A model directory `name`: config and checkpoint of the fixture `case`, and a vocab.txt of
 /// as many lines as its config's vocab_size, taken from the tokenizer fixture.
-pub(crate) fn model_dir(case: &str, name: &str) -> PathBuf {
+pub(crate) fn model_dir(case: &str, name: &str) -> Scratch {
     let dir = scratch(name);
     let src = fixtures().join("model").join(case);
     std::fs::copy(src.join("config.json"), dir.join("config.json")).unwrap();

@@ -8,6 +8,7 @@ use candle_core::{DType, Device, Tensor};
 use test_support::max_abs_diff;
 
 use crate::common::roformer;
+use test_support::Scratch;
 
 fn fixture(case: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -15,14 +16,8 @@ fn fixture(case: &str) -> PathBuf {
         .join(case)
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "roformer-cli-forward-{}-{name}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn scratch(name: &str) -> Scratch {
+    Scratch::new("roformer-cli-forward", name)
 }
 
 fn rows(t: &Tensor) -> serde_json::Value {
@@ -266,7 +261,7 @@ fn errors_carry_no_backtrace_under_rust_backtrace() {
 
 /// A model directory holding `mlm_gelu`'s checkpoint and its config edited by `edit` (apart
 /// from the scratch directory `failure` makes for the run of the same name).
-fn model_claiming(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
+fn model_claiming(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> Scratch {
     let dir = scratch(&format!("{name}-model"));
     let text = std::fs::read_to_string(fixture("mlm_gelu").join("config.json")).unwrap();
     let mut config: serde_json::Value = serde_json::from_str(&text).unwrap();

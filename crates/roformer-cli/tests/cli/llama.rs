@@ -2,11 +2,12 @@
 //! GGUF model of crates/llama/tests/fixtures/tiny-llama (written by gguf-py, with
 //! transformers' outputs beside it, from scripts/make_tiny_llama.py), and their errors.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use candle_core::Device;
 
 use crate::common::{assert_each_fails, roformer, roformer_ok};
+use test_support::Scratch;
 
 fn fixture(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -20,12 +21,8 @@ fn expected() -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(fixture("expected.json")).unwrap()).unwrap()
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("roformer-cli-llama-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn scratch(name: &str) -> Scratch {
+    Scratch::new("roformer-cli-llama", name)
 }
 
 #[test]

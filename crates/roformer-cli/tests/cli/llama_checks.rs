@@ -13,19 +13,14 @@ use std::time::{Duration, Instant};
 use llama::gguf::GgufFile;
 
 use crate::common::{roformer, run_while_truncating};
+use test_support::Scratch;
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../llama/tests/fixtures/tiny-llama/tiny.gguf")
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "roformer-cli-llama-checks-{}-{name}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn scratch(name: &str) -> Scratch {
+    Scratch::new("roformer-cli-llama-checks", name)
 }
 
 /// Writes the fixture, changed by `edit`, to `DIR/name.gguf`.

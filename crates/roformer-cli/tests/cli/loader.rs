@@ -75,7 +75,8 @@ fn a_nan_weight_is_refused_by_name() {
         query.into(),
         Tensor::from_vec(values, (32, 32), &Device::Cpu).unwrap(),
     );
-    let path = scratch("loader-nan-src").join("model.safetensors");
+    let dir = scratch("loader-nan-src");
+    let path = dir.join("model.safetensors");
     candle_core::safetensors::save(&tensors, &path).unwrap();
     let out = forward_with("nan", "model.safetensors", &std::fs::read(path).unwrap());
     assert_fails_saying(&out, &format!("tensor {query} holds NaN at flat index 7"));
@@ -131,5 +132,4 @@ fn a_checkpoint_truncated_during_the_load_is_a_clean_error_never_a_signal() {
         }
     }
     eprintln!("{changed} of 6 loads were cut short during the tensor reads");
-    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -3,17 +3,16 @@
 //! and eval fail naming where, forward warns (its file keeps the raw values), and no JSON says
 //! `null` for a number.
 
-use std::collections::HashMap;
-use std::path::PathBuf;
-
 use candle_core::{Device, Tensor};
+use std::collections::HashMap;
+use test_support::Scratch;
 
 use crate::common::roformer;
 use crate::fill_mask::{fails, model_dir, scratch};
 
 /// The `mlm_gelu` model directory `name` with every weight of layer 1's output dense set to
 /// 3e38.
-fn huge_model(name: &str) -> PathBuf {
+fn huge_model(name: &str) -> Scratch {
     let dir = model_dir("mlm_gelu", name);
     let path = dir.join("model.safetensors");
     let mut tensors: HashMap<String, Tensor> =

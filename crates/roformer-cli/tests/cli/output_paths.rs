@@ -9,10 +9,12 @@ use std::time::{Duration, Instant};
 
 use candle_core::Device;
 
+use test_support::Scratch;
+
 use crate::fill_mask::{model_dir, ok, scratch};
 
 /// A model directory and an input file for `forward`, in scratch directory `name`.
-fn forward_setup(name: &str) -> (PathBuf, PathBuf, PathBuf) {
+fn forward_setup(name: &str) -> (Scratch, PathBuf, Scratch) {
     let model = model_dir("mlm_gelu", &format!("{name}-model"));
     let dir = scratch(name);
     let input = dir.join("input.json");

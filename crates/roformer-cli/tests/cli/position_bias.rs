@@ -58,7 +58,6 @@ fn trains(position: &str) {
     ]);
     let v: Value = serde_json::from_slice(&filled.stdout).unwrap();
     assert_eq!(v["masks"][0]["predictions"].as_array().unwrap().len(), 5);
-    std::fs::remove_dir_all(&t.dir).unwrap();
 }
 
 #[test]

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use serde_json::Value;
+use test_support::Scratch;
 
 use crate::common::roformer;
 
@@ -87,8 +88,7 @@ fn plain_output_is_ids_per_line_and_max_length_cuts() {
 
 #[test]
 fn bad_checkpoints_fail_with_a_clear_message() {
-    let dir = std::env::temp_dir().join(format!("roformer-cli-tokenize-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("roformer-cli-tokenize", "bad-checkpoints");
     let d = dir.to_str().unwrap();
 
     let missing = dir.join("absent");
@@ -109,6 +109,4 @@ fn bad_checkpoints_fail_with_a_clear_message() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("max_length 1"), "{err}");
-
-    std::fs::remove_dir_all(&dir).unwrap();
 }

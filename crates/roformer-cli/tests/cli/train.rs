@@ -7,17 +7,15 @@ use std::process::Command;
 use serde_json::Value;
 
 use crate::common::{assert_each_fails, roformer, roformer_ok};
+use test_support::Scratch;
 
 pub(crate) fn poetry() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../roformer/tests/fixtures/poetry")
 }
 
 /// A fresh scratch directory for one test.
-pub(crate) fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("roformer-train-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+pub(crate) fn scratch(name: &str) -> Scratch {
+    Scratch::new("roformer-train", name)
 }
 
 /// A tiny config (hidden 64, 2 layers) with `position` positions.
@@ -124,7 +122,7 @@ impl Args {
 /// What most training tests start from, in a fresh scratch directory: a vocabulary built from
 /// the poetry sample, a tiny config (hidden 64, 2 layers, rotary) and the sample as corpus.
 pub(crate) struct TinyRun {
-    pub(crate) dir: PathBuf,
+    pub(crate) dir: Scratch,
     pub(crate) vocab: PathBuf,
     pub(crate) config: PathBuf,
     pub(crate) corpus: PathBuf,

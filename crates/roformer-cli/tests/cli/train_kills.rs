@@ -145,7 +145,7 @@ impl Setup {
     fn new(name: &str) -> Self {
         let run = tiny_run(name);
         let mut setup = Setup {
-            dir: run.dir.clone(),
+            dir: run.dir.to_path_buf(),
             run,
             expected: (Vec::new(), Vec::new()),
             span: Duration::ZERO,
@@ -508,7 +508,6 @@ fn every_kill_leaves_a_run_that_resume_finishes_with_the_uninterrupted_weights()
     // Six of each of the five kinds, `timeout` and the group kill among them.
     random_kills(&setup, 12 + 30, seed(), &mut tally);
     eprintln!("seed {}: {}", seed(), tally.report());
-    std::fs::remove_dir_all(&setup.dir).unwrap();
 }
 
 /// The full kill test: `ROFORMER_KILL_COUNT` random kills (default 200) and the 12 save points.
@@ -532,5 +531,4 @@ fn kill_test_full() {
         at_save_points,
         tally.report()
     );
-    std::fs::remove_dir_all(&setup.dir).unwrap();
 }

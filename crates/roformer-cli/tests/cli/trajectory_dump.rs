@@ -80,7 +80,6 @@ fn train_mlm_dumps_its_first_steps_resumes_without_the_dump_and_overwrites_it() 
     roformer_ok(&run.with(&["--overwrite"]).strs());
     assert_eq!(step_losses(&out).len(), 4);
     assert!(dump.join("run.json").is_file());
-    let _ = std::fs::remove_dir_all(&t.dir);
 }
 
 #[test]
@@ -99,5 +98,4 @@ fn train_mlm_refuses_a_dump_it_cannot_make() {
     let zero = roformer(&run.with(&["--dump-steps", "0"]).strs());
     assert!(String::from_utf8_lossy(&zero.stderr).contains("--dump-steps must be at least 1"));
     assert!(!out.join("trajectory").exists());
-    let _ = std::fs::remove_dir_all(&t.dir);
 }

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::common::{roformer, roformer_ok};
+use test_support::Scratch;
 
 /// The committed Fashion-MNIST subset (gzipped IDX files).
 fn subset() -> PathBuf {
@@ -29,11 +30,8 @@ fn eval_report(model: &Path, data: &str) -> Value {
     serde_json::from_str(&stdout(&roformer_ok(&args))).unwrap()
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("roformer-vision-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn scratch(name: &str) -> Scratch {
+    Scratch::new("roformer-vision", name)
 }
 
 #[test]

@@ -9,6 +9,7 @@ use candle_core::{DType, Device, Tensor};
 use test_support::max_abs_diff;
 
 use crate::common::roformer;
+use test_support::Scratch;
 
 fn fixture(case: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -16,12 +17,8 @@ fn fixture(case: &str) -> PathBuf {
         .join(case)
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("roformer-cli-vision-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn scratch(name: &str) -> Scratch {
+    Scratch::new("roformer-cli-vision", name)
 }
 
 fn run(model: &Path, input: &Path, output: &Path) -> std::process::Output {
@@ -67,7 +64,6 @@ fn vision_forward_matches_transformers() {
     assert!(max_abs_diff(&got["pooler_output"], &r["pooler_output_1"]) <= 1e-4);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("pooler_output [1, 32]"), "{stdout}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Wrong rank, wrong channels, an image smaller than a patch, a NaN, no pixel_values, not a
@@ -130,5 +126,4 @@ fn vision_forward_refuses_bad_pixels_clearly() {
     let out = run(&case, &text, &dir.join("out.safetensors"));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a safetensors file"));
     assert!(!dir.join("out.safetensors").exists());
-    let _ = std::fs::remove_dir_all(&dir);
 }

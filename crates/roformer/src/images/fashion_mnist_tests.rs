@@ -10,6 +10,7 @@ use flate2::Compression;
 use super::*;
 use crate::images::idx::IdxArray;
 use crate::images::IdxError;
+use test_support::Scratch;
 
 /// The committed subset: 25 training and 10 test images per class.
 pub(crate) fn subset_dir() -> PathBuf {
@@ -17,11 +18,8 @@ pub(crate) fn subset_dir() -> PathBuf {
 }
 
 /// A fresh scratch directory for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("roformer-fmnist-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn scratch(name: &str) -> Scratch {
+    Scratch::new("roformer-fmnist", name)
 }
 
 /// Writes `array` gzipped to `dir/name`.
@@ -78,7 +76,6 @@ fn counts_must_agree() {
             labels: 2
         })
     ));
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -93,7 +90,6 @@ fn labels_must_be_classes() {
             ..
         })
     ));
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -135,7 +131,6 @@ fn shapes_and_files_are_checked() {
         }
     ));
     assert!(err.to_string().contains(TEST_IMAGES));
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
