@@ -30,6 +30,20 @@ impl Scratch {
     pub fn path(&self) -> &Path {
         &self.0
     }
+
+    /// Writes `contents` to `relative` inside the directory, making its parent directories,
+    /// and returns the file's path.
+    ///
+    /// # Panics
+    /// When the file cannot be written (a test failure).
+    pub fn write(&self, relative: &str, contents: impl AsRef<[u8]>) -> PathBuf {
+        let path = self.0.join(relative);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(&path, contents).unwrap();
+        path
+    }
 }
 
 impl Deref for Scratch {
@@ -65,6 +79,9 @@ mod tests {
         let kept;
         {
             let dir = Scratch::new("test-support-scratch", "gone");
+            let written = dir.write("a/b.txt", "x");
+            assert_eq!(written, dir.join("a/b.txt"));
+            assert_eq!(std::fs::read_to_string(written).unwrap(), "x");
             std::fs::write(dir.join("a.txt"), "x").unwrap();
             kept = dir.to_path_buf();
             assert!(kept.join("a.txt").is_file());

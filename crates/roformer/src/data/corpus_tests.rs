@@ -1,5 +1,7 @@
 use super::*;
-use crate::data::test_util::{poetry_dir, poetry_sample, Scratch};
+use test_support::Scratch;
+
+use crate::data::test_util::{poetry_dir, poetry_sample};
 
 fn texts(docs: &[Document]) -> Vec<&str> {
     docs.iter().map(|doc| doc.text.as_str()).collect()
@@ -30,7 +32,7 @@ fn formats_are_detected_from_the_extension() {
 
 #[test]
 fn lines_and_paragraphs() {
-    let dir = Scratch::new("lines");
+    let dir = Scratch::new("roformer-data", "lines");
     let file = dir.write("c.txt", "first line\n\n  second  \r\n\nthird\nfourth\n");
     let docs = read_corpus(&file, None).unwrap();
     assert_eq!(texts(&docs), ["first line", "second", "third", "fourth"]);
@@ -41,7 +43,7 @@ fn lines_and_paragraphs() {
 
 #[test]
 fn json_lines_take_the_named_field() {
-    let dir = Scratch::new("jsonl");
+    let dir = Scratch::new("roformer-data", "jsonl");
     let file = dir.write(
         "c.jsonl",
         "{\"text\": \" a \", \"body\": \"x\"}\n\n{\"text\": \"b\", \"body\": \"y\"}\n",
@@ -55,7 +57,7 @@ fn json_lines_take_the_named_field() {
 
 #[test]
 fn json_lines_errors_name_the_line() {
-    let dir = Scratch::new("jsonl-errors");
+    let dir = Scratch::new("roformer-data", "jsonl-errors");
     let bad = dir.write("bad.jsonl", "{\"text\": \"a\"}\n\n{\"text\": \"b\"\n");
     let err = read_corpus(&bad, None).unwrap_err();
     assert!(
@@ -101,7 +103,7 @@ fn the_poetry_sample_reads_with_titles_and_authors() {
 
 #[test]
 fn poetry_errors() {
-    let dir = Scratch::new("poetry-errors");
+    let dir = Scratch::new("roformer-data", "poetry-errors");
     let bad = dir.write(
         "bad.json",
         "[\n  {\"paragraphs\": [\"a\"]},\n  {\"paragraphs\": [\"b\"]\n]\n",
@@ -133,7 +135,7 @@ fn poetry_errors() {
 
 #[test]
 fn empty_and_blank_corpora() {
-    let dir = Scratch::new("empty");
+    let dir = Scratch::new("roformer-data", "empty");
     let empty = dir.write("empty.txt", "");
     let err = read_corpus(&empty, None).unwrap_err();
     assert!(matches!(err, DataError::EmptyCorpus { .. }), "{err:?}");
@@ -153,7 +155,7 @@ fn empty_and_blank_corpora() {
         "{err:?}"
     );
 
-    let no_files = Scratch::new("no-files");
+    let no_files = Scratch::new("roformer-data", "no-files");
     no_files.write("README.md", "not a corpus file");
     let err = read_corpus(no_files.path(), None).unwrap_err();
     assert!(matches!(err, DataError::EmptyCorpus { .. }), "{err:?}");
@@ -161,7 +163,7 @@ fn empty_and_blank_corpora() {
 
 #[test]
 fn unreadable_and_non_utf8_files() {
-    let dir = Scratch::new("unreadable");
+    let dir = Scratch::new("roformer-data", "unreadable");
     let err = read_corpus(&dir.path().join("absent.txt"), None).unwrap_err();
     assert!(matches!(err, DataError::Io { .. }), "{err:?}");
     let latin1 = dir.write("latin1.txt", b"ok\nstill ok\ncaf\xe9\n");
@@ -171,7 +173,7 @@ fn unreadable_and_non_utf8_files() {
 
 #[test]
 fn directories_are_read_recursively_in_path_order() {
-    let dir = Scratch::new("tree");
+    let dir = Scratch::new("roformer-data", "tree");
     dir.write("b.txt", "b1\nb2\n");
     dir.write("a/z.jsonl", "{\"text\": \"z\"}\n");
     dir.write("a/deeper/p.json", "[{\"paragraphs\": [\"p1\", \"p2\"]}]");

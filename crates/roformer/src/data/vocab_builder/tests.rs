@@ -1,5 +1,7 @@
 use super::*;
-use crate::data::test_util::{poetry_sample, Scratch};
+use test_support::Scratch;
+
+use crate::data::test_util::poetry_sample;
 use crate::data::tokenize::tokenize_documents;
 use crate::tokenizer::RoFormerTokenizer;
 
@@ -10,7 +12,7 @@ fn built_and_loaded(
     name: &str,
 ) -> (BuiltVocab, RoFormerTokenizer) {
     let built = build_vocab(docs, options).unwrap();
-    let dir = Scratch::new(name);
+    let dir = Scratch::new("roformer-data", name);
     write_vocab_dir(dir.path(), &built, &options.config).unwrap();
     let tokenizer = RoFormerTokenizer::from_dir(dir.path()).unwrap();
     (built, tokenizer)
@@ -153,7 +155,7 @@ fn the_config_file_loads_back() {
     let text = tokenizer_config_json(&config);
     assert_eq!(TokenizerConfig::from_json(&text).unwrap(), config);
     assert!(text.contains("\"tokenizer_class\": \"RoFormerTokenizer\""));
-    let dir = Scratch::new("config");
+    let dir = Scratch::new("roformer-data", "config");
     let path = dir.path().join("tokenizer_config.json");
     write_tokenizer_config(&path, &config).unwrap();
     assert_eq!(TokenizerConfig::from_file(&path).unwrap(), config);
