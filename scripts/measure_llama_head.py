@@ -16,7 +16,8 @@ measurement `scripts/bench_llama.sh` makes) followed by ours again.
 
 Beside every wall-clock figure it records CPU-seconds (utime + stime: of `bench llama` itself,
 and of the server process over each `bench serve` run, warm-up included) and the load average,
-so that a run on a shared machine can still be read. Prints Markdown tables and the ratios the
+so that a run on a shared machine can still be read, and resident memory (the peak of each
+`bench llama` run; the server's after each `bench serve` run). Prints Markdown tables and the ratios the
 issues set targets for: 8 clients / 1 client (2.5x), ours / llama-cpp-python at 8 clients (3x),
 decode ours / llama.cpp (1.5x). Run it on a quiet machine (pause other work with kill -STOP).
 """
@@ -69,12 +70,27 @@ def env():
 
 
 def bench_llama(binary):
-    cpu0, wall0, load = children_cpu(), time.time(), load_average()
-    out = subprocess.run([binary, "bench", "llama", "--gguf", str(GGUF), "--json"],
-                         check=True, capture_output=True, text=True, env=env()).stdout
+    """One `bench llama --json` run: its figures, CPU-seconds and peak resident memory."""
+    wall0, load = time.time(), load_average()
+    proc = subprocess.Popen([binary, "bench", "llama", "--gguf", str(GGUF), "--json"],
+                            stdout=subprocess.PIPE, text=True, env=env())
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, proc.args)
     j = json.loads(out[out.index("{"):])
     return {"prefill_tok_s": j["prefill_tok_s"], "decode_tok_s": j["decode_tok_s"],
-            "wall_s": time.time() - wall0, "cpu_s": children_cpu() - cpu0, "load": load}
+            "wall_s": time.time() - wall0, "cpu_s": usage.ru_utime + usage.ru_stime,
+            "max_rss_mb": usage.ru_maxrss / 1024, "load": load}
+
+
+def resident_mb(pid):
+    """The resident memory of a running process, MB (VmRSS)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def wait_ready(url, seconds=300):
@@ -114,7 +130,7 @@ def serve_runs(server_cmd, port, target, load_binary, requests):
             runs[clients] = {"tokens_s": rec["tokens_s"], "p50_ms": rec["p50_ms"],
                              "p99_ms": rec["p99_ms"], "short_answers": rec["short_answers"],
                              "server_cpu_s": cpu, "server_cpu_ms_per_token": 1e3 * cpu / tokens,
-                             "load": load}
+                             "load": load, "server_rss_mb": resident_mb(server.pid)}
         return runs
     finally:
         server.terminate()
@@ -190,26 +206,29 @@ def main():
     def llama(name, key):
         return med([rd[name]["llama"][key] for rd in figures["rounds"]])
 
-    print("| build | prefill tok/s | decode tok/s | bench llama wall s | CPU s | load |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| build | prefill tok/s | decode tok/s | bench llama wall s | CPU s | peak RSS MB "
+          "| load |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name in builds:
         print(f"| {name} | {llama(name, 'prefill_tok_s'):.1f} | {llama(name, 'decode_tok_s'):.1f}"
-              f" | {llama(name, 'wall_s'):.1f} | {llama(name, 'cpu_s'):.1f}"
-              f" | {llama(name, 'load'):.1f} |")
+              f" | {llama(name, 'wall_s'):.1f} | {llama(name, 'cpu_s'):.2f}"
+              f" | {llama(name, 'max_rss_mb'):.0f} | {llama(name, 'load'):.1f} |")
     print(f"\ndecode after / before: {llama('after', 'decode_tok_s') / llama('before', 'decode_tok_s'):.2f}x")
     if not args.no_serve:
-        print("\n| server | clients | tokens/s | p50 ms | p99 ms | server CPU ms / token | load |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
+        print("\n| server | clients | tokens/s | p50 ms | p99 ms | server CPU ms / token "
+              "| server RSS MB | load |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
         rows = {name: {c: {k: med([rd[name]["serve"][c][k] for rd in figures["rounds"]])
                            for k in ("tokens_s", "p50_ms", "p99_ms",
-                                     "server_cpu_ms_per_token", "load")}
+                                     "server_cpu_ms_per_token", "server_rss_mb", "load")}
                        for c in (1, 8)} for name in builds}
         if figures["peer"] and "serve" in figures["peer"]:
             rows["llama-cpp-python"] = figures["peer"]["serve"]
         for name, by in rows.items():
             for c, f in by.items():
                 print(f"| {name} | {c} | {f['tokens_s']:.1f} | {f['p50_ms']:.0f} | "
-                      f"{f['p99_ms']:.0f} | {f['server_cpu_ms_per_token']:.2f} | {f['load']:.1f} |")
+                      f"{f['p99_ms']:.0f} | {f['server_cpu_ms_per_token']:.2f} | "
+                      f"{f['server_rss_mb']:.0f} | {f['load']:.1f} |")
         print()
         for name, by in rows.items():
             print(f"{name}: 8 clients / 1 client = {by[8]['tokens_s'] / by[1]['tokens_s']:.2f}x "

@@ -1,16 +1,32 @@
-//! The key/value cache: the rotated keys and the values of every position seen so far.
+//! The key/value cache: the rotated keys and the values of every position seen so far, in
+//! buffers we own, so that a step appends in place and attention reads them as slices.
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::Device;
 
 use crate::config::LlamaConfig;
 use crate::error::{LlamaError, Result};
 
-/// Keys and values of one layer, `[batch, kv_heads, capacity, head_dim]` each, of which the
-/// first `len` positions are filled. Appending past the capacity doubles it (one copy).
+/// Keys and values of one layer, `[batch, kv_heads, capacity, head_dim]` each (f32,
+/// row-major), of which the first `len` positions of every head are filled. Appending past the
+/// capacity doubles it (one copy).
 #[derive(Debug, Clone)]
 struct LayerCache {
-    keys: Tensor,
-    values: Tensor,
+    keys: Vec<f32>,
+    values: Vec<f32>,
+}
+
+/// One layer's cached keys and values as attention reads them, after an append:
+/// `keys[((b * kv_heads + g) * capacity + n) * head_dim + i]` is component `i` of the key of
+/// sequence `b`, key/value head `g`, position `n` (likewise `values`), for `n` below the
+/// cached length plus the appended tokens.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LayerView<'a> {
+    /// `[batch, kv_heads, capacity, head_dim]`.
+    pub(crate) keys: &'a [f32],
+    /// `[batch, kv_heads, capacity, head_dim]`.
+    pub(crate) values: &'a [f32],
+    /// Positions reserved per head.
+    pub(crate) capacity: usize,
 }
 
 /// The cache of every layer for a batch of sequences decoded in step.
@@ -22,12 +38,12 @@ pub struct KvCache {
     head_dim: usize,
     capacity: usize,
     len: usize,
-    device: Device,
 }
 
 impl KvCache {
     /// An empty cache for `batch` sequences that reserves `capacity` positions on first use.
-    pub fn new(config: &LlamaConfig, batch: usize, capacity: usize, device: &Device) -> KvCache {
+    /// It lives in the CPU's memory whatever the model's device (`_device`).
+    pub fn new(config: &LlamaConfig, batch: usize, capacity: usize, _device: &Device) -> KvCache {
         KvCache {
             layers: vec![None; config.layers],
             batch,
@@ -35,7 +51,6 @@ impl KvCache {
             head_dim: config.head_dim,
             capacity: capacity.max(1),
             len: 0,
-            device: device.clone(),
         }
     }
 
@@ -59,39 +74,66 @@ impl KvCache {
         self.len = 0;
     }
 
-    /// Appends `keys` and `values` (`[batch, kv_heads, t, head_dim]`, contiguous) to `layer`
-    /// at the current length and returns the keys and values of all `len + t` positions (views
-    /// into the cache, no copy). The length itself moves on in [`KvCache::advance`], once every
+    /// Writes `keys` and `values` (`[batch, t, kv_heads, head_dim]`, token-major, as the
+    /// projections make them) into `layer` at positions `len..len + t` and returns the layer's
+    /// cache for attention. The length itself moves on in [`KvCache::advance`], once every
     /// layer has appended.
+    ///
+    /// # Errors
+    /// [`LlamaError::Request`] when the two inputs are not whole `[batch, t, kv_heads,
+    /// head_dim]` tensors of the same `t`, or the length would overflow.
     pub(crate) fn append(
         &mut self,
         layer: usize,
-        keys: &Tensor,
-        values: &Tensor,
-    ) -> Result<(Tensor, Tensor)> {
-        let t = keys.dim(2)?;
+        keys: &[f32],
+        values: &[f32],
+    ) -> Result<LayerView<'_>> {
+        let row = self.batch * self.kv_heads * self.head_dim;
+        let t = keys.len().checked_div(row).unwrap_or(0);
+        if row == 0 || t * row != keys.len() || values.len() != keys.len() {
+            return Err(LlamaError::Request(format!(
+                "{} keys and {} values are not whole [{}, t, {}, {}] tensors of one t",
+                keys.len(),
+                values.len(),
+                self.batch,
+                self.kv_heads,
+                self.head_dim
+            )));
+        }
         let end = self
             .len
             .checked_add(t)
             .ok_or_else(|| LlamaError::Request("cache length overflows".into()))?;
         if end > self.capacity {
-            self.capacity = end.max(self.capacity.saturating_mul(2));
-            let (len, capacity) = (self.len, self.capacity);
+            let capacity = end.max(self.capacity.saturating_mul(2));
+            // One head's positions before and after, in values.
+            let rows = (self.len * self.head_dim, self.capacity * self.head_dim);
+            let grown = capacity * self.head_dim;
             for cached in self.layers.iter_mut().flatten() {
-                *cached = grow(cached, len, capacity)?;
+                cached.keys = regrown(&cached.keys, rows, grown);
+                cached.values = regrown(&cached.values, rows, grown);
             }
+            self.capacity = capacity;
         }
-        let shape = (self.batch, self.kv_heads, self.capacity, self.head_dim);
-        let slot = match &mut self.layers[layer] {
-            Some(slot) => slot,
-            empty => empty.insert(LayerCache {
-                keys: Tensor::zeros(shape, DType::F32, &self.device)?,
-                values: Tensor::zeros(shape, DType::F32, &self.device)?,
-            }),
-        };
-        slot.keys.slice_set(keys, 2, self.len)?;
-        slot.values.slice_set(values, 2, self.len)?;
-        Ok((slot.keys.narrow(2, 0, end)?, slot.values.narrow(2, 0, end)?))
+        let size = self.batch * self.kv_heads * self.capacity * self.head_dim;
+        let slot = self.layers[layer].get_or_insert_with(|| LayerCache {
+            keys: vec![0.0; size],
+            values: vec![0.0; size],
+        });
+        let (d, heads, capacity) = (self.head_dim, self.kv_heads, self.capacity);
+        // Source `[b, i, g, :]` to destination `[b, g, len + i, :]`.
+        for (r, (k, v)) in keys.chunks_exact(d).zip(values.chunks_exact(d)).enumerate() {
+            let (g, bi) = (r % heads, r / heads);
+            let (b, i) = (bi / t, bi % t);
+            let at = ((b * heads + g) * capacity + self.len + i) * d;
+            slot.keys[at..at + d].copy_from_slice(k);
+            slot.values[at..at + d].copy_from_slice(v);
+        }
+        Ok(LayerView {
+            keys: &slot.keys,
+            values: &slot.values,
+            capacity,
+        })
     }
 
     /// Moves the length on by `t` positions after a forward pass appended them to every layer.
@@ -100,18 +142,12 @@ impl KvCache {
     }
 }
 
-/// A copy of `cached` (whose first `len` positions are filled) with room for `capacity`.
-fn grow(cached: &LayerCache, len: usize, capacity: usize) -> Result<LayerCache> {
-    let copy = |old: &Tensor| -> Result<Tensor> {
-        let (batch, heads, _, head_dim) = old.dims4()?;
-        let new = Tensor::zeros((batch, heads, capacity, head_dim), DType::F32, old.device())?;
-        if len > 0 {
-            new.slice_set(&old.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
-        }
-        Ok(new)
-    };
-    Ok(LayerCache {
-        keys: copy(&cached.keys)?,
-        values: copy(&cached.values)?,
-    })
+/// `from` (heads of `old` values each, of which the first `filled` hold positions) copied
+/// into heads of `new` values each.
+fn regrown(from: &[f32], (filled, old): (usize, usize), new: usize) -> Vec<f32> {
+    let mut to = vec![0.0; from.len() / old * new];
+    for (src, dst) in from.chunks_exact(old).zip(to.chunks_exact_mut(new)) {
+        dst[..filled].copy_from_slice(&src[..filled]);
+    }
+    to
 }

@@ -1,4 +1,5 @@
-//! What our quantized kernels ([`crate::q4_1`], [`crate::q8_0`]) share: the checks of a weight
+//! What our quantized kernels ([`crate::q4_1`], [`crate::q8_0`]) share (and, for its
+//! thread pool, [`crate::cached_attention`]): the checks of a weight
 //! they read ([`weight_shape`], [`weight_blocks`]), their tensor front end ([`forward_tensor`],
 //! [`count_rows`]) and running a product group by group: the outputs of `y = x W^T` (`[rows, n_out]`) cut
 //! into groups of [`GROUP`] output features, each group computed whole (for every row) by one
@@ -198,24 +199,11 @@ where
             run(group, dst);
         }
     } else {
-        // Candle's own pool (the one its quantized products use): the calling thread takes
-        // part and the workers spin between the many short products of a decode step, where a
-        // pool whose workers sleep costs more than the product.
-        let pool = candle_core::utils::barrier_pool();
-        let per_piece = groups.div_ceil(PIECES_PER_THREAD * (pool.n_workers() + 1));
-        let pieces: Vec<Piece<'_>> = target
-            .chunks_mut(per_piece * per_group)
-            .enumerate()
-            .map(|(i, dst)| Piece(Mutex::new((i * per_piece, dst))))
-            .collect();
-        pool.execute_chunked(pieces.len(), |range| {
-            for piece in &pieces[range] {
-                // Each piece is taken by one thread only: the lock never waits.
-                let mut guard = piece.0.lock().unwrap_or_else(PoisonError::into_inner);
-                let (first, dst) = &mut *guard;
-                for (g, dst) in dst.chunks_mut(per_group).enumerate() {
-                    run(*first + g, dst);
-                }
+        let per_piece = groups.div_ceil(PIECES_PER_THREAD * pool_threads());
+        let pieces = target.chunks_mut(per_piece * per_group).collect();
+        on_pool(pieces, |i, dst| {
+            for (g, dst) in dst.chunks_mut(per_group).enumerate() {
+                run(i * per_piece + g, dst);
             }
         });
     }
@@ -229,7 +217,36 @@ where
     }
 }
 
-/// A run of consecutive groups of the output (its first group, its values), handed to one
-/// thread of the pool; alone on its cache line, so that taking it does not disturb the others.
+/// Threads of candle's barrier pool, the calling one included.
+fn pool_threads() -> usize {
+    candle_core::utils::barrier_pool().n_workers() + 1
+}
+
+/// Calls `run(i, piece)` for every piece `i` of `pieces` (disjoint parts of one output) over
+/// candle's barrier pool: the pool its own quantized products use, whose calling thread takes
+/// part and whose workers spin between the many short steps of a decode pass, where a pool
+/// whose workers sleep costs more than the work. The threads take the pieces in turn, each
+/// piece whole.
+pub(crate) fn on_pool<F>(pieces: Vec<&mut [f32]>, run: F)
+where
+    F: Fn(usize, &mut [f32]) + Sync,
+{
+    let pieces: Vec<Piece<'_>> = pieces
+        .into_iter()
+        .enumerate()
+        .map(|(i, dst)| Piece(Mutex::new((i, dst))))
+        .collect();
+    candle_core::utils::barrier_pool().execute_chunked(pieces.len(), |range| {
+        for piece in &pieces[range] {
+            // Each piece is taken by one thread only: the lock never waits.
+            let mut guard = piece.0.lock().unwrap_or_else(PoisonError::into_inner);
+            let (i, dst) = &mut *guard;
+            run(*i, dst);
+        }
+    });
+}
+
+/// A piece of an output (its index, its values), handed to one thread of the pool; alone on
+/// its cache line, so that taking it does not disturb the others.
 #[repr(align(64))]
 struct Piece<'a>(Mutex<(usize, &'a mut [f32])>);

@@ -45,6 +45,7 @@
 
 mod attention;
 mod cache;
+mod cached_attention;
 mod config;
 mod error;
 mod finite;

@@ -14,6 +14,7 @@ use crate::error::{LlamaError, Result};
 use crate::finite::first_out_of_range;
 use crate::gguf::{self, GgufFile};
 use crate::linear::{Linear, Stacked, Weight};
+use crate::q8_0::Q8_0Matrix;
 
 mod ragged;
 
@@ -56,7 +57,12 @@ pub enum Logits {
 /// The token embedding, quantized or dense.
 #[derive(Debug, Clone)]
 enum Embedding {
+    /// Rows of a ggml block table, dequantized by candle as they are looked up.
     Quantized(Arc<QTensor>),
+    /// The rows of a Q8_0 head tied to the embedding, read from the head's own layout (so the
+    /// table is held once), dequantized as they are looked up.
+    TiedQ8_0(Arc<Q8_0Matrix>),
+    /// Rows dequantized to f32 at load.
     Dense(Tensor),
 }
 
@@ -159,15 +165,16 @@ impl Llama {
         }
         let norm = loader.norm("output_norm.weight")?;
         // Without `output.weight` the head is tied to the embedding.
-        let head = if file.tensors().contains_key("output.weight") {
-            loader.linear("output.weight", &[config.vocab_size, h])?
-        } else {
+        let tied = !file.tensors().contains_key("output.weight");
+        let head = if tied {
             loader.wrap("token_embd.weight", Arc::clone(&embedding_q))?
-        };
-        let embedding = if options.dequantize {
-            Embedding::Dense(embedding_q.dequantize(&options.device)?)
         } else {
-            Embedding::Quantized(embedding_q)
+            loader.linear("output.weight", &[config.vocab_size, h])?
+        };
+        let embedding = match head.weight() {
+            _ if options.dequantize => Embedding::Dense(embedding_q.dequantize(&options.device)?),
+            Weight::Q8_0(rows) if tied => Embedding::TiedQ8_0(Arc::clone(rows)),
+            _ => Embedding::Quantized(embedding_q),
         };
         let rope = Rope::new(
             config.head_dim,
@@ -269,6 +276,15 @@ impl Llama {
         let (batch, t) = ids.dims2()?;
         Ok(match &self.embedding {
             Embedding::Quantized(q) => q.embedding(ids)?,
+            Embedding::TiedQ8_0(rows) => {
+                let ids = ids.flatten_all()?.to_vec1::<u32>()?;
+                let hidden = self.config.hidden;
+                let mut x = vec![0f32; ids.len() * hidden];
+                for (&id, row) in ids.iter().zip(x.chunks_exact_mut(hidden)) {
+                    rows.dequantize_row(id as usize, row)?;
+                }
+                Tensor::from_vec(x, (batch, t, hidden), &self.device)?
+            }
             Embedding::Dense(w) => {
                 w.index_select(&ids.flatten_all()?, 0)?
                     .reshape((batch, t, self.config.hidden))?

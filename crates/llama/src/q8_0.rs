@@ -198,6 +198,34 @@ impl Q8_0Matrix {
         self.forward_with(x, self.isa)
     }
 
+    /// Row `n` of `W` as f32 into `out` (`k` values): `w_j = f32(d_b) * q_j` for value `j` of
+    /// block `b`, as candle's `BlockQ8_0::to_float` writes it. A tied head serves the token
+    /// embedding this way, with no second copy of the table.
+    ///
+    /// # Errors
+    /// [`LlamaError::Request`] when `n >= n_out` or `out` does not hold `k` values.
+    pub fn dequantize_row(&self, n: usize, out: &mut [f32]) -> Result<()> {
+        if n >= self.n_out || out.len() != self.k {
+            return Err(LlamaError::Request(format!(
+                "row {n} of a [{}, {}] Q8_0 weight into {} values",
+                self.n_out,
+                self.k,
+                out.len()
+            )));
+        }
+        let (group, lane) = (n / GROUP, n % GROUP);
+        let range = group * self.blocks..(group + 1) * self.blocks;
+        let half = 32 * (lane % 2);
+        let blocks = self.weights[range.clone()].iter().zip(&self.scales[range]);
+        for ((tile, scales), out) in blocks.zip(out.chunks_exact_mut(BLOCK_VALUES)) {
+            let d = f16::from_bits(scales[lane]).to_f32();
+            for (o, &w) in out.iter_mut().zip(&tile.0[lane / 2][half..half + 32]) {
+                *o = f32::from((w ^ 0x80) as i8) * d;
+            }
+        }
+        Ok(())
+    }
+
     /// [`Q8_0Matrix::forward`] on a chosen instruction set (all give the same bits; for tests
     /// and benchmarks).
     ///

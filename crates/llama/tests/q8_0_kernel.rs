@@ -351,3 +351,31 @@ fn errors() {
     };
     refuses_what_does_not_fit(&kernel, &w);
 }
+
+#[test]
+fn rows_dequantize_as_candles_embedding() {
+    // Every row of raw blocks (weights -128 to 127, scales subnormal to f16::MAX) and of a
+    // quantized table, looked up as the token embedding: candle's `QTensor::embedding` bits.
+    let mut rng = Rng(0x5EED_0807);
+    for (n_out, k) in [(1, 32), (9, 64), (17, 576)] {
+        let bytes = raw_blocks(&mut rng, n_out, k);
+        for q in [from_raw(&bytes, n_out, k), weight(&mut rng, n_out, k)] {
+            let ours = Q8_0Matrix::from_qtensor(&q).unwrap();
+            let ids: Vec<u32> = (0..n_out as u32).rev().collect();
+            let ids = Tensor::new(ids.as_slice(), &Device::Cpu).unwrap();
+            let expected = q.embedding(&ids).unwrap().to_vec2::<f32>().unwrap();
+            for (n, expected) in (0..n_out).rev().zip(expected) {
+                let mut row = vec![f32::NAN; k];
+                ours.dequantize_row(n, &mut row).unwrap();
+                assert_eq!(
+                    bits(vec![row]),
+                    bits(vec![expected]),
+                    "[{n_out}, {k}] row {n}"
+                );
+            }
+        }
+        let ours = Q8_0Matrix::from_blocks(&bytes, n_out, k).unwrap();
+        assert!(ours.dequantize_row(n_out, &mut vec![0.0; k]).is_err());
+        assert!(ours.dequantize_row(0, &mut vec![0.0; k + 1]).is_err());
+    }
+}
