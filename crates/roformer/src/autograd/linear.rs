@@ -100,7 +100,7 @@ pub(crate) struct PackedWeight(Arc<OnceLock<Arc<PackedB>>>);
 
 impl PackedWeight {
     /// The packed `W^T` of `w` (`[out, in]`), packed now if this is the first call.
-    fn get_or_pack(&self, w: &Tensor) -> candle_core::Result<Arc<PackedB>> {
+    pub(crate) fn get_or_pack(&self, w: &Tensor) -> candle_core::Result<Arc<PackedB>> {
         if let Some(packed) = self.0.get() {
             return Ok(packed.clone());
         }

@@ -35,10 +35,14 @@
 //! [`encoder_forward`] returns `None` and the encoder runs op by op, which stays the reference
 //! (the tests below compare the two). Its plumbing (products, row maths, buffers, tiling) is
 //! the CPU layer's ([`crate::cpu`]).
+//!
+//! [`prenorm`] holds the dense stages of a pre-norm block (the vision transformer's) at
+//! inference with bf16 products, by row blocks in the same manner.
 
 mod attention;
 mod held;
 mod layer;
+pub(crate) mod prenorm;
 #[cfg(test)]
 mod tests;
 

@@ -12,20 +12,26 @@
 //! stacked (a missing bias is a zero block of the stacked one) and the attention runs as the
 //! encoder's fused op (`autograd::attention`), which rotates q and k with the pass's per-token
 //! table itself; RoPE-Mixed turns them first (its frequencies are per head and learned).
+//! At inference with bf16 products the whole half, norm to residual, runs as the row stages
+//! of `fused::prenorm` ([`VisionAttention::half_by_rows`]) where the rotation is fixed or none.
 //! Elsewhere every step is a candle op: the projections, the rotation
 //! ([`crate::vision::rope`]'s reference) and [`crate::attention::softmax_attention`].
 
 use std::sync::OnceLock;
 
-use candle_core::Tensor;
+use candle_core::{Device, Tensor};
 use candle_nn::{Init, Linear, VarBuilder};
+use rotary::Coefficients;
 
 use crate::attention::softmax_attention;
 use crate::autograd::attention::{attention, FusedAttention};
+use crate::cpu::tensor::Held;
 use crate::cpu::Precision;
+use crate::fused::prenorm::{attention_half, Heads};
+use crate::norm::Norm;
 use crate::plan::Plan;
 use crate::vision::config::{PositionKind, VisionConfig};
-use crate::vision::ops::{dense, fused, linear_layer, Dense};
+use crate::vision::ops::{dense, fused, linear_layer, row_stages, Dense, HeldDense, HeldNorm};
 use crate::vision::rope::{rotate_heads, PassRotation};
 
 /// The attention of one block.
@@ -109,14 +115,7 @@ impl VisionAttention {
             PassRotation::None => None,
             PassRotation::Mixed { .. } => return None,
         };
-        let spec = FusedAttention {
-            heads: self.heads,
-            mask: None,
-            rope,
-            rotary_value: false,
-            dropout: plan.mode().keep_mask(b * self.heads * t * t, self.dropout),
-            precision,
-        };
+        let spec = self.spec((b, t), rope, plan, precision);
         let layers = [&self.q_proj, &self.k_proj, &self.v_proj, &self.o_proj].map(Dense::layer);
         Some((layers, spec))
     }
@@ -136,22 +135,98 @@ impl VisionAttention {
         plan: Plan<'_>,
         precision: Precision,
     ) -> candle_core::Result<Tensor> {
-        let (b, t, _) = x.dims3()?;
         let qkv = dense(&self.stacked()?, x, None, plan)?; // [b, t, 3 hidden]
+        self.attend(&qkv, rotation, plan, precision)
+    }
+
+    /// The context `[b, t, hidden]` of the stacked projections `qkv` (`[b, t, 3 hidden]`)
+    /// through the fused attention op, which turns q and k by a fixed table itself
+    /// (RoPE-Mixed's learned rotation turns them first).
+    fn attend(
+        &self,
+        qkv: &Tensor,
+        rotation: &PassRotation,
+        plan: Plan<'_>,
+        precision: Precision,
+    ) -> candle_core::Result<Tensor> {
+        let (b, t, _) = qkv.dims3()?;
         let (qkv, rope) = match rotation {
-            PassRotation::Fixed { table, .. } => (qkv, Some(table.clone())),
-            PassRotation::Mixed { positions } => (self.turn_stacked(&qkv, positions)?, None),
-            PassRotation::None => (qkv, None),
+            PassRotation::Fixed { table, .. } => (qkv.clone(), Some(table.clone())),
+            PassRotation::Mixed { positions } => (self.turn_stacked(qkv, positions)?, None),
+            PassRotation::None => (qkv.clone(), None),
         };
-        let spec = FusedAttention {
+        attention(&qkv, None, self.spec((b, t), rope, plan, precision))
+    }
+
+    /// The fused attention's spec for `b` sequences of `t` tokens with the rotary table
+    /// `rope`, drawing the attention's dropout mask from the plan.
+    fn spec(
+        &self,
+        (b, t): (usize, usize),
+        rope: Option<Coefficients>,
+        plan: Plan<'_>,
+        precision: Precision,
+    ) -> FusedAttention {
+        FusedAttention {
             heads: self.heads,
             mask: None,
             rope,
             rotary_value: false,
             dropout: plan.mode().keep_mask(b * self.heads * t * t, self.dropout),
             precision,
+        }
+    }
+
+    /// The block's attention half `x + lambda o_proj(context(norm(x)))` (`x` `[b, t, hidden]`,
+    /// `lambda` `[hidden]`) as the row stages of [`attention_half`] (the stacked q/k/v, the
+    /// attention, the output projection), where the plan has [`row_stages`], `norm` is a layer
+    /// norm, the head dim is even and the rotation is a fixed table or none; `None` elsewhere
+    /// (and where a tensor is not contiguous f32), the block's ops then run.
+    ///
+    /// # Errors
+    /// Shapes that do not fit; candle errors.
+    pub(crate) fn half_by_rows(
+        &self,
+        x: &Tensor,
+        norm: &Norm,
+        lambda: &Tensor,
+        rotation: &PassRotation,
+        plan: Plan<'_>,
+    ) -> candle_core::Result<Option<Tensor>> {
+        let rope = match rotation {
+            PassRotation::Fixed { table, .. } => Some(table.view()),
+            PassRotation::None => None,
+            PassRotation::Mixed { .. } => return Ok(None),
         };
-        attention(&qkv, None, spec)
+        let (Some(norm), true, true) = (
+            HeldNorm::new(norm),
+            self.head_dim.is_multiple_of(2),
+            row_stages(plan),
+        ) else {
+            return Ok(None);
+        };
+        let stacked = self.stacked()?;
+        let (qkv, out) = (HeldDense::new(&stacked)?, HeldDense::new(&self.o_proj)?);
+        let x = x.contiguous()?;
+        let (b, t, _) = x.dims3()?;
+        let (held_x, held_lambda) = (Held::new(&x), Held::new(lambda));
+        let (Some(xs), Some(norm), Some(qkv), Some(out), Some(lambda)) = (
+            held_x.f32s(),
+            norm.view(),
+            qkv.view(),
+            out.view(),
+            held_lambda.f32s(),
+        ) else {
+            return Ok(None);
+        };
+        let dims = Heads {
+            b,
+            t,
+            heads: self.heads,
+            d: self.head_dim,
+        };
+        let y = attention_half(xs, dims, norm, (qkv, out), rope, lambda)?;
+        Tensor::from_vec(y, x.shape(), &Device::Cpu).map(Some)
     }
 
     /// `[q | k | v]` (`[b, t, 3 hidden]`) with q and k turned by the learned frequencies.

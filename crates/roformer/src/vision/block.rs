@@ -10,7 +10,9 @@
 //!
 //! In a training pass on the CPU kernels each line above is one op with its own backward
 //! (`autograd::attention_branch`, `autograd::mlp_branch`) where it applies (a fixed rotation or
-//! none; a plain MLP with the erf GELU); elsewhere, and at inference, the layers' own ops.
+//! none; a plain MLP with the erf GELU); at inference with bf16 products, where the same
+//! holds, the dense stages run by row blocks (`fused::prenorm`, through
+//! `VisionAttention::half_by_rows` and `Mlp::half_by_rows`); elsewhere the layers' own ops.
 
 use candle_core::Tensor;
 use candle_nn::{Init, VarBuilder};
@@ -74,21 +76,48 @@ impl VisionLayer {
         rotation: &PassRotation,
         plan: Plan<'_>,
     ) -> candle_core::Result<Tensor> {
-        let h = match self.fused_attention_half(x, rotation, plan)? {
-            Some(h) => h,
-            None => {
-                let a = self
-                    .attention
-                    .forward(&self.norm1.forward(x, plan)?, rotation, plan)?;
-                self.join(&a, &self.layer_scale1, x, plan)?
-            }
-        };
+        let h = self.attention_half(x, rotation, plan)?;
+        self.mlp_half(&h, plan)
+    }
+
+    /// `h = x + DropPath(lambda1 * Attention(LayerNorm1(x)))`: one op with its own backward in
+    /// a training pass on the CPU kernels, row stages at inference with bf16 products, the
+    /// layers' ops elsewhere.
+    fn attention_half(
+        &self,
+        x: &Tensor,
+        rotation: &PassRotation,
+        plan: Plan<'_>,
+    ) -> candle_core::Result<Tensor> {
+        if let Some(h) = self.fused_attention_half(x, rotation, plan)? {
+            return Ok(h);
+        }
+        let by_rows =
+            self.attention
+                .half_by_rows(x, &self.norm1, &self.layer_scale1, rotation, plan)?;
+        if let Some(h) = by_rows {
+            return Ok(h);
+        }
+        let a = self
+            .attention
+            .forward(&self.norm1.forward(x, plan)?, rotation, plan)?;
+        self.join(&a, &self.layer_scale1, x, plan)
+    }
+
+    /// `y = h + DropPath(lambda2 * Mlp(LayerNorm2(h)))`, chosen as the attention half is.
+    fn mlp_half(&self, h: &Tensor, plan: Plan<'_>) -> candle_core::Result<Tensor> {
         if let Some((branch, precision)) = self.fused_mlp_half(plan) {
             let keep = plan.mode().keep_mask(h.dim(0)?, self.drop_path);
-            return mlp_branch(&h, branch, keep, precision);
+            return mlp_branch(h, branch, keep, precision);
         }
-        let m = self.mlp.forward(&self.norm2.forward(&h, plan)?, plan)?;
-        self.join(&m, &self.layer_scale2, &h, plan)
+        if let Some(y) = self
+            .mlp
+            .half_by_rows(h, &self.norm2, &self.layer_scale2, plan)?
+        {
+            return Ok(y);
+        }
+        let m = self.mlp.forward(&self.norm2.forward(h, plan)?, plan)?;
+        self.join(&m, &self.layer_scale2, h, plan)
     }
 
     /// The attention half as one op ([`attention_branch`], its own backward) where it applies:
@@ -123,8 +152,8 @@ impl VisionLayer {
     }
 
     /// The MLP half as one op ([`mlp_branch`], its own backward) where it applies: a training
-    /// pass on the CPU kernels, a layer norm and a plain MLP with the erf GELU. Inference keeps
-    /// the dense ops, whose weights are packed once per model.
+    /// pass on the CPU kernels, a layer norm and a plain MLP with the erf GELU (inference has
+    /// no backward: [`Mlp::half_by_rows`]).
     fn fused_mlp_half(&self, plan: Plan<'_>) -> Option<(MlpBranch<'_>, Precision)> {
         let precision = plan.fused_training()?;
         let Norm::Layer { weight, bias, eps } = &self.norm2 else {
@@ -133,8 +162,8 @@ impl VisionLayer {
         let (up, down) = self.mlp.plain_gelu()?;
         let branch = MlpBranch {
             norm: (weight, bias, *eps),
-            up,
-            down,
+            up: up.layer(),
+            down: down.layer(),
             lambda: &self.layer_scale2,
         };
         Some((branch, precision))
