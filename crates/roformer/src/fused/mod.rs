@@ -40,7 +40,7 @@ mod attention;
 mod held;
 mod layer;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::ops::Range;
 
