@@ -26,6 +26,8 @@ use rotary::{Positions, Rope, ScaledRope};
 
 use crate::activation::Activation;
 use crate::attention::{dense, encoder_linear, Attention};
+use crate::autograd::attention::{mask_fits, FusedAttention};
+use crate::autograd::encoder_layer::{encoder_layer, EncoderLayer, LayerNormParts};
 use crate::config::{AttentionType, PositionEmbeddingType, RoFormerConfig};
 use crate::cpu::Precision;
 use crate::error::{ModelError, Result};
@@ -46,6 +48,8 @@ pub struct Layer {
     norm: Norm,
     layer_norm_eps: f64,
     dropout: f64,
+    /// The dropout of the attention probabilities.
+    attention_dropout: f64,
     /// The dense weights packed for bf16 products (set by [`Encoder::set_precision`]).
     packed: Option<Arc<PackedLayer>>,
 }
@@ -66,6 +70,7 @@ impl Layer {
             norm: Norm::load(h, cfg, vb.pp("output").pp("LayerNorm"))?,
             layer_norm_eps: cfg.layer_norm_eps,
             dropout: cfg.hidden_dropout_prob,
+            attention_dropout: cfg.attention_probs_dropout_prob,
             packed: None,
         })
     }
@@ -81,10 +86,78 @@ impl Layer {
         mask: &ScoreMask<'_>,
         plan: Plan<'_>,
     ) -> candle_core::Result<Tensor> {
+        match self.forward_fused(x, rope, mask, plan)? {
+            Some(y) => Ok(y),
+            None => self.forward_sublayers(x, rope, mask, plan),
+        }
+    }
+
+    /// [`Layer::forward`] as its two sub-layers, op by op (each op fused where the plan runs
+    /// the fused training ops): the path of every layer the whole-layer op does not take, and
+    /// with candle's kernels its reference.
+    fn forward_sublayers(
+        &self,
+        x: &Tensor,
+        rope: Option<&rotary::Coefficients>,
+        mask: &ScoreMask<'_>,
+        plan: Plan<'_>,
+    ) -> candle_core::Result<Tensor> {
         let a = self.attention.forward(x, rope, mask, plan)?;
         let inner = dense(&self.intermediate, &a, Some(self.activation), plan)?;
         let out = dense(&self.output, &inner, None, plan)?;
         self.norm.forward_add(&out, &a, self.dropout, plan)
+    }
+
+    /// The layer as one training op with its own backward (`autograd::encoder_layer`) where
+    /// the plan runs the fused training ops and the layer fits it: softmax attention, layer
+    /// norms, the erf GELU, query, key and value all with or all without a bias, no position
+    /// bias on the scores (ALiBi's and T5's take the op-by-op path) and a mask the fused
+    /// attention reads. The dropout masks are drawn in the op-by-op path's order. `None`
+    /// where it does not apply.
+    fn forward_fused(
+        &self,
+        x: &Tensor,
+        rope: Option<&rotary::Coefficients>,
+        mask: &ScoreMask<'_>,
+        plan: Plan<'_>,
+    ) -> candle_core::Result<Option<Tensor>> {
+        let sa = &self.attention.self_attention;
+        let (b, t, hidden) = x.dims3()?;
+        let (Some(precision), Some(attention_norm), Some(output_norm)) = (
+            plan.fused_training(),
+            layer_norm_parts(&self.attention.norm),
+            layer_norm_parts(&self.norm),
+        ) else {
+            return Ok(None);
+        };
+        let biases = [&sa.query, &sa.key, &sa.value].map(|l| l.bias().is_some());
+        let fits = sa.attention_type == AttentionType::Softmax
+            && self.activation == Activation::Gelu
+            && (biases == [true; 3] || biases == [false; 3])
+            && mask.bias().is_none()
+            && mask.mask().is_none_or(|m| mask_fits(m, b, sa.heads, t));
+        if !fits {
+            return Ok(None);
+        }
+        let mode = plan.mode();
+        let spec = FusedAttention {
+            heads: sa.heads,
+            mask: mask.mask().cloned(),
+            rope: rope.cloned(),
+            rotary_value: sa.rotary_value,
+            dropout: mode.keep_mask(b * sa.heads * t * t, self.attention_dropout),
+            precision,
+        };
+        let tails = [(); 2].map(|_| mode.keep_mask(b * t * hidden, self.dropout));
+        let parts = EncoderLayer {
+            qkv: [&sa.query, &sa.key, &sa.value],
+            attention_output: &self.attention.dense,
+            attention_norm,
+            intermediate: &self.intermediate,
+            output: &self.output,
+            output_norm,
+        };
+        encoder_layer(x, parts, spec, tails).map(Some)
     }
 
     /// The layer's weights for [`fused::encoder_forward`], for softmax attention.
@@ -105,6 +178,14 @@ impl Layer {
             layer_norm_eps: self.layer_norm_eps,
             packed: self.packed.as_deref(),
         })
+    }
+}
+
+/// A layer norm's `(weight, bias, eps)`; `None` for an RMS norm.
+fn layer_norm_parts(norm: &Norm) -> Option<LayerNormParts<'_>> {
+    match norm {
+        Norm::Layer { weight, bias, eps } => Some((weight, bias, *eps)),
+        Norm::Rms { .. } => None,
     }
 }
 
@@ -284,3 +365,6 @@ impl Encoder {
         Ok(h)
     }
 }
+
+#[cfg(test)]
+mod tests;

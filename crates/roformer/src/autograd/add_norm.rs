@@ -112,19 +112,28 @@ impl AddNormOp {
                 params.len()
             )));
         }
-        let (weight, bias) = params.split_at(width);
-        let scale = self.mask.as_ref().map(|mask| {
-            move |start: usize, x: &[f32], out: &mut [f32]| mask.scale_into(start, x, out)
-        });
-        let dropout = scale.as_ref().map(|scale| scale as Dropout<'_>);
-        f(&AddNorm {
-            width,
-            weight,
-            bias,
-            eps: self.eps,
-            dropout,
-        })
+        with_kernel(params.split_at(width), self.eps, self.mask.as_ref(), f)
     }
+}
+
+/// Runs `f` on the [`AddNorm`] kernel of `LayerNorm(Dropout(y) + r)` with `(gamma, beta)`
+/// (rows of their width), epsilon `eps` and the dropout factors of `mask` (none when `None`).
+pub(crate) fn with_kernel<R>(
+    (weight, bias): (&[f32], &[f32]),
+    eps: f32,
+    mask: Option<&KeepMask>,
+    f: impl FnOnce(&AddNorm<'_>) -> R,
+) -> R {
+    let scale = mask
+        .map(|mask| move |start: usize, x: &[f32], out: &mut [f32]| mask.scale_into(start, x, out));
+    let dropout = scale.as_ref().map(|scale| scale as Dropout<'_>);
+    f(&AddNorm {
+        width: weight.len(),
+        weight,
+        bias,
+        eps,
+        dropout,
+    })
 }
 
 impl CustomOp3 for AddNormOp {

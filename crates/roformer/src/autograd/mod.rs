@@ -45,6 +45,11 @@
 //!   its parameters one flat vector (the concatenation of the variables); the backward writes
 //!   every gradient once, layer norm, GELU, layer scale, stochastic depth and residual fused
 //!   into the passes around the four products;
+//! - `encoder_layer`: a post-norm encoder layer (RoFormer's) whole, `y = LN_2(Dropout(down(
+//!   gelu(up(a)))) + a)`, `a = LN_1(Dropout(o_proj(Attention(qkv(x)))) + x)`, the fused
+//!   attention in the middle; parameters one flat vector as `mlp_branch`'s, the backward
+//!   writing every gradient once, each tail's layer norm, dropout, residual and bias sum one
+//!   row pass (`postnorm`), the dense layers' inputs kept by their producers (`kept_rows`);
 //! - `cross_entropy`: mean cross entropy over rows of logits with targets, and the arg-max,
 //!   in one pass; backward `(softmax - onehot) / n`;
 //! - `embedding`: the word and token-type lookups and their sum; backward one scatter of the
@@ -60,16 +65,19 @@ pub(crate) mod cross_entropy;
 pub(crate) mod dropout;
 mod element;
 pub(crate) mod embedding;
+pub(crate) mod encoder_layer;
+mod kept_rows;
 mod layer_norm;
 pub(crate) mod layer_scale;
 pub(crate) mod linear;
 pub(crate) mod mlp_branch;
+mod postnorm;
 mod prenorm;
 mod rms_norm;
 mod softmax;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use layer_norm::layer_norm;
 pub use rms_norm::rms_norm;

@@ -14,7 +14,8 @@
 //! thread count). Each pass is one sweep over its rows on the threads; `xn` and `dm` are made
 //! as [`Kept`] activations (with bf16 products: rounded once, into the layouts their products
 //! read). [`Branch`] and [`BranchOp`] make a branch's forward and backward on slices one candle op
-//! of its input and its flat parameters.
+//! of its input and its flat parameters (and so the post-norm encoder layer's,
+//! [`super::encoder_layer`]).
 
 use std::ops::Range;
 
@@ -236,8 +237,9 @@ pub(crate) fn rows_with_sums(
     total
 }
 
-/// A pre-norm branch `y = x + f(x; flat)` on rows of f32, its parameters one flat vector: the
-/// forward (which keeps what its backward needs) and the backward, on plain slices.
+/// A block's part `y = F(x; flat)` on rows of f32 (a pre-norm branch `x + f(x; flat)`, a
+/// post-norm layer), its parameters one flat vector: the forward (which keeps what its
+/// backward needs) and the backward, on plain slices.
 pub(crate) trait Branch: Send + Sync {
     /// The op's name in candle's graph and in its messages.
     const NAME: &'static str;

@@ -89,9 +89,7 @@ impl AddNorm<'_> {
             .for_each(|(task, (out, moments))| {
                 let mut start = task * per_task * h;
                 for (out, m) in out.chunks_exact_mut(h).zip(moments) {
-                    self.sum_row(start, y, r, out);
-                    let (mean, rstd) = layer_norm_row(out, self.weight, self.bias, self.eps);
-                    *m = Moments { mean, rstd };
+                    *m = self.forward_row(start, (y, r), out);
                     start += h;
                 }
             });
@@ -169,15 +167,52 @@ impl AddNorm<'_> {
         let (mut dweight, mut dbias) = (vec![0f32; h], vec![0f32; h]);
         for (i, ds) in dr.chunks_exact_mut(h).enumerate() {
             let start = (first + i) * h;
-            let Moments { mean, rstd } = moments[first + i];
-            self.sum_row(start, y, r, ds);
-            let g = &g[start..start + h];
-            add_norm_backward_row(ds, g, self.weight, mean, rstd, &mut dweight, &mut dbias);
+            let sums = (&mut dweight[..], &mut dbias[..]);
+            self.backward_row(start, (y, r, g), moments[first + i], ds, sums);
             if let (Some(dropout), Some(dy)) = (self.dropout, dy.as_deref_mut()) {
                 dropout(start, ds, &mut dy[i * h..(i + 1) * h]);
             }
         }
         (dweight, dbias)
+    }
+
+    /// The row of elements `start..start + h` of the output (`out`, `h` values) from `y` and
+    /// `r`, and its moments: one row of [`AddNorm::forward`].
+    pub(crate) fn forward_row(
+        &self,
+        start: usize,
+        (y, r): (&[f32], &[f32]),
+        out: &mut [f32],
+    ) -> Moments {
+        self.sum_row(start, y, r, out);
+        let (mean, rstd) = layer_norm_row(out, self.weight, self.bias, self.eps);
+        Moments { mean, rstd }
+    }
+
+    /// `ds` (`dL/dr`) of the row of elements `start..start + h` into `ds` (`h` values) from
+    /// the forward's inputs `y`, `r`, the row's moments and `g = dL/dout`, adding the row's
+    /// `g * z` and `g` to `dweight` and `dbias`; `dL/dy` is then [`AddNorm::dropout_row`] of
+    /// `ds`. One row of [`AddNorm::backward`].
+    pub(crate) fn backward_row(
+        &self,
+        start: usize,
+        (y, r, g): (&[f32], &[f32], &[f32]),
+        Moments { mean, rstd }: Moments,
+        ds: &mut [f32],
+        (dweight, dbias): (&mut [f32], &mut [f32]),
+    ) {
+        self.sum_row(start, y, r, ds);
+        let g = &g[start..start + ds.len()];
+        add_norm_backward_row(ds, g, self.weight, mean, rstd, dweight, dbias);
+    }
+
+    /// `out = x * f` over the elements `start..start + x.len()` (`out = x` without dropout):
+    /// `dL/dy` of a row from its `ds`.
+    pub(crate) fn dropout_row(&self, start: usize, x: &[f32], out: &mut [f32]) {
+        match self.dropout {
+            Some(dropout) => dropout(start, x, out),
+            None => out.copy_from_slice(x),
+        }
     }
 
     /// `out = y * f + r` over the row of elements `start..start + h` of `y` and `r`.

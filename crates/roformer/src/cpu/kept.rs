@@ -187,6 +187,21 @@ impl Kept {
         inner: usize,
         dst: &mut [f32],
     ) -> candle_core::Result<()> {
+        self.times_w_onto(w, inner, dst, false)
+    }
+
+    /// `dst = (accumulate ? dst : 0) + self w`, as [`Kept::times_w`]: an input gradient added
+    /// onto the gradient another path already wrote (a residual's).
+    ///
+    /// # Errors
+    /// As [`Kept::times_w`].
+    pub(crate) fn times_w_onto(
+        &self,
+        w: &[f32],
+        inner: usize,
+        dst: &mut [f32],
+        accumulate: bool,
+    ) -> candle_core::Result<()> {
         let (rows, width) = self.dims();
         let wm = Mat::rows(w, inner);
         match self {
@@ -194,7 +209,7 @@ impl Kept {
                 (rows, inner, width),
                 Dst::Slice(dst),
                 (0, inner),
-                false,
+                accumulate,
                 Mat::rows(data, width),
                 wm,
                 1.0,
@@ -205,7 +220,14 @@ impl Kept {
                 check_weight(w, width * inner)?;
                 let b = PackedB::new(wm, width, inner, true);
                 let a = packed_a(rows_words, rows, width, true)?;
-                product_prepacked(Dst::Slice(dst), (0, inner), false, (a, b.view()), 1.0, true)
+                product_prepacked(
+                    Dst::Slice(dst),
+                    (0, inner),
+                    accumulate,
+                    (a, b.view()),
+                    1.0,
+                    true,
+                )
             }
         }
     }

@@ -44,7 +44,7 @@ mod held;
 mod layer;
 pub(crate) mod prenorm;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::ops::Range;
 

@@ -31,7 +31,7 @@ fn random_encoder(raw: RawConfig) -> (Encoder, RoFormerConfig) {
 }
 
 /// An additive mask `[b, 1, 1, t]` hiding the last `pad[s]` keys of sequence `s`.
-fn padding_mask(t: usize, pad: &[usize]) -> Tensor {
+pub(crate) fn padding_mask(t: usize, pad: &[usize]) -> Tensor {
     let values: Vec<f32> = pad
         .iter()
         .flat_map(|&p| (0..t).map(move |j| if j + p >= t { f32::MIN } else { 0.0 }))

@@ -27,7 +27,7 @@ pub(super) const FD_STEP: f64 = 1e-5;
 pub(super) const FD_TOL: f64 = 1e-7;
 
 /// `n` reproducible pseudo-random values in `[-scale, scale)` (splitmix64).
-pub(super) fn values(n: usize, seed: u64, scale: f64) -> Vec<f64> {
+pub(crate) fn values(n: usize, seed: u64, scale: f64) -> Vec<f64> {
     let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(1);
     (0..n)
         .map(|_| {
@@ -43,7 +43,7 @@ pub(super) fn values(n: usize, seed: u64, scale: f64) -> Vec<f64> {
 }
 
 /// A reproducible f64 tensor of `dims` with values in `[-scale, scale)`.
-pub(super) fn random(dims: &[usize], seed: u64, scale: f64) -> Tensor {
+pub(crate) fn random(dims: &[usize], seed: u64, scale: f64) -> Tensor {
     let n = dims.iter().product();
     Tensor::from_vec(values(n, seed, scale), dims, &Device::Cpu).unwrap()
 }
@@ -51,7 +51,7 @@ pub(super) fn random(dims: &[usize], seed: u64, scale: f64) -> Tensor {
 pub(super) use test_support::max_abs_diff;
 
 /// The elements of `t` as f64.
-pub(super) fn to_vec(t: &Tensor) -> Vec<f64> {
+pub(crate) fn to_vec(t: &Tensor) -> Vec<f64> {
     t.to_dtype(DType::F64)
         .unwrap()
         .flatten_all()

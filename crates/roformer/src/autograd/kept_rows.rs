@@ -1,0 +1,87 @@
+//! Activations a fused training op keeps for its products ([`Kept`]), made in one pass over f32
+//! rows of `width` values:
+//!
+//! ```text
+//! copy     k = x                              (sums: sum_rows x, a bias's gradient)
+//! input    k = x                              (f32: the rows given up, no copy)
+//! gelu     a = gelu(u),   u <- gelu'(u)       (one erf per element; the slope kept)
+//! slope    du = da gelu'(u),   db = sum_rows du
+//! ```
+//!
+//! Each rounds its rows once into the layouts `precision`'s products read.
+
+use crate::cpu::kept::{Kept, Side};
+use crate::cpu::mat::SharedOut;
+use crate::cpu::math::gelu_erf_with_slope;
+use crate::cpu::Precision;
+
+/// `x` (rows of `width`) kept on `side` of a weight gradient, and its column sums when
+/// `sums` (empty otherwise).
+pub(crate) fn copy(
+    x: &[f32],
+    width: usize,
+    side: Side,
+    precision: Precision,
+    sums: bool,
+) -> (Kept, Vec<f32>) {
+    let rows = x.len() / width.max(1);
+    Kept::build(
+        (rows, width),
+        side,
+        precision,
+        usize::from(sums),
+        |i, row, s| {
+            row.copy_from_slice(&x[i * width..][..width]);
+            s.iter_mut().zip(row.iter()).for_each(|(s, v)| *s += v);
+        },
+    )
+}
+
+/// `x` (rows of `width`, given up) kept as a dense layer's input: the rows themselves with
+/// f32 products, no copy; rounded once with bf16 ones.
+pub(crate) fn input(x: Vec<f32>, width: usize, precision: Precision) -> Kept {
+    match precision.bf16_kernel() {
+        None => Kept::F32 { data: x, width },
+        Some(_) => copy(&x, width, Side::Input, precision, false).0,
+    }
+}
+
+/// `a = gelu(u)` (erf) kept as a dense layer's input, `u` (rows of `width`) replaced by the
+/// slope `gelu'(u)` (the GELU backward's only need of it).
+pub(crate) fn gelu(u: &mut [f32], width: usize, precision: Precision) -> Kept {
+    let rows = u.len() / width.max(1);
+    let slopes = SharedOut::new(u);
+    Kept::build((rows, width), Side::Input, precision, 0, |i, row, _| {
+        // SAFETY: row i's task alone touches row i of u.
+        gelu_erf_with_slope(unsafe { slopes.slice(i * width, width) }, row);
+    })
+    .0
+}
+
+/// `du = da gelu'(u)` kept as a dense layer's output gradient, and `db = sum_rows du`, from
+/// the slope rows [`gelu`] left.
+pub(crate) fn through_slope(
+    da: &[f32],
+    slope: &[f32],
+    width: usize,
+    precision: Precision,
+) -> (Kept, Vec<f32>) {
+    let rows = da.len() / width.max(1);
+    Kept::build(
+        (rows, width),
+        Side::Gradient,
+        precision,
+        1,
+        |i, row, sums| {
+            let (da, slope) = (&da[i * width..][..width], &slope[i * width..][..width]);
+            for ((d, (a, s)), sum) in row
+                .iter_mut()
+                .zip(da.iter().zip(slope))
+                .zip(sums.iter_mut())
+            {
+                *d = a * s;
+                *sum += *d;
+            }
+        },
+    )
+}
