@@ -434,34 +434,33 @@ impl Task for ClassifyTask<'_> {
 
 #[cfg(test)]
 mod label_tests {
+    use test_support::Scratch;
+
     use super::*;
 
-    fn file(name: &str, labels: &[&str]) -> PathBuf {
-        let path = std::env::temp_dir().join(format!(
-            "roformer-labels-{name}-{}.jsonl",
-            std::process::id()
-        ));
+    /// `dir/name.jsonl`: one line `{"text": "a", "label": l}` for each of `labels`.
+    fn file(dir: &Scratch, name: &str, labels: &[&str]) -> PathBuf {
         let text: String = labels
             .iter()
             .map(|l| format!("{{\"text\": \"a\", \"label\": {l}}}\n"))
             .collect();
-        std::fs::write(&path, text).unwrap();
-        path
+        dir.write(&format!("{name}.jsonl"), text)
     }
 
     #[test]
     fn inferred_labels_are_names_in_order_or_numbers_ascending_never_a_mix() {
-        let names = file("names", &["\"pos\"", "\"neg\"", "\"pos\""]);
+        let dir = Scratch::new("roformer-labels", "inferred");
+        let names = file(&dir, "names", &["\"pos\"", "\"neg\"", "\"pos\""]);
         assert_eq!(labels_of(&names).unwrap(), ["pos", "neg"]);
-        let numbers = file("numbers", &["2", "0", "2"]);
+        let numbers = file(&dir, "numbers", &["2", "0", "2"]);
         assert_eq!(labels_of(&numbers).unwrap(), ["0", "2"]);
-        let mixed = file("mixed", &["\"pos\"", "\"neg\"", "1"]);
+        let mixed = file(&dir, "mixed", &["\"pos\"", "\"neg\"", "1"]);
         let err = labels_of(&mixed).unwrap_err().to_string();
         assert!(
             err.contains(":3:") && err.contains("line 1 is a name"),
             "{err}"
         );
-        let negative = file("negative", &["-1"]);
+        let negative = file(&dir, "negative", &["-1"]);
         assert!(labels_of(&negative).is_err());
     }
 
