@@ -30,12 +30,11 @@ use candle_core::Tensor;
 use candle_nn::Linear;
 
 use crate::autograd::dropout::KeepMask;
+use crate::autograd::kept_rows;
 use crate::autograd::prenorm::{
     bias_rows, norm_backward, norm_rows, Branch, BranchOp, Cursor, Samples,
 };
-use crate::cpu::kept::{Kept, Side};
-use crate::cpu::mat::SharedOut;
-use crate::cpu::math::gelu_erf_with_slope;
+use crate::cpu::kept::Kept;
 use crate::cpu::Precision;
 
 /// The parameters of the MLP half: the layer norm's weight, bias and epsilon, the two dense
@@ -211,17 +210,7 @@ impl Branch for MlpBranchOp {
         let mut u = bias_rows(rows, inner, b1)?;
         xn.times_wt(&flat[pc.w1.clone()], inner, &mut u, b1.is_some())?;
         // a = gelu(u); u becomes gelu'(u), all the backward needs of it.
-        let us = SharedOut::new(&mut u);
-        let (a, _) = Kept::build(
-            (rows, inner),
-            Side::Input,
-            self.precision,
-            0,
-            |i, row, _| {
-                // SAFETY: row i's task alone touches row i of u.
-                gelu_erf_with_slope(unsafe { us.slice(i * inner, inner) }, row);
-            },
-        );
+        let a = kept_rows::gelu(&mut u, inner, self.precision);
         let slope = u;
         // m = a W2^T + b2, y = h + f_s lambda m.
         let b2 = pc.b2.clone().map(|r| &flat[r]);
@@ -272,26 +261,7 @@ impl Branch for MlpBranchOp {
         dm.times_w(&flat[pc.w2.clone()], inner, &mut da)?;
         drop(dm);
         // du = da gelu'(u); db1 = sum du.
-        let (du, db1) = Kept::build(
-            (rows, inner),
-            Side::Gradient,
-            self.precision,
-            1,
-            |i, row, sums| {
-                let (da, slope) = (
-                    &da[i * inner..][..inner],
-                    &saved.slope[i * inner..][..inner],
-                );
-                for ((d, (a, s)), sum) in row
-                    .iter_mut()
-                    .zip(da.iter().zip(slope))
-                    .zip(sums.iter_mut())
-                {
-                    *d = a * s;
-                    *sum += *d;
-                }
-            },
-        );
+        let (du, db1) = kept_rows::through_slope(&da, &saved.slope, inner, self.precision);
         drop(da);
         if let Some(b1) = pc.b1.clone() {
             grad[b1].copy_from_slice(&db1);
