@@ -184,14 +184,17 @@ struct AttentionBranchOp {
 impl Branch for AttentionBranchOp {
     const NAME: &'static str = "attention-branch";
 
+    fn flat_len(&self) -> usize {
+        self.pieces.len
+    }
+
+    fn input_block(&self) -> usize {
+        self.pieces.tokens * self.pieces.hidden
+    }
+
     fn forward(&self, x: &[f32], flat: &[f32]) -> candle_core::Result<Vec<f32>> {
         let pc = &self.pieces;
         let (t, hid) = (pc.tokens, pc.hidden);
-        if flat.len() != pc.len || !x.len().is_multiple_of(t * hid) {
-            return Err(candle_core::Error::Msg(
-                "attention branch: input sizes".into(),
-            ));
-        }
         let rows = x.len() / hid;
         let norm = (&flat[pc.norm_w.clone()], &flat[pc.norm_b.clone()]);
         let (xn, stats) = norm_rows(x, norm, self.eps, self.precision);
@@ -232,11 +235,6 @@ impl Branch for AttentionBranchOp {
         let saved = self.saved.get().ok_or_else(|| {
             candle_core::Error::Msg("attention branch backward: no forward".into())
         })?;
-        if g.len() != x.len() || flat.len() != pc.len {
-            return Err(candle_core::Error::Msg(
-                "attention branch backward: gradient sizes".into(),
-            ));
-        }
         let rows = x.len() / hid;
         let mut grad = vec![0f32; pc.len];
         let (d_o, dlambda, dbo) =

@@ -274,12 +274,17 @@ fn put_tail_sums(
 impl Branch for EncoderLayerOp {
     const NAME: &'static str = "encoder-layer";
 
+    fn flat_len(&self) -> usize {
+        self.pieces.len
+    }
+
+    fn input_block(&self) -> usize {
+        self.pieces.tokens * self.pieces.hidden
+    }
+
     fn forward(&self, x: &[f32], flat: &[f32]) -> candle_core::Result<Vec<f32>> {
         let pc = &self.pieces;
         let (t, hid, inner, prec) = (pc.tokens, pc.hidden, pc.inner, self.precision);
-        if flat.len() != pc.len || !x.len().is_multiple_of(t * hid) {
-            return Err(candle_core::Error::Msg("encoder layer: input sizes".into()));
-        }
         let rows = x.len() / hid;
         // c = Attention(x [Wq; Wk; Wv]^T + [bq; bk; bv]).
         let xk = kept_rows::copy(x, hid, Side::Input, prec, false).0;
@@ -344,11 +349,6 @@ impl Branch for EncoderLayerOp {
             .saved
             .get()
             .ok_or_else(|| candle_core::Error::Msg("encoder layer backward: no forward".into()))?;
-        if g.len() != x.len() || flat.len() != pc.len {
-            return Err(candle_core::Error::Msg(
-                "encoder layer backward: gradient sizes".into(),
-            ));
-        }
         let rows = x.len() / hid;
         let mut grad = vec![0f32; pc.len];
         let [tail_1, tail_2] = &self.tails;

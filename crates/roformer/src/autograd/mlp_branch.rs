@@ -196,12 +196,17 @@ struct MlpBranchOp {
 impl Branch for MlpBranchOp {
     const NAME: &'static str = "mlp-branch";
 
+    fn flat_len(&self) -> usize {
+        self.pieces.len
+    }
+
+    fn input_block(&self) -> usize {
+        self.pieces.hidden
+    }
+
     fn forward(&self, h: &[f32], flat: &[f32]) -> candle_core::Result<Vec<f32>> {
         let pc = &self.pieces;
         let (hid, inner) = (pc.hidden, pc.inner);
-        if flat.len() != pc.len || !h.len().is_multiple_of(hid) {
-            return Err(candle_core::Error::Msg("mlp branch: input sizes".into()));
-        }
         let rows = h.len() / hid;
         let norm = (&flat[pc.norm_w.clone()], &flat[pc.norm_b.clone()]);
         let (xn, stats) = norm_rows(h, norm, self.eps, self.precision);
@@ -241,11 +246,6 @@ impl Branch for MlpBranchOp {
             .saved
             .get()
             .ok_or_else(|| candle_core::Error::Msg("mlp branch backward: no forward".into()))?;
-        if g.len() != h.len() || flat.len() != pc.len {
-            return Err(candle_core::Error::Msg(
-                "mlp branch backward: gradient sizes".into(),
-            ));
-        }
         let rows = h.len() / hid;
         let mut grad = vec![0f32; pc.len];
         let (dm, dlambda, db2) =

@@ -244,10 +244,18 @@ pub(crate) trait Branch: Send + Sync {
     /// The op's name in candle's graph and in its messages.
     const NAME: &'static str;
 
-    /// `y` for the input rows `x` and the parameters `flat`.
+    /// The length of `flat`, the parameters.
+    fn flat_len(&self) -> usize;
+
+    /// What the length of `x` is a multiple of: the values of one sample, or of one row.
+    fn input_block(&self) -> usize;
+
+    /// `y` for the input rows `x` and the parameters `flat`, their sizes checked by
+    /// [`BranchOp`] ([`Branch::flat_len`], [`Branch::input_block`]).
     fn forward(&self, x: &[f32], flat: &[f32]) -> candle_core::Result<Vec<f32>>;
 
-    /// `(dx, dflat)` from the output's gradient `g`, after [`Branch::forward`].
+    /// `(dx, dflat)` from the output's gradient `g`, after [`Branch::forward`]; `g` has
+    /// `x`'s length, checked by [`BranchOp`].
     fn backward(
         &self,
         x: &[f32],
@@ -274,6 +282,9 @@ impl<B: Branch> CustomOp2 for BranchOp<B> {
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let x = f32_slice(s1, l1, B::NAME)?;
         let flat = f32_slice(s2, l2, B::NAME)?;
+        if flat.len() != self.0.flat_len() || !x.len().is_multiple_of(self.0.input_block()) {
+            return Err(candle_core::Error::Msg(format!("{}: input sizes", B::NAME)));
+        }
         Ok((
             CpuStorage::F32(self.0.forward(x, flat)?),
             l1.shape().clone(),
@@ -290,7 +301,14 @@ impl<B: Branch> CustomOp2 for BranchOp<B> {
         let what = B::NAME;
         let (dx, dflat) = with_f32(x, what, |x| {
             with_f32(flat, what, |flat| {
-                with_f32(g, what, |g| self.0.backward(x, flat, g))
+                with_f32(g, what, |g| {
+                    if g.len() != x.len() || flat.len() != self.0.flat_len() {
+                        return Err(candle_core::Error::Msg(format!(
+                            "{what} backward: gradient sizes"
+                        )));
+                    }
+                    self.0.backward(x, flat, g)
+                })
             })
         })?;
         Ok((
