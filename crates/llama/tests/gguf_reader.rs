@@ -9,6 +9,7 @@ use common::{string, v_bool, v_f32, v_i32s, v_str, v_strings, v_u32, Gguf, Value
 use llama::gguf::{Array, GgufFile, Value as V};
 use llama::LlamaError;
 use proptest::prelude::*;
+use test_support::Scratch;
 
 fn parse(bytes: Vec<u8>) -> Result<GgufFile, LlamaError> {
     GgufFile::from_bytes("test.gguf", bytes)
@@ -90,21 +91,18 @@ fn reads_every_value_type_and_the_tensors() {
 
 #[test]
 fn opens_files_from_disk_and_refuses_what_is_not_one() {
-    let dir = std::env::temp_dir().join(format!("llama-gguf-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("sample.gguf");
-    std::fs::write(&path, sample().bytes()).unwrap();
+    let dir = Scratch::new("llama-gguf", "open");
+    let path = dir.write("sample.gguf", sample().bytes());
     let file = GgufFile::open(&path).unwrap();
     assert_eq!(file.tensors().len(), 2);
     assert_eq!(file.path(), path);
-    for bad in [dir.join("missing.gguf"), dir.clone()] {
+    for bad in [dir.join("missing.gguf"), dir.to_path_buf()] {
         assert!(
             matches!(GgufFile::open(&bad), Err(LlamaError::Io { .. })),
             "{}",
             bad.display()
         );
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Header bytes: magic, version, tensor count, metadata count.

@@ -218,12 +218,11 @@ mod tests {
 
     #[test]
     fn a_regular_file_is_read_whole() {
-        let path = std::env::temp_dir().join(format!("roformer-memory-{}", std::process::id()));
-        std::fs::write(&path, b"abc\n").unwrap();
+        let dir = test_support::Scratch::new("roformer-memory", "regular");
+        let path = dir.write("input.txt", b"abc\n");
         assert_eq!(read_input_file(&path).unwrap(), b"abc\n");
         std::fs::write(&path, b"ab\xffc").unwrap();
         let e = read_input_text(&path).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
-        std::fs::remove_file(&path).unwrap();
     }
 }

@@ -10,7 +10,7 @@ use roformer::{
     Dropout, HeadModel, Mode, ModelDir, ModelError, Precision, RawConfig, RoFormerConfig,
     RoFormerForMaskedLM, RoFormerModel,
 };
-use test_support::max_abs_diff;
+use test_support::{max_abs_diff, Scratch};
 
 const HEADS: usize = 4;
 
@@ -240,10 +240,6 @@ fn bias_positions_run_the_fused_inference_encoder_and_match_f64() {
     }
 }
 
-fn temp_dir(name: &str) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("roformer-bias-{name}-{}", std::process::id()))
-}
-
 /// Saved through the training checkpoint writer and loaded by `ModelDir`, a model of each type
 /// gives the same logits; a missing or mis-shaped T5 table is named in the error.
 #[test]
@@ -251,7 +247,8 @@ fn checkpoints_round_trip_and_name_a_bad_table() {
     for position in ["alibi", "t5_relative"] {
         let cfg = config(position, RawConfig::default());
         let t = build_trainable::<RoFormerForMaskedLM>(&cfg, None, 1, &Device::Cpu).unwrap();
-        let dir = temp_dir(position);
+        let scratch = Scratch::new("roformer-bias", position);
+        let dir = scratch.join("model");
         let files =
             roformer::train::checkpoint::model_files(&cfg, "RoFormerForMaskedLM", &t.params)
                 .unwrap();
@@ -266,19 +263,17 @@ fn checkpoints_round_trip_and_name_a_bad_table() {
         let a = t.model.forward(&x, None, None, None).unwrap().logits;
         let b = loaded.model.forward(&x, None, None, None).unwrap().logits;
         assert_eq!(max_abs_diff(&a, &b), 0.0, "{position}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
     let cfg = config("t5_relative", RawConfig::default());
     let t = build_trainable::<RoFormerForMaskedLM>(&cfg, None, 1, &Device::Cpu).unwrap();
     let name = "roformer.encoder.relative_attention_bias.weight";
     let write = |table: Option<Tensor>| {
-        let dir = temp_dir("bad-table");
+        let dir = Scratch::new("roformer-bias", "bad-table");
         let mut tensors: HashMap<String, Tensor> = t.params.tensors().into_iter().collect();
         match table {
             Some(table) => tensors.insert(name.into(), table),
             None => tensors.remove(name),
         };
-        std::fs::create_dir_all(&dir).unwrap();
         candle_core::safetensors::save(&tensors, dir.join("model.safetensors")).unwrap();
         let config = serde_json::to_string(&cfg.to_raw("RoFormerForMaskedLM")).unwrap();
         std::fs::write(dir.join("config.json"), config).unwrap();
@@ -286,7 +281,6 @@ fn checkpoints_round_trip_and_name_a_bad_table() {
             .unwrap()
             .load::<RoFormerForMaskedLM>(&Device::Cpu, Precision::F32)
             .unwrap_err();
-        std::fs::remove_dir_all(&dir).unwrap();
         assert!(matches!(err, ModelError::Weights { .. }), "{err}");
         err.to_string()
     };

@@ -8,6 +8,7 @@ use proptest::prelude::*;
 use roformer::tokenizer::{TokenizerConfig, TokenizerError, Vocab};
 use roformer::{Encoding, RoFormerTokenizer};
 use serde_json::Value;
+use test_support::Scratch;
 
 fn fixture_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizer")
@@ -166,8 +167,7 @@ fn decode_rejects_ids_past_the_vocabulary() {
 
 #[test]
 fn bad_directories_are_typed_errors() {
-    let dir = std::env::temp_dir().join(format!("roformer-tok-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("roformer-tokenizer", "bad-directories");
     // Missing vocab.txt.
     let err = RoFormerTokenizer::from_dir(&dir.join("nope")).unwrap_err();
     assert!(matches!(err, TokenizerError::Io { .. }), "{err}");
@@ -201,7 +201,6 @@ fn bad_directories_are_typed_errors() {
         tok.mask_token_id(),
         Err(TokenizerError::NoMaskToken(_))
     ));
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Text drawn from the characters that stress the tokenizer: CJK, ASCII, accents, combining

@@ -8,7 +8,7 @@ use roformer::{
     Dropout, HeadModel, Mode, PositionEmbeddingType, Precision, RawConfig, RoFormerConfig,
     RoFormerForMaskedLM, RoFormerForSequenceClassification,
 };
-use test_support::max_abs_diff;
+use test_support::{max_abs_diff, Scratch};
 
 fn config(position: &str) -> RoFormerConfig {
     RoFormerConfig::try_from(RawConfig {
@@ -148,7 +148,8 @@ fn position_variants_start_from_the_same_shared_weights() {
 fn a_missing_head_is_initialised_and_listed_but_a_missing_encoder_tensor_is_an_error() {
     let cfg = config("rotary");
     let mlm = build_trainable::<RoFormerForMaskedLM>(&cfg, None, 0, &Device::Cpu).unwrap();
-    let dir = std::env::temp_dir().join(format!("roformer-head-{}", std::process::id()));
+    let scratch = Scratch::new("roformer-training-model", "head");
+    let dir = scratch.join("model");
     let files =
         roformer::train::checkpoint::model_files(&cfg, "RoFormerForMaskedLM", &mlm.params).unwrap();
     roformer::train::checkpoint::write_dir_atomically(&dir, &files).unwrap();
@@ -183,7 +184,6 @@ fn a_missing_head_is_initialised_and_listed_but_a_missing_encoder_tensor_is_an_e
             .contains("config asks for 3 layers, the checkpoint has 2"),
         "{err}"
     );
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

@@ -5,6 +5,7 @@ use std::io::Write;
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use proptest::prelude::*;
+use test_support::Scratch;
 
 use super::*;
 
@@ -222,8 +223,7 @@ fn arrays_check_their_layout() {
 
 #[test]
 fn files_are_read_and_missing_ones_named() {
-    let dir = std::env::temp_dir().join(format!("roformer-idx-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("roformer-idx", "files");
     let path = dir.join("labels-idx1-ubyte.gz");
     let array = IdxArray::new(vec![4], vec![0, 1, 2, 3]).unwrap();
     std::fs::write(&path, gzip(&array.to_bytes())).unwrap();
@@ -232,5 +232,4 @@ fn files_are_read_and_missing_ones_named() {
     assert!(
         matches!(read_idx_file(&missing, 100), Err(IdxError::Io { path, .. }) if path == missing)
     );
-    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -367,6 +367,7 @@ pub fn write_dir_atomically_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use test_support::Scratch;
 
     fn read_dir_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
         let mut files: Vec<(String, Vec<u8>)> = fs::read_dir(dir)
@@ -385,8 +386,7 @@ mod tests {
 
     #[test]
     fn a_failed_write_leaves_the_previous_checkpoint_whole() {
-        let root = std::env::temp_dir().join(format!("roformer-atomic-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&root);
+        let root = Scratch::new("roformer-checkpoint", "atomic");
         let dir = root.join("checkpoint");
         let good = vec![
             ("a.json".to_string(), b"first".to_vec()),
@@ -411,7 +411,6 @@ mod tests {
         let newer = vec![("c.txt".to_string(), b"new".to_vec())];
         write_dir_atomically(&dir, &newer).unwrap();
         assert_eq!(read_dir_files(&dir), newer);
-        fs::remove_dir_all(&root).unwrap();
     }
 
     /// A save that dies right after any of its steps (here a panic in the observer) leaves a
@@ -420,12 +419,7 @@ mod tests {
     #[test]
     fn a_save_killed_after_any_step_is_recovered() {
         for step in SaveStep::ALL {
-            let root = std::env::temp_dir().join(format!(
-                "roformer-recover-{}-{}",
-                step.name(),
-                std::process::id()
-            ));
-            let _ = fs::remove_dir_all(&root);
+            let root = Scratch::new("roformer-checkpoint", &format!("recover-{}", step.name()));
             let dir = root.join("checkpoint");
             let first = vec![("a.json".to_string(), b"first".to_vec())];
             let second = vec![
@@ -462,7 +456,6 @@ mod tests {
             // The next save goes through.
             write_dir_atomically(&dir, &second).unwrap();
             assert_eq!(read_dir_files(&dir), second);
-            fs::remove_dir_all(&root).unwrap();
         }
     }
 

@@ -437,13 +437,11 @@ fn clear_run(out: &Path) -> Result<(), OutDirError> {
 mod tests {
     use super::*;
 
+    use test_support::Scratch;
+
     /// A fresh scratch directory for test `name`.
-    fn scratch(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("roformer-out-dir-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+    fn scratch(name: &str) -> Scratch {
+        Scratch::new("roformer-out-dir", name)
     }
 
     fn request<'a>(out: &'a Path, resume: bool, overwrite: bool) -> OutRequest<'a> {
@@ -497,6 +495,5 @@ mod tests {
         let left: Vec<_> = std::fs::read_dir(&out).unwrap().flatten().collect();
         assert_eq!(left.len(), 1, "only the lock stays");
         drop(paths);
-        std::fs::remove_dir_all(&root).unwrap();
     }
 }

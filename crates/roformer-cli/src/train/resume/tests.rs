@@ -4,6 +4,7 @@ use clap::CommandFactory;
 use roformer::train::classify::ClassifyOptions;
 use roformer::train::mlm::MlmDataOptions;
 use roformer::Precision;
+use test_support::Scratch;
 
 use super::*;
 
@@ -218,8 +219,7 @@ fn every_recorded_field_names_a_flag_of_its_command() {
 fn a_flat_run_json_of_before_reads_as_the_flags_it_holds() {
     // The run.json that `train mlm --config c --vocab v --corpus poems --steps 8 --lr 2e-3
     // --out run` wrote before the settings were typed.
-    let dir = std::env::temp_dir().join(format!("roformer-old-record-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("roformer-resume", "old-record");
     let old = r#"{"config": "c", "vocab": "v", "init": null, "position": null,
         "corpus": ["poems"], "format": "Auto", "text_field": "text", "seq_len": 128,
         "line_by_line": false, "whole_word": false, "also_simplified": false,
@@ -253,5 +253,4 @@ fn a_flat_run_json_of_before_reads_as_the_flags_it_holds() {
             .contains("of an earlier version) is malformed"),
         "{err:#}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 
 use candle_core::{DType, Device, Tensor, Var};
+use test_support::Scratch;
 
 use super::{flat, tensor, var};
 use crate::optim::{AdamW, AdamWConfig, Gradients, OptimError};
@@ -63,15 +64,12 @@ fn resuming_from_saved_state_continues_bit_for_bit() -> crate::optim::Result<()>
     run(&mut opt, 0..3);
     assert_eq!(opt.param_steps("cls.predictions.bias"), Some(2));
     // Through a safetensors file, as a training run would.
-    let path = std::env::temp_dir().join(format!(
-        "roformer-optim-state-{}.safetensors",
-        std::process::id()
-    ));
+    let dir = Scratch::new("roformer-optim", "state");
+    let path = dir.join("optimizer.safetensors");
     let state: HashMap<String, Tensor> = opt.state_tensors()?.into_iter().collect();
     assert!(state.contains_key("exp_avg.cls.predictions.bias") && state.contains_key("step"));
     candle_core::safetensors::save(&state, &path)?;
     let loaded = candle_core::safetensors::load(&path, &Device::Cpu)?;
-    std::fs::remove_file(&path).ok();
 
     let resumed = copy_params(&first);
     let mut opt2 = AdamW::new(resumed.clone(), config)?;

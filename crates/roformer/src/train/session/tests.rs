@@ -9,6 +9,7 @@ use crate::data::{build_vocab, read_corpus, VocabOptions};
 use crate::train::params::Trainable;
 use crate::train::run::{read_trainer_state, StepMetrics};
 use candle_core::{DType, Tensor};
+use test_support::Scratch;
 
 fn poetry() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/poetry")
@@ -98,11 +99,8 @@ impl Observer for Recorder<'_> {
     }
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("roformer-fit-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn scratch(name: &str) -> Scratch {
+    Scratch::new("roformer-fit", name)
 }
 
 fn weights(out: &Path) -> Vec<u8> {
@@ -157,9 +155,6 @@ fn a_run_trains_checkpoints_stops_and_resumes_to_the_same_result() {
     assert_eq!(rest, losses[5..], "the same losses after the resume");
     assert!(weights(&split) == weights(&whole), "the same final weights");
     assert_eq!(resumed.last_eval, done.last_eval);
-
-    let _ = std::fs::remove_dir_all(&whole);
-    let _ = std::fs::remove_dir_all(&split);
 }
 
 #[test]
@@ -181,7 +176,6 @@ fn an_observer_refusal_stops_the_run_before_anything_is_written() {
     let err = fit(&options(&out, &start, false), &mut Refuse, &never).unwrap_err();
     assert_eq!(err.to_string(), "not this run");
     assert!(!checkpoint_dir(&out).exists());
-    let _ = std::fs::remove_dir_all(&out);
 }
 
 /// The tensor `name` of a dump's `batches.safetensors`, row `step`, flattened.
@@ -301,9 +295,6 @@ fn a_dump_holds_the_initial_weights_and_the_batches_each_loss_was_computed_on() 
         loss_on(&checkpoint_dir(&again), &batches, 2),
         seen.steps[1].loss
     ));
-
-    let _ = std::fs::remove_dir_all(&out);
-    let _ = std::fs::remove_dir_all(&again);
 }
 
 #[test]
@@ -335,7 +326,6 @@ fn a_dump_refuses_a_resumed_run_and_accumulated_micro_batches() {
     let err = fit(&resumed, &mut Recorder::new(&never, None), &never).unwrap_err();
     assert!(err.to_string().contains("resumed run"), "{err}");
     assert!(!out.join("trajectory").exists() && !checkpoint_dir(&out).exists());
-    let _ = std::fs::remove_dir_all(&out);
 }
 
 /// Where [`StopAt`] sets the stop flag.
@@ -491,8 +481,6 @@ fn a_stop_between_micro_batches_saves_them_and_the_resume_ends_bit_for_bit() {
     assert!(!checkpoint_dir(&split)
         .join("accumulated.safetensors")
         .exists());
-    let _ = std::fs::remove_dir_all(&whole);
-    let _ = std::fs::remove_dir_all(&split);
 }
 
 /// A stop before the first step completes saves nothing; one that comes as an evaluation
@@ -544,7 +532,4 @@ fn a_stop_in_the_first_step_saves_nothing_and_one_in_an_evaluation_abandons_it()
     assert_eq!(seen.saved.len(), 2);
     assert!(weights(&split) == weights(&whole));
     assert_eq!(resumed.last_eval, done.last_eval);
-    for dir in [out, whole, split] {
-        let _ = std::fs::remove_dir_all(&dir);
-    }
 }

@@ -2,10 +2,10 @@
 //! back with the same outputs; a bad checkpoint is reported whole, in one error.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
+use test_support::Scratch;
 
 use super::{classifier, max_diff, random, tiny, KINDS};
 use crate::error::{ModelError, WeightProblem};
@@ -17,10 +17,8 @@ use crate::vision::model::{VisionForImageClassification, VisionModel};
 use crate::vision::save::save_pretrained;
 use crate::vision::tensors::{expected_tensors, VisionKind};
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("roformer-vision-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+fn scratch(name: &str) -> Scratch {
+    Scratch::new("roformer-vision-load", name)
 }
 
 #[test]
@@ -86,7 +84,6 @@ fn vision_saved_models_load_back_with_the_same_outputs() {
             .forward(&x, model.plan(Mode::Inference))
             .unwrap();
         assert_eq!(max_diff(&a.pooler_output, &b.pooler_output), 0.0);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
@@ -175,7 +172,6 @@ fn vision_bad_checkpoints_name_every_problem_at_once() {
         expected: 5,
         found: 2
     }));
-    let _ = std::fs::remove_dir_all(&dir);
     let dir = scratch("bias");
     save_pretrained(&dir, &cfg, VisionKind::Model, &varmap).unwrap();
     let off = tiny(PositionKind::RopeAxial, r#""key_bias": false"#);
@@ -193,16 +189,13 @@ fn vision_bad_checkpoints_name_every_problem_at_once() {
             .contains("unexpected tensor layer.0.attention.k_proj.bias"),
         "{err}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn vision_a_directory_without_files_is_a_clear_error() {
     let dir = scratch("empty");
-    std::fs::create_dir_all(&dir).unwrap();
     let err = VisionModelDir::open(&dir).unwrap_err();
     assert!(err.to_string().contains("config.json"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
     // A model from memory: the bytes of a saved directory.
     let cfg = tiny(PositionKind::None, "");
     let varmap = VarMap::new();
