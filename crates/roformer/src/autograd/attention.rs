@@ -38,7 +38,10 @@ use crate::cpu::mask::{mask_dims_fit, mask_row, MaskView};
 use crate::cpu::math::{add_mask_max, exp_sum};
 use crate::cpu::policy::{query_tile, TRAINING_SCORE_TILE};
 use crate::cpu::tensor::{f32_slice, tensor, with_f32};
-use crate::cpu::{product, Dst, Mat, Precision, SharedOut};
+use crate::cpu::{product, recycle, Dst, Mat, Precision, SharedOut};
+
+/// q, k and v apart, or their gradients: each `[b, t, h]`, token-major.
+pub(crate) type Parts = (Vec<f32>, Vec<f32>, Vec<f32>);
 
 /// The attention of one layer: what the op needs besides the projections and the bias.
 pub(crate) struct FusedAttention {
@@ -129,21 +132,22 @@ impl AttentionCore {
         }))
     }
 
-    /// The context `[b, t, hidden]` of `qkv` (`[b, t, 3 hidden]` as `dims`); keeps what
-    /// [`AttentionCore::backward`] needs.
+    /// The context `[b, t, hidden]` of `q`, `k` and `v` (each `[b, t, hidden]`, `dims` the
+    /// stacked projections' `[b, t, 3 hidden]`); keeps what [`AttentionCore::backward`] needs.
     ///
     /// # Errors
     /// Sizes that do not fit `dims`, a mask or dropout mask that does not fit; the products'
     /// errors.
     pub(crate) fn forward(
         &self,
-        qkv: &[f32],
+        (q, k, v): Parts,
         (b, t, width): (usize, usize, usize),
     ) -> candle_core::Result<Vec<f32>> {
         let heads = self.0.spec.heads;
+        let part = b * t * width / 3;
         let fits = heads > 0
             && width.is_multiple_of(3 * heads)
-            && qkv.len() == b * t * width
+            && [&q, &k, &v].iter().all(|x| x.len() == part)
             && self
                 .0
                 .spec
@@ -162,15 +166,16 @@ impl AttentionCore {
                  or the dropout mask"
             )));
         }
-        let (out, _) = self.0.forward(qkv, &Shape::from((b, t, width)), None)?;
+        let dims = Dims::new(&Shape::from((b, t, width)), heads)?;
+        let (out, _) = self.0.forward_parts((q, k, v), dims, None)?;
         match out {
             CpuStorage::F32(context) => Ok(context),
             _ => Err(candle_core::Error::Msg("attention: f32 context".into())),
         }
     }
 
-    /// The gradient of the projections (`[b, t, 3 hidden]` as `dims`) from the context's
-    /// gradient `g`.
+    /// The gradients of q, k and v (`dims` the stacked projections' `[b, t, 3 hidden]`) from
+    /// the context's gradient `g`.
     ///
     /// # Errors
     /// No forward before; a gradient of the wrong size; the products' errors.
@@ -178,8 +183,8 @@ impl AttentionCore {
         &self,
         dims: (usize, usize, usize),
         g: &[f32],
-    ) -> candle_core::Result<Vec<f32>> {
-        Ok(self.0.backward(&Shape::from(dims), None, g)?.0)
+    ) -> candle_core::Result<Parts> {
+        Ok(self.0.backward_parts(&Shape::from(dims), None, g)?.0)
     }
 }
 
@@ -338,16 +343,26 @@ impl AttentionOp {
         bias: Option<MaskInput<'_>>,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let dims = Dims::new(shape, self.spec.heads)?;
+        self.forward_parts(split_projections(qkv, dims.h), dims, bias)
+    }
+
+    /// [`AttentionOp::forward`] on q, k and v apart (each `[b, t, h]`, token-major).
+    fn forward_parts(
+        &self,
+        (mut q, mut k, mut v): Parts,
+        dims: Dims,
+        bias: Option<MaskInput<'_>>,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
         let Dims {
             b, t, h, heads, d, ..
         } = dims;
-        let (mut q, mut k, mut v) = split_projections(qkv, h);
         self.rotate(&mut q, dims, Direction::Forward)?;
         self.rotate(&mut k, dims, Direction::Forward)?;
         if self.spec.rotary_value {
             self.rotate(&mut v, dims, Direction::Forward)?;
         }
-        let mut context = vec![0f32; b * t * h];
+        // Every element written by the products below (one per tile of rows and head).
+        let mut context = recycle::take(b * t * h);
         let mut max = vec![0f32; b * heads * t];
         let mut inv_sum = vec![0f32; b * heads * t];
         let (out, max_out, inv_out) = (
@@ -418,16 +433,31 @@ impl AttentionOp {
         bias: Option<(&Tensor, bool)>,
         g: &[f32],
     ) -> candle_core::Result<(Vec<f32>, Option<Tensor>)> {
+        let ((dq, dk, dv), dbias) = self.backward_parts(shape, bias, g)?;
+        let dqkv = join_projections(&dq, &dk, &dv, shape.dims3()?.2 / 3);
+        [dq, dk, dv].into_iter().for_each(recycle::give);
+        Ok((dqkv, dbias))
+    }
+
+    /// [`AttentionOp::backward`] with the gradients of q, k and v apart (each `[b, t, h]`).
+    fn backward_parts(
+        &self,
+        shape: &Shape,
+        bias: Option<(&Tensor, bool)>,
+        g: &[f32],
+    ) -> candle_core::Result<(Parts, Option<Tensor>)> {
         let saved = self
             .saved
             .get()
             .ok_or_else(|| candle_core::Error::Msg("attention backward: nothing saved".into()))?;
         let dims = Dims::new(shape, self.spec.heads)?;
         let Dims { b, t, h, heads, .. } = dims;
+        // Every element written by the tiles (dq by its rows, dk and dv by the first tile of
+        // rows of each head, then added to).
         let (mut dq, mut dk, mut dv) = (
-            vec![0f32; b * t * h],
-            vec![0f32; b * t * h],
-            vec![0f32; b * t * h],
+            recycle::take(b * t * h),
+            recycle::take(b * t * h),
+            recycle::take(b * t * h),
         );
         let bias_grad = bias.is_some_and(|(_, grad)| grad);
         let mut ds = vec![0f32; if bias_grad { b * heads * t * t } else { 0 }];
@@ -479,12 +509,11 @@ impl AttentionOp {
         if self.spec.rotary_value {
             self.rotate(&mut dv, dims, Direction::Inverse)?;
         }
-        let dqkv = join_projections(&dq, &dk, &dv, h);
         let dbias = match bias {
             Some((m, true)) => Some(reduce_to_mask(ds, m.dims(), dims, m.shape())?),
             _ => None,
         };
-        Ok((dqkv, dbias))
+        Ok(((dq, dk, dv), dbias))
     }
 
     /// The backward of one tile: P recomputed, then `dV += (P f)^T dO`, `dPf = dO v^T`, dS,
@@ -511,12 +540,12 @@ impl AttentionOp {
         let (scale, precision) = (1.0 / (d as f32).sqrt(), self.spec.precision);
         // SAFETY (every shared output): task (s, head) alone writes the columns of its head in
         // the rows of its sequence, and its own rows of the score gradient.
-        // dV += (P f)^T dO
+        // dV += (P f)^T dO (the first tile of rows writes, the others add)
         product(
             (t, d, r),
             Dst::Shared(out.dv),
             (s * t * h + head * d, h),
-            true,
+            i0 > 0,
             Mat::rows(probs, t).t(),
             dims.head_rows(inputs.g, s, head, i0),
             1.0,
@@ -553,12 +582,12 @@ impl AttentionOp {
             false,
             precision,
         )?;
-        // dk += c dS^T q rows
+        // dk += c dS^T q rows (as dV)
         product(
             (t, d, r),
             Dst::Shared(out.dk),
             (s * t * h + head * d, h),
-            true,
+            i0 > 0,
             Mat::rows(dp, t).t(),
             dims.head_rows(q, s, head, i0),
             scale,

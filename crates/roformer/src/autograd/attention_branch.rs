@@ -2,8 +2,8 @@
 //!
 //! ```text
 //! forward   xn = LayerNorm(x)                                  (statistics kept)
-//!           qkv = xn [Wq; Wk; Wv]^T + [bq; bk; bv]              one product, [rows, 3 hidden]
-//!           c = Attention(qkv)                                  (rotation, softmax, dropout)
+//!           q, k, v = xn Wq^T + bq, xn Wk^T + bk, xn Wv^T + bv  three products, [rows, hidden]
+//!           c = Attention(q, k, v)                              (rotation, softmax, dropout)
 //!           o = c Wo^T + bo,   y = x + f_s lambda o
 //! backward  do = g f_s lambda;   dlambda = sum g f_s o;   dbo = sum do
 //!           dWo = do^T c;   dc = do Wo;   dqkv = Attention'(dc)
@@ -14,10 +14,13 @@
 //! The attention in the middle is [`AttentionCore`], the fused attention's own forward and
 //! backward; the parameters travel as one flat vector `[w_n | b_n | Wq | Wk | Wv | bq | bk |
 //! bv | Wo | bo | lambda]` (the three weights one after the other are the stacked
-//! `[3 hidden, hidden]` matrix; a missing bias is absent there and a zero block in the
-//! product's), the concatenation of the model's variables, as in [`super::mlp_branch`]. The
-//! reference is the model's op-by-op path (projections, rotation, candle's attention), which
-//! the vision tests compare the fused block against.
+//! `[3 hidden, hidden]` matrix, whose gradient `dqkv^T xn` is one product; a missing bias is
+//! absent there), the concatenation of the model's variables, as in [`super::mlp_branch`].
+//! q, k and v are each written by their own product where the attention reads them, and
+//! their gradients kept as `dqkv` from where the attention leaves them (no split or join
+//! copies); the large buffers come from [`crate::cpu::recycle`]. The reference is the
+//! model's op-by-op path (projections, rotation, candle's attention), which the vision tests
+//! compare the fused block against.
 
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -27,11 +30,12 @@ use candle_nn::Linear;
 
 use crate::autograd::attention::{AttentionCore, FusedAttention};
 use crate::autograd::dropout::KeepMask;
+use crate::autograd::kept_rows;
 use crate::autograd::prenorm::{
-    bias_rows, norm_backward, norm_rows, Branch, BranchOp, Cursor, Samples,
+    bias_rows, norm_backward, norm_rows, projections, Branch, BranchOp, Cursor, Samples,
 };
 use crate::cpu::kept::{Kept, Side};
-use crate::cpu::Precision;
+use crate::cpu::{recycle, Precision};
 
 /// The parameters of the attention half: the layer norm's weight, bias and epsilon, the four
 /// projections (`[hidden, hidden]`, biases optional) and the layer scale `lambda` `[hidden]`.
@@ -144,20 +148,6 @@ impl Pieces {
             len: at.len(),
         })
     }
-
-    /// `[bq; bk; bv]` with zeros for the missing ones, or none when all are missing.
-    fn stacked_bias(&self, flat: &[f32]) -> Option<Vec<f32>> {
-        if self.b_qkv.iter().all(Option::is_none) {
-            return None;
-        }
-        let mut out = vec![0f32; 3 * self.hidden];
-        for (part, range) in out.chunks_exact_mut(self.hidden).zip(&self.b_qkv) {
-            if let Some(r) = range {
-                part.copy_from_slice(&flat[r.clone()]);
-            }
-        }
-        Some(out)
-    }
 }
 
 /// What the forward keeps for the backward: the normed rows and the attention's context
@@ -198,21 +188,16 @@ impl Branch for AttentionBranchOp {
         let rows = x.len() / hid;
         let norm = (&flat[pc.norm_w.clone()], &flat[pc.norm_b.clone()]);
         let (xn, stats) = norm_rows(x, norm, self.eps, self.precision);
-        // qkv = xn [Wq; Wk; Wv]^T + [bq; bk; bv], c = Attention(qkv).
-        let bias = pc.stacked_bias(flat);
-        let mut qkv = bias_rows(rows, 3 * hid, bias.as_deref())?;
-        xn.times_wt(&flat[pc.w_qkv.clone()], 3 * hid, &mut qkv, bias.is_some())?;
-        let c = self.core.forward(&qkv, (rows / t, t, 3 * hid))?;
-        drop(qkv);
-        let (context, _) = Kept::build((rows, hid), Side::Input, self.precision, 0, |i, row, _| {
-            row.copy_from_slice(&c[i * hid..][..hid]);
-        });
-        drop(c);
+        // q, k, v = xn Wq^T + bq, xn Wk^T + bk, xn Wv^T + bv;  c = Attention(q, k, v).
+        let biases = pc.b_qkv.clone().map(|r| r.map(|r| &flat[r]));
+        let qkv = projections(&xn, &flat[pc.w_qkv.clone()], biases, hid, rows)?;
+        let c = self.core.forward(qkv, (rows / t, t, 3 * hid))?;
+        let context = kept_rows::input(c, hid, self.precision);
         // o = c Wo^T + bo, y = x + f_s lambda o.
         let bo = pc.bo.clone().map(|r| &flat[r]);
         let mut o = bias_rows(rows, hid, bo)?;
         context.times_wt(&flat[pc.wo.clone()], hid, &mut o, bo.is_some())?;
-        let y = self.samples.join(x, &o, &flat[pc.lambda.clone()]);
+        let y = self.samples.join(x, &o, &flat[pc.lambda.clone()])?;
         // A fresh op per call: the cell is empty.
         let _ = self.saved.set(Saved {
             xn,
@@ -246,24 +231,14 @@ impl Branch for AttentionBranchOp {
         }
         // dWo = do^T c, dc = do Wo, dqkv = Attention'(dc).
         d_o.t_times(&saved.context, &mut grad, pc.wo.start)?;
-        let mut dc = vec![0f32; rows * hid];
+        let mut dc = recycle::take(rows * hid);
         d_o.times_w(&flat[pc.wo.clone()], hid, &mut dc)?;
         drop(d_o);
         let d = self.core.backward((rows / t, t, 3 * hid), &dc)?;
-        drop(dc);
-        // d[bq; bk; bv] = sum dqkv.
-        let width = 3 * hid;
-        let (dqkv, db) = Kept::build(
-            (rows, width),
-            Side::Gradient,
-            self.precision,
-            1,
-            |i, row, sums| {
-                row.copy_from_slice(&d[i * width..][..width]);
-                sums.iter_mut().zip(row.iter()).for_each(|(s, d)| *s += d);
-            },
-        );
-        drop(d);
+        recycle::give(dc);
+        // d[bq; bk; bv] = sum dqkv (where there are biases).
+        let sums = pc.b_qkv.iter().any(Option::is_some);
+        let (dqkv, db) = kept_rows::stacked(d, hid, Side::Gradient, self.precision, sums);
         for (part, range) in db.chunks_exact(hid).zip(&pc.b_qkv) {
             if let Some(r) = range {
                 grad[r.clone()].copy_from_slice(part);

@@ -2,8 +2,8 @@
 //! tensors:
 //!
 //! ```text
-//! forward   qkv = x [Wq; Wk; Wv]^T + [bq; bk; bv]           one product, [rows, 3 hidden]
-//!           c = Attention(qkv)                               (rotation, mask, softmax, dropout)
+//! forward   q, k, v = x Wq^T + bq, x Wk^T + bk, x Wv^T + bv   three products, [rows, hidden]
+//!           c = Attention(q, k, v)                              (rotation, mask, softmax, dropout)
 //!           o = c Wo^T + bo,   a = LayerNorm_1(Dropout_1(o) + x)
 //!           u = a W1^T + b1,   i = gelu(u),   m = i W2^T + b2
 //!           y = LayerNorm_2(Dropout_2(m) + a)
@@ -24,7 +24,9 @@
 //! pass that makes them; the backward writes every parameter gradient once, in place into
 //! the flat gradient, the residuals' gradients added by the products onto the norms'. The
 //! dropout masks are drawn by the caller in the op-by-op path's order (the probabilities',
-//! then each tail's), so the two paths drop the same elements.
+//! then each tail's), so the two paths drop the same elements. q, k and v are each written by
+//! their own product where the attention reads them, and their gradients kept as `dqkv` from
+//! where the attention leaves them (no split or join copies).
 
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -36,10 +38,10 @@ use crate::autograd::attention::{AttentionCore, FusedAttention};
 use crate::autograd::dropout::KeepMask;
 use crate::autograd::kept_rows;
 use crate::autograd::postnorm::Tail;
-use crate::autograd::prenorm::{bias_rows, Branch, BranchOp, Cursor};
+use crate::autograd::prenorm::{dense, projections, Branch, BranchOp, Cursor};
 use crate::cpu::add_norm::Moments;
 use crate::cpu::kept::{Kept, Side};
-use crate::cpu::Precision;
+use crate::cpu::{recycle, Precision};
 
 /// A layer norm's weight, bias and epsilon.
 pub(crate) type LayerNormParts<'a> = (&'a Tensor, &'a Tensor, f64);
@@ -242,19 +244,6 @@ fn norm<'f>(flat: &'f [f32], (w, b): &(Range<usize>, Range<usize>)) -> (&'f [f32
     (&flat[w.clone()], &flat[b.clone()])
 }
 
-/// `input w^T + bias` for `w` `[out, input's width]`, the bias preloaded.
-fn dense(
-    input: &Kept,
-    w: &[f32],
-    bias: Option<&[f32]>,
-    out: usize,
-    rows: usize,
-) -> candle_core::Result<Vec<f32>> {
-    let mut y = bias_rows(rows, out, bias)?;
-    input.times_wt(w, out, &mut y, bias.is_some())?;
-    Ok(y)
-}
-
 /// Writes `sums` (`[dw_n | db_n | db]` of a tail, `db` of the dense layer before it) into
 /// `grad` at the norm's and the bias's places.
 fn put_tail_sums(
@@ -288,15 +277,10 @@ impl Branch for EncoderLayerOp {
         let rows = x.len() / hid;
         // c = Attention(x [Wq; Wk; Wv]^T + [bq; bk; bv]).
         let xk = kept_rows::copy(x, hid, Side::Input, prec, false).0;
-        let qkv = dense(
-            &xk,
-            &flat[pc.w_qkv.clone()],
-            part(flat, &pc.b_qkv),
-            3 * hid,
-            rows,
-        )?;
-        let context = self.core.forward(&qkv, (rows / t, t, 3 * hid))?;
-        drop(qkv);
+        let b_qkv = part(flat, &pc.b_qkv);
+        let biases = [0, 1, 2].map(|i| b_qkv.map(|b| &b[i * hid..][..hid]));
+        let qkv = projections(&xk, &flat[pc.w_qkv.clone()], biases, hid, rows)?;
+        let context = self.core.forward(qkv, (rows / t, t, 3 * hid))?;
         let context = kept_rows::input(context, hid, prec);
         // a = LayerNorm_1(Dropout_1(c Wo^T + bo) + x), kept for the intermediate layer.
         let o = dense(
@@ -376,15 +360,14 @@ impl Branch for EncoderLayerOp {
         drop(da);
         put_tail_sums(&mut grad, &back_1.sums, &pc.norm_1, &pc.bo);
         back_1.dm.t_times(&s.context, &mut grad, pc.wo.start)?;
-        let mut dc = vec![0f32; rows * hid];
+        let mut dc = recycle::take(rows * hid);
         back_1.dm.times_w(&flat[pc.wo.clone()], hid, &mut dc)?;
         drop(back_1.dm);
         // dqkv = Attention'(dc), d[bq; bk; bv] = sum dqkv; d[Wq; Wk; Wv] = dqkv^T x,
         // dx += dqkv [Wq; Wk; Wv].
         let d = self.core.backward((rows / t, t, 3 * hid), &dc)?;
-        drop(dc);
-        let (dqkv, db) = kept_rows::copy(&d, 3 * hid, Side::Gradient, prec, pc.b_qkv.is_some());
-        drop(d);
+        recycle::give(dc);
+        let (dqkv, db) = kept_rows::stacked(d, hid, Side::Gradient, prec, pc.b_qkv.is_some());
         if let Some(b) = pc.b_qkv.clone() {
             grad[b].copy_from_slice(&db);
         }

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! copy     k = x                              (sums: sum_rows x, a bias's gradient)
+//! stacked  k = [a | b | c]                    (three row sets side by side; sums as copy)
 //! input    k = x                              (f32: the rows given up, no copy)
 //! gelu     a = gelu(u),   u <- gelu'(u)       (one erf per element; the slope kept)
 //! slope    du = da gelu'(u),   db = sum_rows du
@@ -10,10 +11,11 @@
 //!
 //! Each rounds its rows once into the layouts `precision`'s products read.
 
+use crate::autograd::attention::Parts;
 use crate::cpu::kept::{Kept, Side};
 use crate::cpu::mat::SharedOut;
 use crate::cpu::math::gelu_erf_with_slope;
-use crate::cpu::Precision;
+use crate::cpu::{recycle, Precision};
 
 /// `x` (rows of `width`) kept on `side` of a weight gradient, and its column sums when
 /// `sums` (empty otherwise).
@@ -37,12 +39,43 @@ pub(crate) fn copy(
     )
 }
 
+/// `[a | b | c]` (each rows of `width`, given up: q, k and v's gradients) kept on `side` of a
+/// weight gradient as rows of `3 width`, and their column sums when `sums` (empty otherwise);
+/// the three handed back ([`recycle`]).
+pub(crate) fn stacked(
+    (a, b, c): Parts,
+    width: usize,
+    side: Side,
+    precision: Precision,
+    sums: bool,
+) -> (Kept, Vec<f32>) {
+    let rows = a.len() / width.max(1);
+    let kept = Kept::build(
+        (rows, 3 * width),
+        side,
+        precision,
+        usize::from(sums),
+        |i, row, s| {
+            for (part, x) in row.chunks_exact_mut(width.max(1)).zip([&a, &b, &c]) {
+                part.copy_from_slice(&x[i * width..][..width]);
+            }
+            s.iter_mut().zip(row.iter()).for_each(|(s, v)| *s += v);
+        },
+    );
+    [a, b, c].into_iter().for_each(recycle::give);
+    kept
+}
+
 /// `x` (rows of `width`, given up) kept as a dense layer's input: the rows themselves with
-/// f32 products, no copy; rounded once with bf16 ones.
+/// f32 products, no copy; rounded once with bf16 ones (`x` then handed back, [`recycle`]).
 pub(crate) fn input(x: Vec<f32>, width: usize, precision: Precision) -> Kept {
     match precision.bf16_kernel() {
         None => Kept::F32 { data: x, width },
-        Some(_) => copy(&x, width, Side::Input, precision, false).0,
+        Some(_) => {
+            let kept = copy(&x, width, Side::Input, precision, false).0;
+            recycle::give(x);
+            kept
+        }
     }
 }
 

@@ -35,7 +35,7 @@ use crate::autograd::prenorm::{
     bias_rows, norm_backward, norm_rows, Branch, BranchOp, Cursor, Samples,
 };
 use crate::cpu::kept::Kept;
-use crate::cpu::Precision;
+use crate::cpu::{recycle, Precision};
 
 /// The parameters of the MLP half: the layer norm's weight, bias and epsilon, the two dense
 /// layers (`up`: `W1` `[inner, hidden]`, `down`: `W2` `[hidden, inner]`, biases optional) and
@@ -221,7 +221,7 @@ impl Branch for MlpBranchOp {
         let b2 = pc.b2.clone().map(|r| &flat[r]);
         let mut m = bias_rows(rows, hid, b2)?;
         a.times_wt(&flat[pc.w2.clone()], hid, &mut m, b2.is_some())?;
-        let y = self.samples.join(h, &m, &flat[pc.lambda.clone()]);
+        let y = self.samples.join(h, &m, &flat[pc.lambda.clone()])?;
         // A fresh op per call: the cell is empty.
         let _ = self.saved.set(Saved {
             xn,
@@ -257,12 +257,12 @@ impl Branch for MlpBranchOp {
         }
         // dW2 = dm^T a, da = dm W2.
         dm.t_times(&saved.a, &mut grad, pc.w2.start)?;
-        let mut da = vec![0f32; rows * inner];
+        let mut da = recycle::take(rows * inner);
         dm.times_w(&flat[pc.w2.clone()], inner, &mut da)?;
         drop(dm);
         // du = da gelu'(u); db1 = sum du.
         let (du, db1) = kept_rows::through_slope(&da, &saved.slope, inner, self.precision);
-        drop(da);
+        recycle::give(da);
         if let Some(b1) = pc.b1.clone() {
             grad[b1].copy_from_slice(&db1);
         }

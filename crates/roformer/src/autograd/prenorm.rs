@@ -22,6 +22,7 @@ use std::ops::Range;
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
+use crate::autograd::attention::Parts;
 use crate::autograd::dropout::KeepMask;
 use crate::cpu::kept::{Kept, Side};
 use crate::cpu::mat::SharedOut;
@@ -70,25 +71,29 @@ impl Samples {
         })
     }
 
-    /// `y = h + f_s lambda m` (`join` above).
-    pub(crate) fn join(&self, h: &[f32], m: &[f32], lambda: &[f32]) -> Vec<f32> {
+    /// `y = h + f_s lambda m` (`join` above), each row written once (no zeroed buffer).
+    ///
+    /// # Errors
+    /// None in practice (the blocks cover the rows); the row builder's errors.
+    pub(crate) fn join(
+        &self,
+        h: &[f32],
+        m: &[f32],
+        lambda: &[f32],
+    ) -> candle_core::Result<Vec<f32>> {
         let width = lambda.len().max(1);
         let rows = h.len() / width;
-        let per_chunk = (PASS_CHUNK / width).max(1);
-        let mut y = vec![0f32; h.len()];
-        y.par_chunks_mut(per_chunk * width)
-            .enumerate()
-            .for_each(|(c, out)| {
-                for (j, o) in out.chunks_exact_mut(width).enumerate() {
-                    let i = c * per_chunk + j;
-                    let f = self.factor(i, rows);
-                    let (hr, mr) = (&h[i * width..][..width], &m[i * width..][..width]);
-                    for (((o, h), m), l) in o.iter_mut().zip(hr).zip(mr).zip(lambda) {
-                        *o = h + f * l * m;
-                    }
+        build_rows(rows, width, &row_blocks(rows, width), true, |block, out| {
+            let y = out.init(Some(&h[block.start * width..block.end * width]), &[]);
+            for (j, row) in y.chunks_exact_mut(width).enumerate() {
+                let i = block.start + j;
+                let f = self.factor(i, rows);
+                for ((o, m), l) in row.iter_mut().zip(&m[i * width..][..width]).zip(lambda) {
+                    *o += f * l * m;
                 }
-            });
-        y
+            }
+            Ok(())
+        })
     }
 
     /// `(dm, dlambda, db)` of `join` from the output's gradient `g` (`join'` above), `dm`
@@ -197,15 +202,57 @@ pub(crate) fn bias_rows(
     width: usize,
     bias: Option<&[f32]>,
 ) -> candle_core::Result<Vec<f32>> {
-    let per_block = (PASS_CHUNK / width.max(1)).max(1);
-    let blocks: Vec<Range<usize>> = (0..rows)
-        .step_by(per_block)
-        .map(|start| start..(start + per_block).min(rows))
-        .collect();
-    build_rows(rows, width, &blocks, true, |_, out| {
+    build_rows(rows, width, &row_blocks(rows, width), true, |_, out| {
         out.init(None, &[bias]);
         Ok(())
     })
+}
+
+/// `0..rows` in blocks of about [`PASS_CHUNK`] values (rows of `width`), for [`build_rows`].
+fn row_blocks(rows: usize, width: usize) -> Vec<Range<usize>> {
+    let per_block = (PASS_CHUNK / width.max(1)).max(1);
+    (0..rows)
+        .step_by(per_block)
+        .map(|start| start..(start + per_block).min(rows))
+        .collect()
+}
+
+/// `input w^T + bias` for `w` `[out, input's width]`, the bias preloaded.
+///
+/// # Errors
+/// Sizes that do not fit; the products' errors.
+pub(crate) fn dense(
+    input: &Kept,
+    w: &[f32],
+    bias: Option<&[f32]>,
+    out: usize,
+    rows: usize,
+) -> candle_core::Result<Vec<f32>> {
+    let mut y = bias_rows(rows, out, bias)?;
+    input.times_wt(w, out, &mut y, bias.is_some())?;
+    Ok(y)
+}
+
+/// `q = input Wq^T + bq`, `k = input Wk^T + bk`, `v = input Wv^T + bv`, each `[rows, hidden]`
+/// apart (the layouts the attention reads), for `w_qkv` the stacked `[Wq; Wk; Wv]` (`[3
+/// hidden, input's width]`) and each bias where there is one.
+///
+/// # Errors
+/// Sizes that do not fit; the products' errors.
+pub(crate) fn projections(
+    input: &Kept,
+    w_qkv: &[f32],
+    biases: [Option<&[f32]>; 3],
+    hidden: usize,
+    rows: usize,
+) -> candle_core::Result<Parts> {
+    let w = w_qkv.len() / 3;
+    let [bq, bk, bv] = biases;
+    Ok((
+        dense(input, &w_qkv[..w], bq, hidden, rows)?,
+        dense(input, &w_qkv[w..2 * w], bk, hidden, rows)?,
+        dense(input, &w_qkv[2 * w..], bv, hidden, rows)?,
+    ))
 }
 
 /// Runs `f(i, row_i, sums)` over every row of `width` values of `buf` (rows changed in place)

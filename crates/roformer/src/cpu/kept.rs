@@ -12,6 +12,8 @@
 //! pair words (pairs along the row, for `x W^T` and `dy W`) and pair words along the rows in
 //! panels (for `dW = dy^T x`: panels of `MR` for the gradient `dy`, of `NR` for the input
 //! `x`), so that no product converts or packs it again. The weights are packed once per call.
+//! The buffers are taken from and handed back to [`recycle`]'s shelves, so a step reuses the
+//! last step's memory and nothing is zeroed that the producer writes anyway.
 
 use rayon::prelude::*;
 
@@ -20,6 +22,7 @@ use super::mat::{Dst, Mat, SharedOut};
 use super::policy::SUM_ROWS;
 use super::precision::Precision;
 use super::product::{product, product_prepacked};
+use super::recycle;
 
 /// Which operand of a weight's gradient `dW = dy^T x` an activation is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,7 +72,7 @@ impl Kept {
         let w = width.max(1);
         let (kept, partials): (Kept, Vec<Vec<f32>>) = match precision.bf16_kernel() {
             None => {
-                let mut data = vec![0f32; rows * width];
+                let mut data = recycle::take(rows * width);
                 let partials = data
                     .par_chunks_mut(SUM_ROWS * w)
                     .enumerate()
@@ -88,8 +91,11 @@ impl Kept {
                     Side::Gradient => MR,
                     Side::Input => NR,
                 };
-                let mut rows_words = vec![0u32; packed_len(rows, width, MR)];
-                let mut pair_words = vec![0u32; packed_len(width, rows, panel)];
+                let mut rows_words = recycle::take(packed_len(rows, width, MR));
+                let mut pair_words = recycle::take(packed_len(width, rows, panel));
+                // The rows past the last, up to a whole panel of MR, are zeros; the passes
+                // below write every other word.
+                rows_words[rows * width.div_ceil(2)..].fill(0);
                 let (by_rows, by_pairs) = (
                     SharedOut::new(&mut rows_words),
                     SharedOut::new(&mut pair_words),
@@ -272,6 +278,23 @@ impl Kept {
             _ => Err(candle_core::Error::Msg(
                 "weight gradient: operands kept in different precisions".into(),
             )),
+        }
+    }
+}
+
+impl Drop for Kept {
+    /// Hands the buffers back for the next activation of their size ([`recycle`]).
+    fn drop(&mut self) {
+        match self {
+            Kept::F32 { data, .. } => recycle::give(std::mem::take(data)),
+            Kept::Bf16 {
+                rows_words,
+                pair_words,
+                ..
+            } => {
+                recycle::give(std::mem::take(rows_words));
+                recycle::give(std::mem::take(pair_words));
+            }
         }
     }
 }

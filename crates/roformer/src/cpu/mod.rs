@@ -10,6 +10,8 @@
 //!   the layouts those products read, and a dense layer's three products on them;
 //! - [`math`]: vectorised row maths (`exp`, erf GELU, softmax row steps, layer and RMS norm);
 //!   [`add_norm`]: a sub-layer's tail `LayerNorm(Dropout(y) + r)` and its backward;
+//! - [`recycle`]: large buffers handed back by one training op and taken by the next, so
+//!   that a step reuses memory without zeroing it;
 //! - [`rows`]: outputs built block by block on the threads; [`mask`]: additive masks as rows;
 //! - [`policy`]: how work is cut into tasks and tiles; [`ceiling`]: each multiply-add
 //!   instruction's rate on one core, the ceiling the products are measured against.
@@ -37,6 +39,7 @@ pub(crate) mod math;
 pub(crate) mod policy;
 mod precision;
 pub(crate) mod product;
+pub(crate) mod recycle;
 pub(crate) mod rows;
 pub(crate) mod tensor;
 #[cfg(test)]

@@ -242,11 +242,18 @@ multiversion! {
         let (width, rows) = sizes;
         let pairs = rows.div_ceil(2);
         let panels = width.div_ceil(panel);
-        let zeros = vec![0f32; width];
+        // Zeros for a missing last row, made only then (a block of an even number of rows
+        // has none).
+        let mut zeros = Vec::new();
         for (j, two) in block.chunks(2 * width.max(1)).enumerate() {
             let p = first / 2 + j;
             let (lo, hi) = two.split_at(width.min(two.len()));
-            let hi = if hi.is_empty() { &zeros[..] } else { hi };
+            let hi = if hi.is_empty() {
+                zeros.resize(width, 0f32);
+                &zeros[..]
+            } else {
+                hi
+            };
             for q in 0..panels {
                 // SAFETY: the caller's tasks write disjoint pairs; this is pair `p` of panel `q`.
                 let lanes = unsafe { out.slice((q * pairs + p) * panel, panel) };
