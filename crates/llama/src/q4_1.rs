@@ -617,50 +617,51 @@ mod x86 {
         _mm256_set1_epi32(i32::from_ne_bytes(four.map(|v| v as u8)))
     }
 
-    /// In each lane, the products of chunk `j`'s low nibbles (`lo`) and high ones (`hi`) with
-    /// their four values of `q`, summed: `vpmaddubsw` (u8 x i8 pairs to i16, at most
+    /// `sums` plus, in each lane, the products of chunk `j`'s low nibbles (`lo`) and high ones
+    /// (`hi`) with their four values of `q`: `vpmaddubsw` (u8 x i8 pairs to i16, at most
     /// 2 * 15 * 128 in magnitude: no saturation), the two added in i16 (at most 7680),
-    /// `vpmaddwd` by ones to i32.
+    /// `vpmaddwd` by ones to i32, added to `sums`.
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn dot_avx2(lo: __m256i, hi: __m256i, q: &Q8Block, j: usize) -> __m256i {
+    fn dot_avx2(sums: __m256i, lo: __m256i, hi: __m256i, q: &Q8Block, j: usize) -> __m256i {
         let low = _mm256_maddubs_epi16(lo, broadcast(q, j, false));
         let high = _mm256_maddubs_epi16(hi, broadcast(q, j, true));
-        _mm256_madd_epi16(_mm256_add_epi16(low, high), _mm256_set1_epi16(1))
+        let pairs = _mm256_madd_epi16(_mm256_add_epi16(low, high), _mm256_set1_epi16(1));
+        _mm256_add_epi32(sums, pairs)
     }
 
     /// As [`dot_avx2`], by two `vpdpbusd` (u8 x i8 quadruples summed into i32, exactly).
     #[inline]
     #[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
-    fn dot_vnni(lo: __m256i, hi: __m256i, q: &Q8Block, j: usize) -> __m256i {
-        let sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, broadcast(q, j, false));
+    fn dot_vnni(sums: __m256i, lo: __m256i, hi: __m256i, q: &Q8Block, j: usize) -> __m256i {
+        let sums = _mm256_dpbusd_epi32(sums, lo, broadcast(q, j, false));
         _mm256_dpbusd_epi32(sums, hi, broadcast(q, j, true))
     }
 
     macro_rules! kernel {
         ($tile_fn:ident, $group_fn:ident, $features:literal, $dot:ident, $most:literal) => {
             /// One group of eight output rows against `T` rows of `x`: `dst[t * 8 + lane]`.
-            /// Each row's block sums are four independent sums of two products each, then
-            /// added: short dependency chains, so that the rows' work overlaps.
+            /// Each row's block sums are two independent sums (of chunks 0 and 2, 1 and 3), then
+            /// added: chains of four `vpdpbusd`, sixteen of them a tile at eight rows, so that
+            /// the rows' work overlaps.
             #[target_feature(enable = $features)]
             fn $tile_fn<const T: usize>(tiles: &[Tile], x: [&[Q8Block]; T], dst: &mut [f32]) {
                 // As long as `tiles`: no bounds checks below.
                 let x = x.map(|x| &x[..tiles.len()]);
                 let mut acc = [_mm256_setzero_ps(); T];
                 for (b, tile) in tiles.iter().enumerate() {
-                    let chunks: [(__m256i, __m256i); 4] =
-                        std::array::from_fn(|j| nibbles(&tile.qs[j]));
+                    let mut sums = [[_mm256_setzero_si256(); 2]; T];
+                    for (j, chunk) in tile.qs.iter().enumerate() {
+                        let (lo, hi) = nibbles(chunk);
+                        for (sums, x) in sums.iter_mut().zip(&x) {
+                            sums[j % 2] = $dot(sums[j % 2], lo, hi, &x[b], j);
+                        }
+                    }
                     let d4 = load_f16x8(&tile.d);
                     let m4 = load_f16x8(&tile.m);
-                    for (acc, x) in acc.iter_mut().zip(&x) {
-                        let q = &x[b];
-                        let p: [__m256i; 4] =
-                            std::array::from_fn(|j| $dot(chunks[j].0, chunks[j].1, q, j));
-                        let sums = _mm256_add_epi32(
-                            _mm256_add_epi32(p[0], p[1]),
-                            _mm256_add_epi32(p[2], p[3]),
-                        );
-                        *acc = accumulate(*acc, sums, d4, m4, q.d, q.s);
+                    for ((acc, sums), x) in acc.iter_mut().zip(sums).zip(&x) {
+                        let sums = _mm256_add_epi32(sums[0], sums[1]);
+                        *acc = accumulate(*acc, sums, d4, m4, x[b].d, x[b].s);
                     }
                 }
                 for (t, acc) in acc.into_iter().enumerate() {
