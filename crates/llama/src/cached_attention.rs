@@ -1,5 +1,6 @@
 //! Causal grouped-query attention of new queries over key/value caches, on slices: no tensor
-//! ops, no copies of the caches, every (sequence, head) of a step in one pass over the threads.
+//! ops, no copies of the caches, every (sequence, key/value head) of a step in one pass over the
+//! threads.
 //!
 //! For query row `i` of a sequence (at position `m = offset + i`) and query head `h`, whose
 //! key/value head is `g = h / (heads / kv_heads)`:
@@ -12,9 +13,15 @@
 //!
 //! in f32, the steps in the order candle's ops take them (the product, the scale, softmax with
 //! the maximum subtracted, then the weighted sum), so the results stay within a few f32 ulps of
-//! them; the tests compare both with an f64 evaluation. Each (sequence, head) is computed whole
-//! by one thread, so a sequence's output depends neither on the other sequences of a step nor
-//! on the split over threads.
+//! them; the tests compare both with an f64 evaluation. Each (sequence, key/value head), with
+//! its query heads, is computed whole by one thread, so a sequence's output depends neither on
+//! the other sequences of a step nor on the split over threads.
+//!
+//! The query heads that share a key/value head are attended together: one pass over that
+//! head's keys gives the scores of every query head of the group, and one pass over its values
+//! their weighted sums, so each cached key and value is read once per group of
+//! `heads / kv_heads` query heads, not once per query head. Each query head's arithmetic is
+//! the same operations in the same order as alone, so grouping changes no bit.
 //!
 //! The dot products and the weighted sums run 16 lanes wide: on a CPU with AVX-512 (see
 //! [`Isa`], checked once) in 512-bit vectors when the head size is a multiple of 16, else in
@@ -30,6 +37,13 @@ pub(crate) struct Heads {
     pub(crate) heads: usize,
     pub(crate) kv_heads: usize,
     pub(crate) head_dim: usize,
+}
+
+impl Heads {
+    /// Query heads per key/value head, `heads / kv_heads`.
+    fn group(self) -> usize {
+        self.heads / self.kv_heads
+    }
 }
 
 /// The instruction set the kernel is compiled for.
@@ -83,8 +97,8 @@ const PARALLEL_MIN_MACS: usize = 1 << 16;
 
 /// Writes `o` (`[Σ t, heads * head_dim]`: each sequence's rows in turn, the heads side by side
 /// as the output projection reads them) for every sequence of `queries`, by the formula of the
-/// [module documentation](self). The (sequence, head) pairs are spread over candle's barrier
-/// pool when the step is large enough.
+/// [module documentation](self). The (sequence, key/value head) pairs, each with its group of
+/// query heads, are spread over candle's barrier pool when the step is large enough.
 pub(crate) fn attend(heads: Heads, queries: &[Queries<'_>], o: &mut [f32]) {
     let d = heads.head_dim;
     let rows: Vec<usize> = queries.iter().map(|q| q.rows(heads)).collect();
@@ -93,7 +107,8 @@ pub(crate) fn attend(heads: Heads, queries: &[Queries<'_>], o: &mut [f32]) {
         .zip(&rows)
         .map(|(q, &t)| t * heads.heads * (q.offset + t) * d)
         .sum();
-    // One row per sequence: the (sequence, head) pieces lie in `o` in that order already.
+    // One row per sequence: the (sequence, key/value head) pieces lie in `o`
+    // in that order already.
     let direct = rows.iter().all(|&t| t == 1);
     let mut staged = if direct {
         Vec::new()
@@ -101,19 +116,21 @@ pub(crate) fn attend(heads: Heads, queries: &[Queries<'_>], o: &mut [f32]) {
         vec![0f32; o.len()]
     };
     let target: &mut [f32] = if direct { o } else { &mut staged };
-    // Piece `p` is head `p % heads` of sequence `p / heads`: `[t, head_dim]`.
-    let mut pieces = Vec::with_capacity(queries.len() * heads.heads);
+    // Piece `p` is the group of query heads of key/value head `p % kv_heads` of sequence
+    // `p / kv_heads`: `[heads / kv_heads, t, head_dim]`.
+    let group = heads.group();
+    let mut pieces = Vec::with_capacity(queries.len() * heads.kv_heads);
     let mut rest = target;
     for &t in &rows {
-        for _ in 0..heads.heads {
-            let (piece, tail) = rest.split_at_mut(t * d);
+        for _ in 0..heads.kv_heads {
+            let (piece, tail) = rest.split_at_mut(group * t * d);
             pieces.push(piece);
             rest = tail;
         }
     }
     let run = |p: usize, dst: &mut [f32], scores: &mut Vec<f32>| {
-        let (s, h) = (p / heads.heads, p % heads.heads);
-        attend_head(heads, queries[s], h, scores, dst);
+        let (s, g) = (p / heads.kv_heads, p % heads.kv_heads);
+        attend_group(heads, queries[s], g, scores, dst);
     };
     if macs < PARALLEL_MIN_MACS {
         let mut scores = Vec::new();
@@ -138,40 +155,56 @@ pub(crate) fn attend(heads: Heads, queries: &[Queries<'_>], o: &mut [f32]) {
     }
 }
 
-/// Head `h` of the sequence `queries` into `o` (`[t, head_dim]`); `scores` is scratch space,
-/// grown to `offset + t` values.
-fn attend_head(heads: Heads, queries: Queries<'_>, h: usize, scores: &mut Vec<f32>, o: &mut [f32]) {
+/// The query heads of key/value head `g` of the sequence `queries` into `o`
+/// (`[heads / kv_heads, t, head_dim]`, head after head); `scores` is scratch space, grown to
+/// `heads / kv_heads * (offset + t)` values.
+fn attend_group(
+    heads: Heads,
+    queries: Queries<'_>,
+    g: usize,
+    scores: &mut Vec<f32>,
+    o: &mut [f32],
+) {
     match Isa::detect() {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 if heads.head_dim.is_multiple_of(LANES) => {
             // SAFETY: `Isa::detect` returned `Avx512` only after checking that this CPU has
-            // AVX-512F, the feature `x86::head` is compiled for.
-            unsafe { x86::head(heads, queries, h, scores, o) }
+            // AVX-512F, the feature `x86::group` is compiled for.
+            unsafe { x86::group(heads, queries, g, scores, o) }
         }
-        _ => head_body(heads, queries, h, scores, o),
+        _ => group_body(heads, queries, g, scores, o),
     }
 }
 
 /// Lanes of the vectorized loops.
 const LANES: usize = 16;
 
-/// The plain kernel of [`attend_head`] (any CPU, any head size), and the reference the AVX-512
-/// one equals bit for bit: per position the 16-lane dot product of [`dot`], then softmax, then
-/// `o += w_n * v_n` value by value, position after position.
-fn head_body(heads: Heads, queries: Queries<'_>, h: usize, scores: &mut Vec<f32>, o: &mut [f32]) {
-    let (d, scale) = (heads.head_dim, score_scale(heads));
-    let (keys, values) = head_cache(heads, queries, h);
-    for (q, seen, out) in head_rows(heads, queries, h, o) {
-        scores.resize(seen, 0.0);
-        for (s, k) in scores.iter_mut().zip(keys.chunks_exact(d)) {
-            *s = dot(q, k) * scale;
+/// The plain kernel of [`attend_group`] (any CPU, any head size), and the reference the
+/// AVX-512 one equals bit for bit. For each query row: per position, the 16-lane dot product of
+/// [`dot`] with each query head of the group; softmax per head ([`to_weights`]); then per
+/// position, for each head, `o += w_n * v_n` value by value.
+fn group_body(heads: Heads, queries: Queries<'_>, g: usize, scores: &mut Vec<f32>, o: &mut [f32]) {
+    let (d, scale, group) = (heads.head_dim, score_scale(heads), heads.group());
+    let t = queries.rows(heads);
+    let (keys, values) = group_cache(heads, queries, g);
+    for (i, q, seen) in group_rows(heads, queries, g) {
+        // `[group][seen]`.
+        scores.resize(group * seen, 0.0);
+        for (n, k) in keys.chunks_exact(d).take(seen).enumerate() {
+            for (j, q) in q.chunks_exact(d).enumerate() {
+                scores[j * seen + n] = dot(q, k) * scale;
+            }
         }
-        let sum = softmax_terms(scores);
-        out.fill(0.0);
-        for (&s, v) in scores.iter().zip(values.chunks_exact(d)) {
-            let w = s / sum;
-            for (o, &v) in out.iter_mut().zip(v) {
-                *o += w * v;
+        scores.chunks_exact_mut(seen).for_each(to_weights);
+        for j in 0..group {
+            o[(j * t + i) * d..][..d].fill(0.0);
+        }
+        for (n, v) in values.chunks_exact(d).take(seen).enumerate() {
+            for j in 0..group {
+                let w = scores[j * seen + n];
+                for (o, &v) in o[(j * t + i) * d..][..d].iter_mut().zip(v) {
+                    *o += w * v;
+                }
             }
         }
     }
@@ -182,40 +215,41 @@ fn score_scale(heads: Heads) -> f32 {
     (1.0 / (heads.head_dim as f64).sqrt()) as f32
 }
 
-/// Each query row of head `h` of `queries` (`o`: `[t, head_dim]`): its query, the positions it
-/// sees (`offset + i + 1` for row `i`) and its output.
-fn head_rows<'a>(
+/// Each query row `i` of `queries` with the queries of the group of key/value head `g` (its
+/// `heads / kv_heads` query heads side by side, `[heads / kv_heads, head_dim]`) and the
+/// positions it sees (`offset + i + 1`).
+fn group_rows<'a>(
     heads: Heads,
     queries: Queries<'a>,
-    h: usize,
-    o: &'a mut [f32],
-) -> impl Iterator<Item = (&'a [f32], usize, &'a mut [f32])> {
-    let d = heads.head_dim;
-    let rows = queries.q.chunks_exact(heads.heads * d);
-    rows.zip(o.chunks_exact_mut(d))
-        .enumerate()
-        .map(move |(i, (row, out))| (&row[h * d..(h + 1) * d], queries.offset + i + 1, out))
+    g: usize,
+) -> impl Iterator<Item = (usize, &'a [f32], usize)> {
+    let width = heads.group() * heads.head_dim;
+    let rows = queries.q.chunks_exact(heads.heads * heads.head_dim);
+    rows.enumerate()
+        .map(move |(i, row)| (i, &row[g * width..(g + 1) * width], queries.offset + i + 1))
 }
 
-/// The keys and values of the key/value head that query head `h` of `queries` reads.
-fn head_cache<'a>(heads: Heads, queries: Queries<'a>, h: usize) -> (&'a [f32], &'a [f32]) {
+/// The keys and values of key/value head `g` of `queries`' sequence.
+fn group_cache<'a>(heads: Heads, queries: Queries<'a>, g: usize) -> (&'a [f32], &'a [f32]) {
     let d = heads.head_dim;
-    let group = h / (heads.heads / heads.kv_heads);
     let cache = queries.cache;
-    let start = (queries.sequence * heads.kv_heads + group) * cache.capacity * d;
+    let start = (queries.sequence * heads.kv_heads + g) * cache.capacity * d;
     let end = start + cache.capacity * d;
     (&cache.keys[start..end], &cache.values[start..end])
 }
 
-/// Replaces each score `s_n` by `exp(s_n - max)` and returns their sum (in order).
-fn softmax_terms(scores: &mut [f32]) -> f32 {
+/// Replaces the scores `s_n` of one query head by their softmax weights:
+/// `exp(s_n - max) / Σ exp(s_m - max)`, the sum taken in order.
+fn to_weights(scores: &mut [f32]) {
     let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
     let mut sum = 0f32;
     for s in scores.iter_mut() {
         *s = (*s - max).exp();
         sum += *s;
     }
-    sum
+    for s in scores.iter_mut() {
+        *s /= sum;
+    }
 }
 
 /// `a . b` over 16 lanes (lane `l` sums the products `l, l + 16, ...` in order), the lanes then
@@ -246,71 +280,121 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    //! [`super::head_body`] on 512-bit vectors, for head sizes that are whole vectors: the same
-    //! operations in the same order (no FMA), so the same bits.
+    //! [`super::group_body`] on 512-bit vectors, for head sizes that are whole vectors: the
+    //! same operations in the same order (no FMA), so the same bits.
 
     use std::arch::x86_64::*;
 
-    use super::{head_cache, head_rows, score_scale, softmax_terms, Heads, Queries, LANES};
+    use super::{group_cache, group_rows, score_scale, to_weights, Heads, Queries, LANES};
 
-    /// [`super::head_body`] for `head_dim` a multiple of 16: up to 128 values, each chunk of
-    /// 16 kept in its own register across the positions ([`head_chunks`]); larger heads go to
+    /// Query heads attended in one pass over the keys and values: their accumulators (four
+    /// vectors each for SmolLM2's heads of 64) stay in registers.
+    const MAX_HEADS: usize = 4;
+
+    /// [`super::group_body`] for `head_dim` a multiple of 16: up to 128 values, each chunk of
+    /// 16 kept in its own register across the positions ([`group_chunks`]); larger heads go to
     /// the plain kernel.
     #[target_feature(enable = "avx512f,avx2,avx")]
-    pub(super) fn head(
+    pub(super) fn group(
         heads: Heads,
         queries: Queries<'_>,
-        h: usize,
+        g: usize,
         scores: &mut Vec<f32>,
         o: &mut [f32],
     ) {
         match heads.head_dim / LANES {
-            1 => head_chunks::<1>(heads, queries, h, scores, o),
-            2 => head_chunks::<2>(heads, queries, h, scores, o),
-            3 => head_chunks::<3>(heads, queries, h, scores, o),
-            4 => head_chunks::<4>(heads, queries, h, scores, o),
-            5 => head_chunks::<5>(heads, queries, h, scores, o),
-            6 => head_chunks::<6>(heads, queries, h, scores, o),
-            7 => head_chunks::<7>(heads, queries, h, scores, o),
-            8 => head_chunks::<8>(heads, queries, h, scores, o),
-            _ => super::head_body(heads, queries, h, scores, o),
+            1 => group_chunks::<1>(heads, queries, g, scores, o),
+            2 => group_chunks::<2>(heads, queries, g, scores, o),
+            3 => group_chunks::<3>(heads, queries, g, scores, o),
+            4 => group_chunks::<4>(heads, queries, g, scores, o),
+            5 => group_chunks::<5>(heads, queries, g, scores, o),
+            6 => group_chunks::<6>(heads, queries, g, scores, o),
+            7 => group_chunks::<7>(heads, queries, g, scores, o),
+            8 => group_chunks::<8>(heads, queries, g, scores, o),
+            _ => super::group_body(heads, queries, g, scores, o),
         }
     }
 
-    /// [`super::head_body`] for `head_dim = 16 * C`.
+    /// [`super::group_body`] for `head_dim = 16 * C`: the group's query heads up to
+    /// [`MAX_HEADS`] at a time, each batch in one pass over the keys and one over the values.
     #[target_feature(enable = "avx512f,avx2,avx")]
-    fn head_chunks<const C: usize>(
+    fn group_chunks<const C: usize>(
         heads: Heads,
         queries: Queries<'_>,
-        h: usize,
+        g: usize,
         scores: &mut Vec<f32>,
         o: &mut [f32],
     ) {
-        let (d, scale) = (C * LANES, score_scale(heads));
-        let (keys, values) = head_cache(heads, queries, h);
-        for (q, seen, out) in head_rows(heads, queries, h, o) {
-            scores.resize(seen, 0.0);
-            for (s, k) in scores.iter_mut().zip(keys.chunks_exact(d)) {
+        let (d, group, t) = (C * LANES, heads.group(), queries.rows(heads));
+        let scale = score_scale(heads);
+        let cache = group_cache(heads, queries, g);
+        for (i, q, seen) in group_rows(heads, queries, g) {
+            scores.resize(group * seen, 0.0);
+            let mut first = 0;
+            while first < group {
+                let (q, scores) = (&q[first * d..], &mut scores[first * seen..]);
+                let batch = (group - first).min(MAX_HEADS);
+                let mut store = |j: usize, acc: &[__m512; C]| {
+                    let out = &mut o[((first + j) * t + i) * d..][..d];
+                    for (out, &acc) in out.chunks_exact_mut(LANES).zip(acc) {
+                        // SAFETY: `out` is 16 writable f32 (`chunks_exact_mut`); `storeu` has
+                        // no alignment requirement.
+                        unsafe { _mm512_storeu_ps(out.as_mut_ptr(), acc) }
+                    }
+                };
+                match batch {
+                    1 => heads_chunks::<C, 1>(q, cache, seen, scale, scores, &mut store),
+                    2 => heads_chunks::<C, 2>(q, cache, seen, scale, scores, &mut store),
+                    3 => heads_chunks::<C, 3>(q, cache, seen, scale, scores, &mut store),
+                    _ => heads_chunks::<C, MAX_HEADS>(q, cache, seen, scale, scores, &mut store),
+                }
+                first += batch;
+            }
+        }
+    }
+
+    /// `H` query heads (`q`: `[H, 16 * C]`, side by side) of one row over the first `seen`
+    /// positions of one key/value head's `(keys, values)`: the scores of all `H` from each key
+    /// loaded (`scores`: `[H][seen]`), softmax per head, then the weighted sums of all `H` from
+    /// each value loaded, handed to `store(j, sums)` head by head.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,avx")]
+    fn heads_chunks<const C: usize, const H: usize>(
+        q: &[f32],
+        (keys, values): (&[f32], &[f32]),
+        seen: usize,
+        scale: f32,
+        scores: &mut [f32],
+        store: &mut impl FnMut(usize, &[__m512; C]),
+    ) {
+        let d = C * LANES;
+        let q: [[__m512; C]; H] =
+            std::array::from_fn(|j| std::array::from_fn(|c| load(&q[j * d + c * LANES..])));
+        for (n, k) in keys.chunks_exact(d).take(seen).enumerate() {
+            let k: [__m512; C] = std::array::from_fn(|c| load(&k[c * LANES..]));
+            for (j, q) in q.iter().enumerate() {
                 let mut lanes = _mm512_setzero_ps();
-                for c in 0..C {
-                    let (q, k) = (load(&q[c * LANES..]), load(&k[c * LANES..]));
+                for (&q, &k) in q.iter().zip(&k) {
                     lanes = _mm512_add_ps(lanes, _mm512_mul_ps(q, k));
                 }
-                *s = halves_sum(lanes) * scale;
+                scores[j * seen + n] = halves_sum(lanes) * scale;
             }
-            let sum = softmax_terms(scores);
-            let mut acc = [_mm512_setzero_ps(); C];
-            for (&s, v) in scores.iter().zip(values.chunks_exact(d)) {
-                let w = _mm512_set1_ps(s / sum);
-                for (c, acc) in acc.iter_mut().enumerate() {
-                    *acc = _mm512_add_ps(*acc, _mm512_mul_ps(w, load(&v[c * LANES..])));
+        }
+        scores[..H * seen]
+            .chunks_exact_mut(seen)
+            .for_each(to_weights);
+        let mut acc = [[_mm512_setzero_ps(); C]; H];
+        for (n, v) in values.chunks_exact(d).take(seen).enumerate() {
+            let v: [__m512; C] = std::array::from_fn(|c| load(&v[c * LANES..]));
+            for (j, acc) in acc.iter_mut().enumerate() {
+                let w = _mm512_set1_ps(scores[j * seen + n]);
+                for (acc, &v) in acc.iter_mut().zip(&v) {
+                    *acc = _mm512_add_ps(*acc, _mm512_mul_ps(w, v));
                 }
             }
-            for (out, acc) in out.chunks_exact_mut(LANES).zip(acc) {
-                // SAFETY: `out` is 16 writable f32 (`chunks_exact_mut`); `storeu` has no
-                // alignment requirement.
-                unsafe { _mm512_storeu_ps(out.as_mut_ptr(), acc) }
-            }
+        }
+        for (j, acc) in acc.iter().enumerate() {
+            store(j, acc);
         }
     }
 

@@ -26,10 +26,14 @@
 //!
 //! [`Q4_1Matrix`] keeps the blocks re-arranged by groups of eight output rows: for each group
 //! and block index, one 160-byte tile `[d: 8 x f16][m: 8 x f16][qs: 4 x 32 bytes]` whose
-//! 32-byte chunk `c` holds the `qs` of rows `c` and `c + 4`. One 256-bit load then feeds two
-//! rows, and three horizontal adds leave the eight block sums in row order. The last group is
-//! padded with zero rows, whose results are dropped. Up to four rows of `x` go through a group
-//! together, sharing each load of its nibbles.
+//! 32-byte chunk `j` holds bytes `4j..4j + 4` of the `qs` of each of the eight rows (row `l` at
+//! byte `4l`): their low nibbles are the row's weights `4j..4j + 4`, their high ones its
+//! weights `16 + 4j..16 + 4j + 4`. Each 32-bit lane of a chunk is one row, so multiplying a
+//! chunk's nibbles by four activations broadcast to every lane adds four products to each
+//! row's block sum in its own lane: eight such products leave the eight block sums in row
+//! order, with no horizontal add. The last group is padded with zero rows, whose results are
+//! dropped. Up to eight rows of `x` go through a group together (four without AVX-512, whose
+//! sixteen vector registers would not hold eight), sharing each load and split of its nibbles.
 //!
 //! # Threads
 //!
@@ -280,11 +284,11 @@ pub fn q8_1_blocks(x: &[f32], isa: Isa) -> Result<Vec<u8>> {
         )));
     }
     let xq = Q8Rows::quantize(x, 1, x.len() / BLOCK_VALUES, isa);
-    let mut out = Vec::with_capacity(xq.qs.len() * 36);
-    for ((q, &d), &s) in xq.qs.iter().zip(&xq.d).zip(&xq.s) {
-        out.extend(f16::from_f32(d).to_ne_bytes());
-        out.extend(f16::from_f32(s).to_ne_bytes());
-        out.extend(q.lo[..16].iter().chain(&q.hi[..16]).map(|&v| v as u8));
+    let mut out = Vec::with_capacity(xq.blocks.len() * 36);
+    for q in &xq.blocks {
+        out.extend(f16::from_f32(q.d).to_ne_bytes());
+        out.extend(f16::from_f32(q.s).to_ne_bytes());
+        out.extend(q.q.iter().map(|&v| v as u8));
     }
     Ok(out)
 }
@@ -297,7 +301,7 @@ struct Tile {
     d: [u8; 16],
     /// The minima `m` as f16, native byte order, lane after lane.
     m: [u8; 16],
-    /// Chunk `c`: the 16 nibble bytes of lane `c`, then those of lane `c + 4`.
+    /// Chunk `j`: bytes `4j..4j + 4` of the 16 nibble bytes of each lane, lane after lane.
     qs: [[u8; 32]; 4],
 }
 
@@ -312,84 +316,76 @@ impl Tile {
     fn set(&mut self, lane: usize, block: &[u8]) {
         self.d[2 * lane..2 * lane + 2].copy_from_slice(&block[0..2]);
         self.m[2 * lane..2 * lane + 2].copy_from_slice(&block[2..4]);
-        let half = 16 * (lane / 4);
-        self.qs[lane % 4][half..half + 16].copy_from_slice(&block[4..20]);
+        for (chunk, four) in self.qs.iter_mut().zip(block[4..20].chunks_exact(4)) {
+            chunk[4 * lane..4 * lane + 4].copy_from_slice(four);
+        }
     }
 
     /// Lane `lane`'s scale and minimum, widened to f32, and its 16 nibble bytes.
-    fn lane(&self, lane: usize) -> (f32, f32, &[u8]) {
+    fn lane(&self, lane: usize) -> (f32, f32, [u8; 16]) {
         let d = f16::from_ne_bytes([self.d[2 * lane], self.d[2 * lane + 1]]);
         let m = f16::from_ne_bytes([self.m[2 * lane], self.m[2 * lane + 1]]);
-        let half = 16 * (lane / 4);
-        (d.to_f32(), m.to_f32(), &self.qs[lane % 4][half..half + 16])
+        let nibbles = std::array::from_fn(|i| self.qs[i / 4][4 * lane + i % 4]);
+        (d.to_f32(), m.to_f32(), nibbles)
     }
 }
 
-/// A Q8_1 block's 32 values as the kernels read them: `lo` is `q_0..q_15` twice, `hi` is
-/// `q_16..q_31` twice, so that each meets the two lanes of a [`Tile`] chunk.
+/// A Q8_1 block as the kernels read it: the 32 values `q_0..q_31` in order, and its scales
+/// widened to f32.
 #[derive(Debug, Clone, Copy)]
 #[repr(C)]
 struct Q8Block {
-    lo: [i8; 32],
-    hi: [i8; 32],
+    q: [i8; 32],
+    /// `f32(f16(amax / 127))`.
+    d: f32,
+    /// `f32(f16(Σ q) * f16(d))`.
+    s: f32,
 }
 
-/// Rows of `x` quantized to Q8_1 as candle does, with the scales widened to f32.
+/// Rows of `x` quantized to Q8_1 as candle does.
 struct Q8Rows {
     rows: usize,
-    blocks: usize,
-    /// `[rows][blocks]` blocks.
-    qs: Vec<Q8Block>,
-    /// `[rows][blocks]`: `f32(f16(amax / 127))`.
-    d: Vec<f32>,
-    /// `[rows][blocks]`: `f32(f16(Σ q) * f16(d))`.
-    s: Vec<f32>,
-}
-
-/// One quantized row of `x`: `blocks` entries in each slice.
-#[derive(Clone, Copy)]
-struct Q8Row<'a> {
-    qs: &'a [Q8Block],
-    d: &'a [f32],
-    s: &'a [f32],
+    /// Blocks per row.
+    per_row: usize,
+    /// `[rows][per_row]` blocks.
+    blocks: Vec<Q8Block>,
 }
 
 impl Q8Rows {
-    /// Candle's `BlockQ8_1::from_float` on each row of `x` (`[rows, blocks * 32]`).
-    fn quantize(x: &[f32], rows: usize, blocks: usize, isa: Isa) -> Q8Rows {
-        let n = rows * blocks;
+    /// Candle's `BlockQ8_1::from_float` on each row of `x` (`[rows, per_row * 32]`).
+    fn quantize(x: &[f32], rows: usize, per_row: usize, isa: Isa) -> Q8Rows {
         let zero = Q8Block {
-            lo: [0; 32],
-            hi: [0; 32],
+            q: [0; 32],
+            d: 0.0,
+            s: 0.0,
         };
-        let mut qs = vec![zero; n];
-        let mut d = vec![0f32; n];
-        let mut s = vec![0f32; n];
+        let mut blocks = vec![zero; rows * per_row];
         match isa {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 | Isa::Avx512Vnni => {
                 // SAFETY: both instruction sets include AVX2, and the callers (`matmul_with`,
                 // `q8_1_blocks`) checked that this CPU has `isa`.
-                unsafe { x86::quantize_blocks(x, &mut qs, &mut d, &mut s) }
+                unsafe { x86::quantize_blocks(x, &mut blocks) }
             }
-            _ => quantize_blocks(x, &mut qs, &mut d, &mut s),
+            _ => quantize_blocks(x, &mut blocks),
         }
         Q8Rows {
             rows,
+            per_row,
             blocks,
-            qs,
-            d,
-            s,
         }
     }
 
-    fn row(&self, r: usize) -> Q8Row<'_> {
-        let range = r * self.blocks..(r + 1) * self.blocks;
-        Q8Row {
-            qs: &self.qs[range.clone()],
-            d: &self.d[range.clone()],
-            s: &self.s[range],
-        }
+    /// Row `r`'s blocks.
+    fn row(&self, r: usize) -> &[Q8Block] {
+        &self.blocks[r * self.per_row..(r + 1) * self.per_row]
+    }
+
+    /// Rows `r..r + T`.
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    fn rows_from<const T: usize>(&self, r: usize) -> [&[Q8Block]; T] {
+        std::array::from_fn(|i| self.row(r + i))
     }
 }
 
@@ -397,31 +393,19 @@ impl Q8Rows {
 /// `d = amax / 127`, `q = round(x / d)` (ties away from zero, saturated, NaN to 0), `d` and
 /// `s = f16(Σ q) * f16(d)` kept as f16 values widened to f32.
 #[inline(always)]
-fn quantize_blocks(x: &[f32], qs: &mut [Q8Block], d: &mut [f32], s: &mut [f32]) {
-    let chunks = x.chunks_exact(BLOCK_VALUES);
-    for (((values, q), d), s) in chunks.zip(qs).zip(d).zip(s) {
+fn quantize_blocks(x: &[f32], blocks: &mut [Q8Block]) {
+    for (values, block) in x.chunks_exact(BLOCK_VALUES).zip(blocks) {
         let amax = values.iter().fold(0f32, |a, &v| a.max(v.abs()));
         let scale = amax / 127.0;
         let inverse = if scale != 0.0 { 1.0 / scale } else { 0.0 };
         // `as` saturates and maps NaN to 0, as in candle.
-        let round = |v: f32| (v * inverse).round() as i8;
-        let (low, high) = values.split_at(16);
-        for (j, &v) in low.iter().enumerate() {
-            q.lo[j] = round(v);
-            q.lo[j + 16] = round(v);
+        for (q, &v) in block.q.iter_mut().zip(values) {
+            *q = (v * inverse).round() as i8;
         }
-        for (j, &v) in high.iter().enumerate() {
-            q.hi[j] = round(v);
-            q.hi[j + 16] = round(v);
-        }
-        let sum: i32 = q.lo[..16]
-            .iter()
-            .chain(&q.hi[..16])
-            .map(|&q| i32::from(q))
-            .sum();
+        let sum: i32 = block.q.iter().map(|&q| i32::from(q)).sum();
         let scale16 = f16::from_f32(scale);
-        *d = scale16.to_f32();
-        *s = (f16::from_f32(sum as f32) * scale16).to_f32();
+        block.d = scale16.to_f32();
+        block.s = (f16::from_f32(sum as f32) * scale16).to_f32();
     }
 }
 
@@ -449,18 +433,18 @@ fn group_product(isa: Isa, tiles: &[Tile], xq: &Q8Rows, dst: &mut [f32]) {
 }
 
 /// The scalar kernel: eight outputs of one row of `x`, candle's loop per output.
-fn group_scalar(tiles: &[Tile], x: Q8Row<'_>, dst: &mut [f32]) {
+fn group_scalar(tiles: &[Tile], x: &[Q8Block], dst: &mut [f32]) {
     let mut acc = [0f32; GROUP];
-    for (b, tile) in tiles.iter().enumerate() {
-        let (q, d8, s8) = (&x.qs[b], x.d[b], x.s[b]);
+    for (tile, q) in tiles.iter().zip(x) {
         for (lane, acc) in acc.iter_mut().enumerate() {
             let (d4, m4, nibbles) = tile.lane(lane);
             let mut sumi = 0i32;
-            for ((&byte, &lo), &hi) in nibbles.iter().zip(&q.lo).zip(&q.hi) {
+            let (lo, hi) = q.q.split_at(16);
+            for ((&byte, &lo), &hi) in nibbles.iter().zip(lo).zip(hi) {
                 sumi +=
                     i32::from(byte & 0x0F) * i32::from(lo) + i32::from(byte >> 4) * i32::from(hi);
             }
-            *acc += sumi as f32 * d4 * d8 + m4 * s8;
+            *acc += sumi as f32 * d4 * q.d + m4 * q.s;
         }
     }
     dst[..GROUP].copy_from_slice(&acc);
@@ -469,18 +453,18 @@ fn group_scalar(tiles: &[Tile], x: Q8Row<'_>, dst: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     //! The x86-64 kernels. Per tile (one block of eight rows): four 256-bit loads of nibbles
-    //! (chunk `c` holds lanes `c` and `c + 4`), split by `vpand` / `vpsrlw`, multiplied with the
-    //! activation block (`q_0..15` in both 128-bit halves against the low nibbles, `q_16..31`
-    //! against the high ones) into four i32 partial sums per lane, reduced to the eight block
-    //! sums in lane order by three `vphaddd`. The float step: `vcvtdq2ps`, `vcvtph2ps` for the
-    //! scales and minima, then `vmulps` / `vaddps` in candle's order. Up to four rows of `x`
-    //! share each nibble load.
+    //! (chunk `j`: bytes `4j..4j + 4` of each row, one row a lane), split by `vpand` /
+    //! `vpsrlw`; for each row of `x`, the low nibbles multiplied by its values `4j..4j + 4` and
+    //! the high ones by `16 + 4j..16 + 4j + 4`, each four broadcast to every lane, summed into
+    //! the eight block sums lane by lane. The float step: `vcvtdq2ps`, `vcvtph2ps` for the scales
+    //! and minima, then `vmulps` / `vaddps` in candle's order. Up to eight rows of `x` (four on
+    //! AVX2) share each nibble load and split.
 
     use std::arch::x86_64::*;
 
     use half::f16;
 
-    use super::{Q8Block, Q8Row, Q8Rows, Tile, GROUP};
+    use super::{Q8Block, Q8Rows, Tile, GROUP};
 
     /// [`super::quantize_blocks`] on AVX2, with the same results: per block, `amax` by
     /// `vmaxps` (a NaN `|x|` leaves the running maximum unchanged, as `f32::max` does; the
@@ -489,10 +473,9 @@ mod x86 {
     /// `|y - t| >= 0.5` (both exact), then NaN to 0, clamping to `[-128, 127]` and packing to
     /// bytes (`as i8`). The f16 steps are the `half` crate's, as in candle.
     #[target_feature(enable = "avx2")]
-    pub(super) fn quantize_blocks(x: &[f32], qs: &mut [Q8Block], d: &mut [f32], s: &mut [f32]) {
+    pub(super) fn quantize_blocks(x: &[f32], blocks: &mut [Q8Block]) {
         let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
-        let chunks = x.chunks_exact(super::BLOCK_VALUES);
-        for (((values, q), d), s) in chunks.zip(qs).zip(d).zip(s) {
+        for (values, block) in x.chunks_exact(super::BLOCK_VALUES).zip(blocks) {
             let mut v = [_mm256_setzero_ps(); 4];
             for (i, v) in v.iter_mut().enumerate() {
                 let eight = &values[8 * i..8 * i + 8];
@@ -528,18 +511,11 @@ mod x86 {
             let bytes = _mm256_packs_epi16(words[0], words[1]);
             let bytes =
                 _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-            // `lo`: values 0..16 twice; `hi`: values 16..32 twice.
-            let lo = _mm256_permute4x64_epi64(bytes, 0b01_00_01_00);
-            let hi = _mm256_permute4x64_epi64(bytes, 0b11_10_11_10);
-            // SAFETY: `q.lo` and `q.hi` are 32 writable bytes each; `storeu` has no alignment
-            // requirement.
-            unsafe {
-                _mm256_storeu_si256(q.lo.as_mut_ptr().cast(), lo);
-                _mm256_storeu_si256(q.hi.as_mut_ptr().cast(), hi);
-            }
+            // SAFETY: `block.q` is 32 writable bytes; `storeu` has no alignment requirement.
+            unsafe { _mm256_storeu_si256(block.q.as_mut_ptr().cast(), bytes) }
             let scale16 = f16::from_f32(scale);
-            *d = scale16.to_f32();
-            *s = (f16::from_f32(sum as f32) * scale16).to_f32();
+            block.d = scale16.to_f32();
+            block.s = (f16::from_f32(sum as f32) * scale16).to_f32();
         }
     }
 
@@ -591,14 +567,6 @@ mod x86 {
         unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) }
     }
 
-    /// 32 signed bytes as a vector.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn load_i8(bytes: &[i8; 32]) -> __m256i {
-        // SAFETY: `bytes` is 32 readable bytes; `loadu` has no alignment requirement.
-        unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) }
-    }
-
     /// Eight f16 (native byte order) widened to f32, exactly.
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
@@ -618,18 +586,6 @@ mod x86 {
             _mm256_and_si256(v, mask),
             _mm256_and_si256(_mm256_srli_epi16(v, 4), mask),
         )
-    }
-
-    /// The eight block sums in lane order, from the four chunk vectors (chunk `c`: four
-    /// partial sums of lane `c`, then four of lane `c + 4`).
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn reduce(p: [__m256i; 4]) -> __m256i {
-        // Per 128-bit half: [c0 c0 c1 c1] and [c2 c2 c3 c3], then [c0 c1 c2 c3]; the low half
-        // holds lanes 0..4, the high one lanes 4..8.
-        let a = _mm256_hadd_epi32(p[0], p[1]);
-        let b = _mm256_hadd_epi32(p[2], p[3]);
-        _mm256_hadd_epi32(a, b)
     }
 
     /// `acc + (((sumi * d4) * d8) + (m4 * s8))`, lane by lane, in candle's order (no FMA).
@@ -652,44 +608,60 @@ mod x86 {
         unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), acc) }
     }
 
-    /// Four partial block sums of each lane of a chunk: `vpmaddubsw` (u8 x i8 pairs to i16, at
-    /// most 2 * 15 * 128 in magnitude: no saturation), the two halves added in i16 (at most
-    /// 7680), `vpmaddwd` by ones to i32.
+    /// Values `4j..4j + 4` (`high`: `16 + 4j..16 + 4j + 4`) of `q` in every 32-bit lane.
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn dot_avx2(lo: __m256i, hi: __m256i, q: &Q8Block) -> __m256i {
-        let low = _mm256_maddubs_epi16(lo, load_i8(&q.lo));
-        let high = _mm256_maddubs_epi16(hi, load_i8(&q.hi));
-        _mm256_madd_epi16(_mm256_add_epi16(low, high), _mm256_set1_epi16(1))
+    fn broadcast(q: &Q8Block, j: usize, high: bool) -> __m256i {
+        let at = 4 * j + if high { 16 } else { 0 };
+        let four = [q.q[at], q.q[at + 1], q.q[at + 2], q.q[at + 3]];
+        _mm256_set1_epi32(i32::from_ne_bytes(four.map(|v| v as u8)))
     }
 
-    /// Four partial block sums of each lane of a chunk: two `vpdpbusd` (u8 x i8 quadruples
-    /// summed into i32, exactly).
+    /// `sums` plus, in each lane, the products of chunk `j`'s low nibbles (`lo`) and high ones
+    /// (`hi`) with their four values of `q`: `vpmaddubsw` (u8 x i8 pairs to i16, at most
+    /// 2 * 15 * 128 in magnitude: no saturation), the two added in i16 (at most 7680),
+    /// `vpmaddwd` by ones to i32, added to `sums`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn dot_avx2(sums: __m256i, lo: __m256i, hi: __m256i, q: &Q8Block, j: usize) -> __m256i {
+        let low = _mm256_maddubs_epi16(lo, broadcast(q, j, false));
+        let high = _mm256_maddubs_epi16(hi, broadcast(q, j, true));
+        let pairs = _mm256_madd_epi16(_mm256_add_epi16(low, high), _mm256_set1_epi16(1));
+        _mm256_add_epi32(sums, pairs)
+    }
+
+    /// As [`dot_avx2`], by two `vpdpbusd` (u8 x i8 quadruples summed into i32, exactly).
     #[inline]
     #[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
-    fn dot_vnni(lo: __m256i, hi: __m256i, q: &Q8Block) -> __m256i {
-        let sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, load_i8(&q.lo));
-        _mm256_dpbusd_epi32(sums, hi, load_i8(&q.hi))
+    fn dot_vnni(sums: __m256i, lo: __m256i, hi: __m256i, q: &Q8Block, j: usize) -> __m256i {
+        let sums = _mm256_dpbusd_epi32(sums, lo, broadcast(q, j, false));
+        _mm256_dpbusd_epi32(sums, hi, broadcast(q, j, true))
     }
 
     macro_rules! kernel {
-        ($tile_fn:ident, $group_fn:ident, $features:literal, $dot:ident) => {
+        ($tile_fn:ident, $group_fn:ident, $features:literal, $dot:ident, $most:literal) => {
             /// One group of eight output rows against `T` rows of `x`: `dst[t * 8 + lane]`.
+            /// Each row's block sums are two independent sums (of chunks 0 and 2, 1 and 3), then
+            /// added: chains of four `vpdpbusd`, sixteen of them a tile at eight rows, so that
+            /// the rows' work overlaps.
             #[target_feature(enable = $features)]
-            fn $tile_fn<const T: usize>(tiles: &[Tile], x: [Q8Row<'_>; T], dst: &mut [f32]) {
+            fn $tile_fn<const T: usize>(tiles: &[Tile], x: [&[Q8Block]; T], dst: &mut [f32]) {
+                // As long as `tiles`: no bounds checks below.
+                let x = x.map(|x| &x[..tiles.len()]);
                 let mut acc = [_mm256_setzero_ps(); T];
                 for (b, tile) in tiles.iter().enumerate() {
-                    let mut p = [[_mm256_setzero_si256(); 4]; T];
-                    for (c, chunk) in tile.qs.iter().enumerate() {
+                    let mut sums = [[_mm256_setzero_si256(); 2]; T];
+                    for (j, chunk) in tile.qs.iter().enumerate() {
                         let (lo, hi) = nibbles(chunk);
-                        for (p, x) in p.iter_mut().zip(&x) {
-                            p[c] = $dot(lo, hi, &x.qs[b]);
+                        for (sums, x) in sums.iter_mut().zip(&x) {
+                            sums[j % 2] = $dot(sums[j % 2], lo, hi, &x[b], j);
                         }
                     }
                     let d4 = load_f16x8(&tile.d);
                     let m4 = load_f16x8(&tile.m);
-                    for ((acc, p), x) in acc.iter_mut().zip(p).zip(&x) {
-                        *acc = accumulate(*acc, reduce(p), d4, m4, x.d[b], x.s[b]);
+                    for ((acc, sums), x) in acc.iter_mut().zip(sums).zip(&x) {
+                        let sums = _mm256_add_epi32(sums[0], sums[1]);
+                        *acc = accumulate(*acc, sums, d4, m4, x[b].d, x[b].s);
                     }
                 }
                 for (t, acc) in acc.into_iter().enumerate() {
@@ -697,34 +669,47 @@ mod x86 {
                 }
             }
 
-            /// One group of eight output rows against every row of `xq`, four rows of `x` at
-            /// a time: `dst[r * 8 + lane]`.
+            /// One group of eight output rows against every row of `xq`, up to
+            #[doc = concat!("`", $most, "`")]
+            /// rows of `x` at a time: `dst[r * 8 + lane]`.
             #[target_feature(enable = $features)]
             pub(super) fn $group_fn(tiles: &[Tile], xq: &Q8Rows, dst: &mut [f32]) {
                 let mut r = 0;
                 while r < xq.rows {
                     let dst = &mut dst[r * GROUP..];
-                    match xq.rows - r {
-                        1 => $tile_fn::<1>(tiles, [xq.row(r)], dst),
-                        2 => $tile_fn::<2>(tiles, [xq.row(r), xq.row(r + 1)], dst),
-                        3 => $tile_fn::<3>(tiles, [xq.row(r), xq.row(r + 1), xq.row(r + 2)], dst),
-                        _ => $tile_fn::<4>(
-                            tiles,
-                            [xq.row(r), xq.row(r + 1), xq.row(r + 2), xq.row(r + 3)],
-                            dst,
-                        ),
-                    }
-                    r += 4;
+                    r += match (xq.rows - r).min($most) {
+                        1 => {
+                            $tile_fn::<1>(tiles, xq.rows_from(r), dst);
+                            1
+                        }
+                        2 => {
+                            $tile_fn::<2>(tiles, xq.rows_from(r), dst);
+                            2
+                        }
+                        3 => {
+                            $tile_fn::<3>(tiles, xq.rows_from(r), dst);
+                            3
+                        }
+                        4..8 => {
+                            $tile_fn::<4>(tiles, xq.rows_from(r), dst);
+                            4
+                        }
+                        _ => {
+                            $tile_fn::<8>(tiles, xq.rows_from(r), dst);
+                            8
+                        }
+                    };
                 }
             }
         };
     }
 
-    kernel!(tile_avx2, group_avx2, "avx2,f16c", dot_avx2);
+    kernel!(tile_avx2, group_avx2, "avx2,f16c", dot_avx2, 4);
     kernel!(
         tile_vnni,
         group_vnni,
         "avx2,f16c,avx512f,avx512vl,avx512vnni",
-        dot_vnni
+        dot_vnni,
+        8
     );
 }

@@ -142,7 +142,7 @@ fn equals_candle_bit_for_bit() {
             let ours = Q4_1Matrix::from_qtensor(&q).unwrap();
             assert_eq!((ours.n_out(), ours.k()), (n_out, k));
             let candle = QMatMul::from_arc(q.clone()).unwrap();
-            for rows in [1, 3, 16] {
+            for rows in [1, 3, 8, 9, 16] {
                 let values = varied(&mut rng, rows, k);
                 let x = Tensor::from_vec(values.clone(), (rows, k), &Device::Cpu).unwrap();
                 let expected = candle.forward(&x).unwrap().to_vec2::<f32>().unwrap();
@@ -166,7 +166,7 @@ fn odd_block_counts_equal_the_reference() {
         for n_out in [1, 7, 192, 576] {
             let q = weight(&mut rng, n_out, k);
             let ours = Q4_1Matrix::from_qtensor(&q).unwrap();
-            for rows in [1, 3, 16] {
+            for rows in [1, 2, 3, 13, 33] {
                 let values = varied(&mut rng, rows, k);
                 let x = Tensor::from_vec(values.clone(), (rows, k), &Device::Cpu).unwrap();
                 let expected = reference(&q, &values, rows);
