@@ -4,27 +4,55 @@
 use candle_core::{Device, Tensor};
 
 use super::math::{
-    exp_approx, gelu_backward, gelu_erf, gelu_erf_with_slope, layer_norm_row, rms_norm_row, EXP_MIN,
+    exp_approx, exp_fused, exp_sum, exp_sum_fused, gelu_backward, gelu_erf, gelu_erf_fast,
+    gelu_erf_with_slope, layer_norm_row, rms_norm_row, EXP_MIN,
 };
 use super::policy::{pack_group, row_blocks, sequences_per_task};
 
 #[test]
-fn exp_approx_is_within_a_few_ulp() {
-    for i in 0..=200_000 {
-        let x = (-100.0 + i as f32 * 1e-3 * 0.94).min(88.0); // -100 ..= 88
-        let got = f64::from(exp_approx(x));
-        if x < EXP_MIN {
-            assert_eq!(got, 0.0, "{x}");
-            continue;
+fn exp_approx_and_exp_fused_are_within_a_few_ulp() {
+    for exp in [exp_approx, exp_fused] {
+        for i in 0..=200_000 {
+            let x = (-100.0 + i as f32 * 1e-3 * 0.94).min(88.0); // -100 ..= 88
+            let got = f64::from(exp(x));
+            if x < EXP_MIN {
+                assert_eq!(got, 0.0, "{x}");
+                continue;
+            }
+            let want = f64::from(x).exp();
+            // 2^-126 is the smallest normal f32: below it only absolute accuracy is possible.
+            let err = (got - want).abs() / want.max(f64::from(f32::MIN_POSITIVE));
+            // 3e-7 is 2.5 ulp at the top of a binade, 5 at its bottom.
+            assert!(err < 3e-7, "exp({x}) = {got}, want {want}: rel {err}");
         }
-        let want = f64::from(x).exp();
-        // 2^-126 is the smallest normal f32: below it only absolute accuracy is possible.
-        let err = (got - want).abs() / want.max(f64::from(f32::MIN_POSITIVE));
-        assert!(err < 3e-7, "exp({x}) = {got}, want {want}: rel {err}");
+        assert_eq!(exp(0.0), 1.0);
+        assert_eq!(exp(f32::NEG_INFINITY), 0.0);
+        assert!(exp(f32::NAN).is_nan());
     }
-    assert_eq!(exp_approx(0.0), 1.0);
-    assert_eq!(exp_approx(f32::NEG_INFINITY), 0.0);
-    assert!(exp_approx(f32::NAN).is_nan());
+}
+
+#[test]
+fn exp_sums_agree_and_sum_what_they_write() {
+    // A softmax row: the max subtracted, scores down to -90 (past EXP_MIN) and a -inf.
+    let mut row: Vec<f32> = (0..203).map(|i| -((i * 37 % 203) as f32) * 0.45).collect();
+    row[7] = f32::NEG_INFINITY;
+    let (mut a, mut b) = (row.clone(), row.clone());
+    let (sa, sb) = (exp_sum(&mut a, 0.0), exp_sum_fused(&mut b, 0.0));
+    for (i, ((&x, &ea), &eb)) in row.iter().zip(&a).zip(&b).enumerate() {
+        let want = f64::from(x).exp();
+        for (what, e) in [("exp_sum", ea), ("exp_sum_fused", eb)] {
+            if x < EXP_MIN {
+                assert_eq!(e, 0.0, "{what} [{i}]");
+                continue;
+            }
+            let err = (f64::from(e) - want).abs() / want.max(f64::from(f32::MIN_POSITIVE));
+            assert!(err < 3e-7, "{what} [{i}] = {e}, want {want}");
+        }
+    }
+    let want: f64 = row.iter().map(|&x| f64::from(x).exp()).sum();
+    for s in [sa, sb] {
+        assert!((f64::from(s) - want).abs() < 1e-6 * want, "{s} vs {want}");
+    }
 }
 
 #[test]
@@ -43,6 +71,52 @@ fn gelu_erf_matches_libm_erf() {
         let tolerance = 2e-7 * (1.0 + x.abs()) + 2.0 * f32::EPSILON * w.abs();
         assert!((g - w).abs() <= tolerance, "gelu({x}) = {g}, want {w}");
     }
+}
+
+/// `x Phi(x)` in f64, `Phi(x) = erfc(-x / sqrt 2) / 2` by statrs' erfc (via candle), which
+/// keeps its relative accuracy in the negative tail.
+fn gelu_f64(x: f64) -> f64 {
+    0.5 * x * candle_core::cpu::erf::erfc_f64(-x / std::f64::consts::SQRT_2)
+}
+
+#[test]
+fn gelu_erf_fast_is_within_2_pow_minus_14_of_the_f64_gelu_relatively() {
+    // Every 1/512 over [-14, 14] (the negative tail down to f32's smallest normal result and
+    // the positive side well past Phi = 1), the extremes, and both zeros.
+    let mut xs: Vec<f32> = (-7168..=7168).map(|i| i as f32 / 512.0).collect();
+    xs.extend([-0.0, 1e-30, -1e-30, 40.0, 1e30, -20.0, f32::MAX]);
+    let mut got = xs.clone();
+    gelu_erf_fast(&mut got);
+    let mut reference = xs.clone();
+    gelu_erf(&mut reference);
+    for ((&x, &g), &r) in xs.iter().zip(&got).zip(&reference) {
+        let want = gelu_f64(f64::from(x));
+        if want.abs() < f64::from(f32::MIN_POSITIVE) {
+            // Below the smallest normal f32 only absolute accuracy is possible.
+            assert!(
+                f64::from(g).abs() < f64::from(f32::MIN_POSITIVE),
+                "gelu({x}) = {g}"
+            );
+            continue;
+        }
+        let err = (f64::from(g) - want).abs() / want.abs();
+        assert!(
+            err < 2f64.powi(-14),
+            "gelu({x}) = {g}, want {want}: rel {err}"
+        );
+        // The reference (absolute accuracy 1.5e-7 in erf) agrees where it is relatively exact.
+        if x > -3.0 {
+            let diff = f64::from(g - r).abs();
+            assert!(
+                diff <= 2e-7 * (1.0 + f64::from(x.abs())) + 1e-4 * want.abs(),
+                "{x}"
+            );
+        }
+    }
+    let mut special = [f32::NAN, f32::INFINITY];
+    gelu_erf_fast(&mut special);
+    assert!(special[0].is_nan());
+    assert_eq!(special[1], f32::INFINITY);
 }
 
 #[test]

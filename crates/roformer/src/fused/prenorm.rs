@@ -7,6 +7,7 @@
 //!                  y = x + lambda (c Wo^T + bo)                        scaled_residual
 //! mlp_half         y = h + lambda (gelu(LayerNorm(h) W1^T + b1) W2^T + b2)
 //! LayerNorm(x) = (x - mean) / sqrt(var + eps) * w_n + b_n,   gelu(u) = u Phi(u) (erf)
+//!                                                   (`gelu_erf_fast`, 2^-14 of it relatively)
 //! ```
 //!
 //! Each block of rows (a few panels of the kernel's `MR` rows, one task on the threads) is
@@ -28,8 +29,8 @@ use std::ops::Range;
 
 use rotary::CosSinView;
 
-use crate::cpu::bf16::{pack_rows_into, packed_len, Packed, PackedA, MR};
-use crate::cpu::math::{gelu_erf, layer_norm_row};
+use crate::cpu::bf16::{pack_rows_fast, packed_len, Packed, PackedA, MR};
+use crate::cpu::math::{gelu_erf_fast, layer_norm_row, multiversion};
 use crate::cpu::product::product_prepacked;
 use crate::cpu::rows::{build_rows, filled};
 use crate::cpu::{Dst, SharedOut};
@@ -160,8 +161,13 @@ pub(crate) fn mlp_half(
         let words = normed_words(&h[r.start * hidden..r.end * hidden], norm);
         let mut u = filled(m, inner, None, &[up.bias])?;
         times(&words, m, up, &mut u)?;
-        gelu_erf(&mut u);
-        let words = pack_rows(&u, inner);
+        // Each row through the GELU and rounded while it is in L1.
+        let mut words = vec![0u32; packed_len(m, inner, MR)];
+        let shared = SharedOut::new(&mut words);
+        for (j, row) in u.chunks_exact_mut(inner).enumerate() {
+            gelu_erf_fast(row);
+            pack_rows_fast(row, inner, j, shared);
+        }
         let y = out.init(None, &[down.bias]);
         times(&words, m, down, y)?;
         join(y, &h[r.start * hidden..r.end * hidden], lambda);
@@ -170,20 +176,20 @@ pub(crate) fn mlp_half(
 }
 
 /// The row blocks of `rows` rows: whole panels of `MR` rows, at most [`MAX_BLOCK_PANELS`] a
-/// block, in a number of blocks that is a multiple of the threads (201 rows on 2 threads:
-/// six blocks of 36 rows but the last, 21; 1,608 rows: 34 blocks of 48 but the last).
+/// block, in a number of blocks that is a multiple of the threads, the panels dealt out evenly
+/// (block `i` ends at panel `(i + 1) P / B`): blocks differ by one panel at most and the short
+/// ones are spread, so each thread's half of the list holds the same work and neither waits for
+/// the other at the end of a stage (1,608 rows, 134 panels, on 2 threads: 34 blocks, two of
+/// three panels 17 blocks apart, the rest of four; 201 rows: six blocks of two or three panels).
 fn blocks(rows: usize) -> Vec<Range<usize>> {
     let threads = rayon::current_num_threads().max(1);
     let panels = rows.div_ceil(MR);
     let tasks = panels
         .div_ceil(MAX_BLOCK_PANELS)
         .next_multiple_of(threads)
-        .max(1);
-    let per_block = panels.div_ceil(tasks).max(1) * MR;
-    (0..rows)
-        .step_by(per_block)
-        .map(|start| start..(start + per_block).min(rows))
-        .collect()
+        .min(panels);
+    let end = |i: usize| (i * panels / tasks * MR).min(rows);
+    (0..tasks).map(|i| end(i)..end(i + 1)).collect()
 }
 
 /// The rows of `width` in `x`.
@@ -221,14 +227,19 @@ fn check_dense(dense: PackedDense<'_>, what: &str) -> candle_core::Result<()> {
     )))
 }
 
-/// `rows` (whole rows of `norm`'s width) normed, as bf16 pair words (see [`pack_rows`]).
+/// `rows` (whole rows of `norm`'s width) normed, as bf16 pair words (see [`pack_rows`]):
+/// each row normed in a row of scratch and rounded from there.
 fn normed_words(rows: &[f32], norm: RowLayerNorm<'_>) -> Vec<u32> {
     let width = norm.weight.len();
-    let mut normed = rows.to_vec();
-    for row in normed.chunks_exact_mut(width) {
-        layer_norm_row(row, norm.weight, norm.bias, norm.eps);
+    let mut words = vec![0u32; packed_len(rows.len() / width, width, MR)];
+    let out = SharedOut::new(&mut words);
+    let mut normed = vec![0f32; width];
+    for (j, row) in rows.chunks_exact(width).enumerate() {
+        normed.copy_from_slice(row);
+        layer_norm_row(&mut normed, norm.weight, norm.bias, norm.eps);
+        pack_rows_fast(&normed, width, j, out);
     }
-    pack_rows(&normed, width)
+    words
 }
 
 /// `rows` (whole rows of `width`) as bf16 pair words in the row layout of a left operand,
@@ -236,7 +247,7 @@ fn normed_words(rows: &[f32], norm: RowLayerNorm<'_>) -> Vec<u32> {
 fn pack_rows(rows: &[f32], width: usize) -> Vec<u32> {
     let m = rows.len() / width.max(1);
     let mut words = vec![0u32; packed_len(m, width, MR)];
-    pack_rows_into(rows, width, 0, SharedOut::new(&mut words));
+    pack_rows_fast(rows, width, 0, SharedOut::new(&mut words));
     words
 }
 
@@ -253,14 +264,16 @@ fn times(
     product_prepacked(Dst::Slice(out), (0, n), true, (a, dense.weight), 1.0, false)
 }
 
-/// `y <- r + lambda y`, row by row (`lambda` one row wide).
-fn join(y: &mut [f32], residual: &[f32], lambda: &[f32]) {
-    for (y, r) in y
-        .chunks_exact_mut(lambda.len())
-        .zip(residual.chunks_exact(lambda.len()))
-    {
-        for ((y, r), l) in y.iter_mut().zip(r).zip(lambda) {
-            *y = r + l * *y;
+multiversion! {
+    /// `y <- r + lambda y`, row by row (`lambda` one row wide).
+    fn join(y: &mut [f32], residual: &[f32], lambda: &[f32]) {
+        for (y, r) in y
+            .chunks_exact_mut(lambda.len())
+            .zip(residual.chunks_exact(lambda.len()))
+        {
+            for ((y, r), l) in y.iter_mut().zip(r).zip(lambda) {
+                *y = r + l * *y;
+            }
         }
     }
 }

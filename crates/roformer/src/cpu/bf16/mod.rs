@@ -43,7 +43,7 @@ use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
-use super::mat::Mat;
+use super::mat::{Mat, SharedOut};
 #[cfg(test)]
 use pack::round_bf16;
 pub(crate) use pack::{pack_pairs_into, pack_panels, pack_rows_into, packed_len};
@@ -123,6 +123,24 @@ pub(crate) fn native() -> Option<Kernel> {
         }
         None
     })
+}
+
+/// [`pack_rows_into`] with each row rounded by the CPU's own conversion (`vcvtne2ps2bf16`)
+/// where it has AVX512-BF16, as the inference row stages do (they run only there): the same
+/// words for every normal value, infinity and NaN, a zero of its sign for a subnormal (the
+/// instruction reads subnormals as zeros); elsewhere [`pack_rows_into`] itself, the reference.
+pub(crate) fn pack_rows_fast(block: &[f32], width: usize, first: usize, out: SharedOut<u32>) {
+    #[cfg(target_arch = "x86_64")]
+    if native().is_some() {
+        let pairs = width.div_ceil(2);
+        for (j, row) in block.chunks_exact(width.max(1)).enumerate() {
+            // SAFETY: the CPU has AVX512-BF16 (`native`); the caller's tasks write disjoint
+            // rows, and row `first + j`'s `pairs` words lie in `out`.
+            unsafe { x86::row_words_avx512bf16(row, out.slice((first + j) * pairs, pairs)) };
+        }
+        return;
+    }
+    pack_rows_into(block, width, first, out);
 }
 
 /// A packed `k x n` right operand, owned (a weight packed once).

@@ -574,3 +574,55 @@ fn onednn_stays_right_past_its_cache_bound() {
         check(&c, (m, n, k), a, b, &init, n, alpha, false);
     }
 }
+
+#[test]
+fn pack_rows_fast_writes_the_words_of_pack_rows_into() {
+    // Widths around the 32 values of one conversion, odd ones, and the attention's 201;
+    // values with ties, infinities, NaNs, zeros and subnormals among them.
+    let specials = [
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+        f32::MAX,
+        f32::from_bits(0x3f80_8000), // 1 + 2^-8: a tie between 1 and the next bf16 value
+        f32::from_bits(0x3f81_8000), // 1 + 3 2^-8: a tie rounded up, to even
+        f32::MIN_POSITIVE,
+        1e-40, // subnormal
+        -1e-42,
+    ];
+    for width in [1, 2, 15, 31, 32, 33, 64, 201] {
+        let rows = 3;
+        let mut block = values(rows * width, width as u64);
+        let len = block.len();
+        for (i, &s) in specials.iter().enumerate() {
+            block[(i * 7) % len] = s;
+        }
+        let pairs = width.div_ceil(2);
+        let mut want = vec![7u32; (rows + 1) * pairs];
+        let mut got = want.clone();
+        pack_rows_into(&block, width, 1, SharedOut::new(&mut want));
+        pack_rows_fast(&block, width, 1, SharedOut::new(&mut got));
+        // Row 0 of the output is not written by either.
+        assert!(got[..pairs].iter().all(|&w| w == 7), "width {width}");
+        for (i, (&g, &w)) in got.iter().zip(&want).enumerate().skip(pairs) {
+            let (r, p) = (i / pairs - 1, i % pairs);
+            for half in 0..2 {
+                let col = 2 * p + half;
+                let (g, w) = ((g >> (16 * half)) as u16, (w >> (16 * half)) as u16);
+                let x = if col < width {
+                    block[r * width + col]
+                } else {
+                    0.0
+                };
+                if x != 0.0 && x.abs() < f32::MIN_POSITIVE && native().is_some() {
+                    assert_eq!(g & 0x7fff, 0, "subnormal {x} at width {width}: {g:#x}");
+                } else {
+                    assert_eq!(g, w, "{x} at row {r}, column {col} of width {width}");
+                }
+            }
+        }
+    }
+}

@@ -51,6 +51,34 @@ pub(super) unsafe fn micro_avx512bf16(
     }
 }
 
+/// `words[p] = (bf16 row[2p], bf16 row[2p + 1])` (the last `hi` 0 when `row` is odd), 32
+/// values at a time by `vcvtne2ps2bf16` (to nearest, ties to even): the words of
+/// `pack::row_words` for every normal value, infinity and NaN (made quiet the same way); a
+/// subnormal becomes a zero of its sign (the instruction reads subnormals as zeros).
+///
+/// # Safety
+/// A CPU with AVX-512F and AVX512-BF16; `words` holds `ceil(row.len() / 2)` words.
+#[target_feature(enable = "avx512f,avx512bf16")]
+pub(super) unsafe fn row_words_avx512bf16(row: &[f32], words: &mut [u32]) {
+    let n = row.len();
+    for i in (0..n).step_by(32) {
+        let left = n - i;
+        // Masked lanes are not read (the pointers past the row are never dereferenced).
+        let lo = _mm512_maskz_loadu_ps(lane_mask(left), row.as_ptr().wrapping_add(i));
+        let hi = _mm512_maskz_loadu_ps(
+            lane_mask(left.saturating_sub(16)),
+            row.as_ptr().wrapping_add(i + 16),
+        );
+        let packed: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
+        let count = left.min(32).div_ceil(2);
+        _mm512_mask_storeu_epi32(
+            words.as_mut_ptr().add(i / 2).cast(),
+            lane_mask(count),
+            packed,
+        );
+    }
+}
+
 /// The mask of the first `n` of 16 lanes.
 #[inline(always)]
 fn lane_mask(n: usize) -> __mmask16 {

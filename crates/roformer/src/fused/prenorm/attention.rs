@@ -5,7 +5,7 @@
 //! ```text
 //! per (sequence s, head):  q, k <- R q, R k            the token's rotation (a table row each)
 //!                          K^T and V packed once       right operands of the two products
-//!   per tile of query rows: S = q k^T / sqrt(d),  P = exp(S - max S) / sum,  c = P V
+//!   per tile of query rows: S = q k^T / sqrt(d),  E = exp(S - max S),  c = (E V) / sum E
 //!                          c rounded into its head's words of the context rows
 //! ```
 //!
@@ -19,9 +19,9 @@ use rotary::{rotate_inplace, CosSinView, Direction, Shape};
 
 use super::{pack_rows, MAX_BLOCK_PANELS};
 use crate::cpu::bf16::{
-    pack_pairs_into, pack_panels, pack_rows_into, packed_len, Packed, PackedA, MR, NR,
+    pack_pairs_into, pack_panels, pack_rows_fast, packed_len, Packed, PackedA, MR, NR,
 };
-use crate::cpu::math::{add_mask_max, exp_sum};
+use crate::cpu::math::{add_mask_max, exp_sum_fused};
 use crate::cpu::product::product_prepacked;
 use crate::cpu::{Dst, Mat, SharedOut};
 
@@ -118,6 +118,8 @@ fn head_context(
     let scale = 1.0 / (d as f32).sqrt();
     let (pairs_q, pairs_row) = (d / 2, h / 2);
     let mut scores = Vec::new();
+    let mut p_words = Vec::new();
+    let mut inv_sums = Vec::new();
     let mut context = Vec::new();
     let tile = MAX_BLOCK_PANELS * MR;
     for start in (0..t).step_by(tile) {
@@ -134,20 +136,25 @@ fn head_context(
             scale,
             false,
         )?;
+        // exp(S - max S) rounded as it stands; each row's 1 / sum scales its d context values
+        // after the product instead of its t probabilities before it.
+        inv_sums.clear();
         for row in scores.chunks_exact_mut(t) {
             let max = add_mask_max(row, None);
-            let inv = 1.0 / exp_sum(row, max);
-            row.iter_mut().for_each(|p| *p *= inv);
+            inv_sums.push(1.0 / exp_sum_fused(row, max));
         }
-        let p_words = pack_rows(&scores, t);
+        p_words.clear();
+        p_words.resize(packed_len(m, t, MR), 0);
+        pack_rows_fast(&scores, t, 0, SharedOut::new(&mut p_words));
         let p = PackedA::from_words(&p_words, m, t, true).ok_or_else(missing)?;
         context.resize(m * d, 0.0);
         product_prepacked(Dst::Slice(&mut context), (0, d), false, (p, vp), 1.0, false)?;
-        for (i, c) in context.chunks_exact(d).enumerate() {
+        for (i, (c, inv)) in context.chunks_exact_mut(d).zip(&inv_sums).enumerate() {
+            c.iter_mut().for_each(|x| *x *= inv);
             let row = s * dims.t + r.start + i;
             // SAFETY: task (s, head) alone writes head `head`'s words of its sequence's rows.
             let segment = unsafe { out.slice(row * pairs_row + head * pairs_q, pairs_q) };
-            pack_rows_into(c, d, 0, SharedOut::new(segment));
+            pack_rows_fast(c, d, 0, SharedOut::new(segment));
         }
     }
     Ok(())

@@ -237,7 +237,7 @@ fn mlp_half_matches_the_mlp_branch_reference_in_f64() {
 }
 
 #[test]
-fn row_blocks_are_whole_panels_covering_every_row_in_order() {
+fn row_blocks_are_whole_panels_covering_every_row_in_order_evenly() {
     for rows in [0, 1, MR, MR + 1, 201, 1608, 6912] {
         let blocks = blocks(rows);
         let mut next = 0;
@@ -248,7 +248,16 @@ fn row_blocks_are_whole_panels_covering_every_row_in_order() {
             next = b.end;
         }
         assert_eq!(next, rows, "{rows} rows: {blocks:?}");
+        // Panels per block differ by one at most, so the halves of the list hold equal work.
+        let panels: Vec<usize> = blocks.iter().map(|b| b.len().div_ceil(MR)).collect();
+        let (least, most) = (panels.iter().min(), panels.iter().max());
+        assert!(
+            most.zip(least).is_none_or(|(m, l)| m - l <= 1),
+            "{rows}: {panels:?}"
+        );
     }
+    let threads = rayon::current_num_threads();
+    assert!(blocks(1608).len().is_multiple_of(threads));
 }
 
 #[test]
