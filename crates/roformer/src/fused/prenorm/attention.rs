@@ -77,14 +77,15 @@ pub(crate) fn context_words(
     Ok(words)
 }
 
-/// The context of sequence `s`, head `head` into its words of `out` (see [`context_words`]).
-fn head_context(
+/// One head's operands in the words its products read: q (rows of pair words, panels of `MR`
+/// rows), `K^T` (`d x t`: panels of `NR` keys, pairs along `d`) and V (`t x d`: pairs of tokens
+/// in panels of `NR`), gathered from the q/k/v rows of sequence `s`, q and k turned by `rope`.
+fn head_operands(
     qkv: &[f32],
     dims: Heads,
     (s, head): (usize, usize),
     rope: Option<CosSinView<'_>>,
-    out: SharedOut<u32>,
-) -> candle_core::Result<()> {
+) -> candle_core::Result<(Vec<u32>, Vec<u32>, Vec<u32>)> {
     let Heads { t, heads, d, .. } = dims;
     let h = heads * d;
     // The head's q, k and v rows, [t, d] each, q and k turned.
@@ -106,12 +107,24 @@ fn head_context(
         Ok(x)
     };
     let (q, k, v) = (part(0, true)?, part(1, true)?, part(2, false)?);
-    let q = pack_rows(&q, d);
-    // K^T (d x t): panels of NR keys, pairs along d; V (t x d): pairs of tokens in panels.
     let mut k_words = vec![0u32; packed_len(t, d, NR)];
     pack_panels(Mat::rows(&k, d), (t, d), NR, (false, false), &mut k_words);
     let mut v_words = vec![0u32; packed_len(d, t, NR)];
     pack_pairs_into(&v, (d, t), 0, NR, SharedOut::new(&mut v_words));
+    Ok((pack_rows(&q, d), k_words, v_words))
+}
+
+/// The context of sequence `s`, head `head` into its words of `out` (see [`context_words`]).
+fn head_context(
+    qkv: &[f32],
+    dims: Heads,
+    (s, head): (usize, usize),
+    rope: Option<CosSinView<'_>>,
+    out: SharedOut<u32>,
+) -> candle_core::Result<()> {
+    let Heads { t, heads, d, .. } = dims;
+    let h = heads * d;
+    let (q, k_words, v_words) = head_operands(qkv, dims, (s, head), rope)?;
     let missing = || candle_core::Error::Msg("attention: packed operand sizes".into());
     let kt = Packed::from_words(&k_words, d, t).ok_or_else(missing)?;
     let vp = Packed::from_words(&v_words, t, d).ok_or_else(missing)?;
