@@ -9,7 +9,7 @@ use roformer::config::AttentionType;
 use roformer::measure::{linear_attention_slow, Masking};
 use roformer::{ModelError, RoFormerConfig, RoFormerModel};
 use rotary::{Layout, Positions, Rope};
-use test_support::max_abs_diff;
+use test_support::{max_abs_diff, SplitMix64, GAMMA};
 
 const HIDDEN: usize = 16;
 const HEADS: usize = 2;
@@ -19,16 +19,9 @@ const LAYERS: usize = 2;
 
 /// Deterministic pseudo-random values in [-scale, scale) (SplitMix64).
 fn data(len: usize, seed: u64, scale: f32) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(7);
+    let mut rng = SplitMix64::new(seed.wrapping_mul(GAMMA).wrapping_add(7));
     (0..len)
-        .map(|_| {
-            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
-            ((z >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-        })
+        .map(|_| (rng.unit_f32() * 2.0 - 1.0) * scale)
         .collect()
 }
 

@@ -1,7 +1,8 @@
 //! Helpers shared by the tests of every crate in the workspace: the largest absolute
 //! difference between two equally laid out sets of numbers (tensors, slices, tables, JSON
 //! documents), and the largest magnitude, for tolerances relative to the data; and a test's
-//! own temporary directory, removed when the test ends ([`Scratch`]).
+//! own temporary directory, removed when the test ends ([`Scratch`]); and the seeded generator
+//! the tests draw their cases from ([`SplitMix64`]).
 //!
 //! A dev-dependency only; it depends on no crate of the workspace, so any of them can use it.
 //!
@@ -18,8 +19,10 @@
 #![warn(missing_docs)]
 
 mod scratch;
+mod splitmix;
 
 pub use scratch::Scratch;
+pub use splitmix::{mix, SplitMix64, GAMMA};
 
 use candle_core::{DType, Tensor};
 use serde_json::Value;

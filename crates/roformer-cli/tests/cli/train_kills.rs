@@ -38,6 +38,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use test_support::SplitMix64;
+
 use crate::common::roformer_ok;
 use crate::train::{tiny_run, TinyRun};
 
@@ -111,23 +113,6 @@ impl Tally {
             self.finished_first,
             self.runs_matched
         )
-    }
-}
-
-/// splitmix64: a seeded generator, enough for drawing delays and signals.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
     }
 }
 
@@ -336,7 +321,7 @@ fn finish(child: Child) -> (ExitStatus, String) {
 
 /// One run into `out`, killed at random moments until a process of it finishes; returns when
 /// it has, having checked its final weights.
-fn killed_run(setup: &Setup, out: &Path, rng: &mut Rng, tally: &mut Tally, budget: usize) {
+fn killed_run(setup: &Setup, out: &Path, rng: &mut SplitMix64, tally: &mut Tally, budget: usize) {
     let mut kills = 0;
     loop {
         let before = saved_step(out);
@@ -426,7 +411,7 @@ fn refused_without_a_checkpoint(out: &Path) {
 
 /// Random kills, spread over as many runs as it takes, until `count` have landed.
 fn random_kills(setup: &Setup, count: usize, seed: u64, tally: &mut Tally) {
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64::new(seed);
     let mut run = 0;
     while tally.kills() < count {
         let out = setup.dir.join(format!("random-{run}"));

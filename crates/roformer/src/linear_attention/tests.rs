@@ -3,22 +3,14 @@
 use candle_core::{Device, Tensor};
 use proptest::prelude::*;
 use rotary::{Layout, Positions, Rope};
+use test_support::{SplitMix64, GAMMA};
 
 use super::*;
 
 /// Deterministic pseudo-random values in [-2, 2) (SplitMix64).
 fn data(len: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(1);
-    (0..len)
-        .map(|_| {
-            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
-            ((z >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
-        })
-        .collect()
+    let mut rng = SplitMix64::new(seed.wrapping_mul(GAMMA).wrapping_add(1));
+    (0..len).map(|_| rng.unit_f32() * 4.0 - 2.0).collect()
 }
 
 /// One attention problem: q, k `[b, h, t, d]`, v `[b, h, t, dv]` as flat vectors.

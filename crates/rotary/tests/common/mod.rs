@@ -6,6 +6,7 @@
 
 use proptest::prelude::*;
 use rotary::{Layout, Order, Positions, Shape};
+use test_support::SplitMix64;
 
 /// Unit roundoff of f32 (round to nearest): relative error of one rounding.
 pub const U_F32: f64 = 1.0 / (1u64 << 24) as f64;
@@ -91,36 +92,13 @@ pub fn transpose<T: Copy + Default>(x: &[T], shape: &Shape) -> (Vec<T>, Shape) {
     (y, to)
 }
 
-/// SplitMix64: a tiny deterministic generator so that proptest draws one seed per case instead
-/// of thousands of shrinkable floats.
-pub struct Rng(u64);
+/// The tests' generator ([`SplitMix64`]), one seed per proptest case instead of thousands of
+/// shrinkable floats, with the draw of a test tensor's values.
+pub struct Rng(SplitMix64);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)`.
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Uniform in `[lo, hi)`.
-    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * self.unit()
-    }
-
-    /// Uniform integer in `[0, n)` (`n > 0`).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
+        Rng(SplitMix64::new(seed))
     }
 
     /// `n` f32 values in `[-1, 1)` times a scale spread over `2^-4 .. 2^4`.
@@ -129,6 +107,19 @@ impl Rng {
         (0..n)
             .map(|_| (scale * self.uniform(-1.0, 1.0)) as f32)
             .collect()
+    }
+}
+
+impl std::ops::Deref for Rng {
+    type Target = SplitMix64;
+    fn deref(&self) -> &SplitMix64 {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Rng {
+    fn deref_mut(&mut self) -> &mut SplitMix64 {
+        &mut self.0
     }
 }
 
