@@ -72,6 +72,8 @@ pub fn set<T>(setting: &mut T, given: Option<T>) {
 
 #[cfg(test)]
 mod tests {
+    use test_support::Scratch;
+
     use super::*;
 
     #[derive(Debug, serde::Deserialize, PartialEq)]
@@ -97,10 +99,8 @@ mod tests {
 
     #[test]
     fn a_given_file_is_read_and_an_unknown_setting_is_refused() {
-        let dir = std::env::temp_dir().join(format!("settings-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("settings.json");
-        std::fs::write(&path, r#"{ "steps": 6 }"#).unwrap();
+        let dir = Scratch::new("roformer-experiments-settings", "given");
+        let path = dir.write("settings.json", r#"{ "steps": 6 }"#);
         let given = SettingsFlag {
             path: Some(path.clone()),
         };
@@ -110,7 +110,6 @@ mod tests {
         std::fs::write(&path, r#"{ "steps": 6, "stpes": 7 }"#).unwrap();
         let err = FILE.read::<Numbers>(&given).err().unwrap();
         assert!(format!("{err:#}").contains("stpes"), "{err:#}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -243,6 +243,8 @@ fn indent(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use test_support::Scratch;
+
     use super::*;
 
     #[test]
@@ -279,8 +281,8 @@ mod tests {
 
     #[test]
     fn a_finding_is_saved_once_and_counted() {
-        let dir = std::env::temp_dir().join(format!("fuzz-findings-{}", std::process::id()));
-        let mut findings = Findings::new(dir.clone());
+        let dir = Scratch::new("roformer-fuzz-findings", "saved-once");
+        let mut findings = Findings::new(dir.to_path_buf());
         for input in [&b"a"[..], b"b"] {
             findings
                 .record(
@@ -295,6 +297,5 @@ mod tests {
         assert_eq!(all.len(), 1);
         assert_eq!(all[0].count, 2);
         assert_eq!(std::fs::read(&all[0].file).unwrap(), b"a");
-        std::fs::remove_dir_all(dir).unwrap();
     }
 }
