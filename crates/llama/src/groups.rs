@@ -2,10 +2,11 @@
 //! thread pool, [`crate::cached_attention`]): the checks of a weight
 //! they read ([`weight_shape`], [`weight_blocks`]), their tensor front end ([`forward_tensor`],
 //! [`count_rows`]) and running a product group by group: the outputs of `y = x W^T` (`[rows, n_out]`) cut
-//! into groups of [`GROUP`] output features, each group computed whole (for every row) by one
-//! call of the kernel, on the calling thread or over candle's barrier pool.
+//! into groups of `W` output features (the kernel's tile: 16 for Q4_1, 8 for Q8_0), each group
+//! computed whole (for every row) by one call of the kernel, on the calling thread or over
+//! candle's barrier pool.
 //!
-//! A kernel writes group `g` as `[rows][8]` (row `r`, feature `8 g + lane`); the groups are
+//! A kernel writes group `g` as `[rows][W]` (row `r`, feature `W g + lane`); the groups are
 //! staged one after another and scattered into `y` at the end, except for one row of whole
 //! groups, where that staging is `y`'s own layout and the kernels write into it directly.
 //!
@@ -25,8 +26,6 @@ use candle_core::{DType, Device, Storage, Tensor};
 
 use crate::error::{LlamaError, Result};
 
-/// Output features per group.
-pub(crate) const GROUP: usize = 8;
 /// Below this many multiply-adds (`rows * n_out * k`) a product runs on the calling thread.
 const PARALLEL_MIN_MACS: usize = 1 << 18;
 /// Pieces of the output per thread of the pool: the threads take them in turn, so one that
@@ -171,23 +170,28 @@ pub(crate) fn count_rows(
 }
 
 /// Fills `out` (`[rows, n_out]`, row-major) by calling `run(g, dst)` once for each group `g` of
-/// eight output features, `dst` being that group's `[rows][8]` results (the features past
+/// `W` output features, `dst` being that group's `[rows][W]` results (the features past
 /// `n_out` in the last group are computed and dropped). `k` (the inner dimension) only decides
 /// whether the product is worth the pool.
 ///
 /// The caller has checked `out.len() == rows * n_out`.
-pub(crate) fn product_by_groups<F>(rows: usize, n_out: usize, k: usize, out: &mut [f32], run: F)
-where
+pub(crate) fn product_by_groups<const W: usize, F>(
+    rows: usize,
+    n_out: usize,
+    k: usize,
+    out: &mut [f32],
+    run: F,
+) where
     F: Fn(usize, &mut [f32]) + Sync,
 {
     if rows == 0 || n_out == 0 {
         return;
     }
-    let groups = n_out.div_ceil(GROUP);
-    let per_group = rows * GROUP;
-    // Results by group: `[groups][rows][8]`, written straight into `out` when that is its
+    let groups = n_out.div_ceil(W);
+    let per_group = rows * W;
+    // Results by group: `[groups][rows][W]`, written straight into `out` when that is its
     // layout already (one row, whole groups).
-    let direct = rows == 1 && n_out.is_multiple_of(GROUP);
+    let direct = rows == 1 && n_out.is_multiple_of(W);
     let mut staged = if direct {
         Vec::new()
     } else {
@@ -209,8 +213,8 @@ where
     }
     if !direct {
         for (r, out_row) in out.chunks_exact_mut(n_out).enumerate() {
-            for (g, out_group) in out_row.chunks_mut(GROUP).enumerate() {
-                let at = g * per_group + r * GROUP;
+            for (g, out_group) in out_row.chunks_mut(W).enumerate() {
+                let at = g * per_group + r * W;
                 out_group.copy_from_slice(&staged[at..at + out_group.len()]);
             }
         }

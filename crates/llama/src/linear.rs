@@ -197,12 +197,12 @@ mod tests {
     fn stacked_parts_give_each_parts_bits() {
         let x = Tensor::rand(-2f32, 2f32, (2, 5, 64), &Device::Cpu).unwrap();
         let parts = [
-            linear("q", 24, 64, GgmlDType::Q4_1, 0),
-            linear("k", 8, 64, GgmlDType::Q4_1, 1),
+            linear("q", 32, 64, GgmlDType::Q4_1, 0),
+            linear("k", 16, 64, GgmlDType::Q4_1, 1),
             linear("v", 13, 64, GgmlDType::Q4_1, 2),
         ];
         let stacked = Stacked::new(parts.clone());
-        assert!(matches!(&stacked, Stacked::One(l, [24, 8, 13]) if l.name() == "q"));
+        assert!(matches!(&stacked, Stacked::One(l, [32, 16, 13]) if l.name() == "q"));
         for (got, part) in stacked.forward(&x).unwrap().iter().zip(&parts) {
             let expected = part.forward(&x).unwrap();
             assert_eq!(got.dims(), expected.dims());
@@ -214,20 +214,20 @@ mod tests {
     fn parts_that_do_not_stack_run_one_by_one() {
         let x = Tensor::rand(-2f32, 2f32, (1, 3, 64), &Device::Cpu).unwrap();
         let cases = [
-            // A part before the last that is not whole groups of 8 rows.
+            // A part before the last that is not whole groups of 16 rows.
             [
-                linear("a", 7, 64, GgmlDType::Q4_1, 0),
-                linear("b", 8, 64, GgmlDType::Q4_1, 1),
+                linear("a", 8, 64, GgmlDType::Q4_1, 0),
+                linear("b", 16, 64, GgmlDType::Q4_1, 1),
             ],
             // Different k.
             [
-                linear("a", 8, 64, GgmlDType::Q4_1, 0),
-                linear("b", 8, 32, GgmlDType::Q4_1, 1),
+                linear("a", 16, 64, GgmlDType::Q4_1, 0),
+                linear("b", 16, 32, GgmlDType::Q4_1, 1),
             ],
             // Not all on our Q4_1 kernel.
             [
-                linear("a", 8, 64, GgmlDType::Q4_1, 0),
-                linear("b", 8, 64, GgmlDType::Q8_0, 1),
+                linear("a", 16, 64, GgmlDType::Q4_1, 0),
+                linear("b", 16, 64, GgmlDType::Q8_0, 1),
             ],
         ];
         for (i, parts) in cases.into_iter().enumerate() {

@@ -19,25 +19,28 @@
 //! ```
 //!
 //! with every f16 widened to f32 exactly. The integer sums are exact in any order, so SIMD can
-//! compute them freely; the float steps are done one block at a time in this order, with eight
-//! output rows in the eight lanes of a vector, so every lane performs the scalar operations.
+//! compute them freely; the float steps are done one block at a time in this order, with
+//! sixteen output rows in the sixteen lanes of a 512-bit vector (eight in each 256-bit half on
+//! AVX2), so every lane performs the scalar operations.
 //!
 //! # Layout
 //!
-//! [`Q4_1Matrix`] keeps the blocks re-arranged by groups of eight output rows: for each group
-//! and block index, one 160-byte tile `[d: 8 x f16][m: 8 x f16][qs: 4 x 32 bytes]` whose
-//! 32-byte chunk `j` holds bytes `4j..4j + 4` of the `qs` of each of the eight rows (row `l` at
-//! byte `4l`): their low nibbles are the row's weights `4j..4j + 4`, their high ones its
+//! [`Q4_1Matrix`] keeps the blocks re-arranged by groups of sixteen output rows: for each group
+//! and block index, one 320-byte tile `[d: 16 x f16][m: 16 x f16][qs: 4 x 64 bytes]` whose
+//! 64-byte chunk `j` holds bytes `4j..4j + 4` of the `qs` of each of the sixteen rows (row `l`
+//! at byte `4l`): their low nibbles are the row's weights `4j..4j + 4`, their high ones its
 //! weights `16 + 4j..16 + 4j + 4`. Each 32-bit lane of a chunk is one row, so multiplying a
 //! chunk's nibbles by four activations broadcast to every lane adds four products to each
-//! row's block sum in its own lane: eight such products leave the eight block sums in row
+//! row's block sum in its own lane: eight such products leave the sixteen block sums in row
 //! order, with no horizontal add. The last group is padded with zero rows, whose results are
-//! dropped. Up to eight rows of `x` go through a group together (four without AVX-512, whose
-//! sixteen vector registers would not hold eight), sharing each load and split of its nibbles.
+//! dropped. Up to eight rows of `x` go through a group together, sharing each load and split
+//! of its nibbles. AVX2 runs a tile as two halves of eight rows (its first and second 32 bytes
+//! of each chunk, scale and minimum), four rows of `x` at a time (its sixteen vector registers
+//! would not hold eight).
 //!
 //! # Threads
 //!
-//! The groups of eight output rows are spread over candle's barrier pool by the crate's
+//! The groups of sixteen output rows are spread over candle's barrier pool by the crate's
 //! `groups` module; each output is computed whole by one thread, so the split never changes a
 //! bit.
 
@@ -48,14 +51,16 @@ use candle_core::Tensor;
 use half::f16;
 
 use crate::error::{LlamaError, Result};
-use crate::groups::{
-    count_rows, forward_tensor, product_by_groups, weight_blocks, weight_shape, GROUP,
-};
+use crate::groups::{count_rows, forward_tensor, product_by_groups, weight_blocks, weight_shape};
 
 /// Values per Q4_1 (and Q8_1) block.
 pub const BLOCK_VALUES: usize = 32;
 /// Bytes per Q4_1 block (`d`, `m` as f16, then 16 bytes of nibbles).
 pub const BLOCK_BYTES: usize = 20;
+/// Output rows per tile (a group).
+const GROUP: usize = 16;
+/// Output rows per half tile (AVX2's vectors).
+const HALF: usize = GROUP / 2;
 
 /// The instruction set a product runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -64,7 +69,8 @@ pub enum Isa {
     Scalar,
     /// x86-64 AVX2 (with F16C): `vpmaddubsw` / `vpmaddwd` block sums.
     Avx2,
-    /// x86-64 AVX-512 VNNI on 256-bit vectors (AVX-512VL, with F16C): `vpdpbusd` block sums.
+    /// x86-64 AVX-512 VNNI on 512-bit vectors (AVX-512F and BW, with AVX2 and F16C):
+    /// `vpdpbusd` block sums.
     Avx512Vnni,
 }
 
@@ -88,7 +94,7 @@ impl Isa {
                 is_x86_feature_detected!("avx2")
                     && is_x86_feature_detected!("f16c")
                     && is_x86_feature_detected!("avx512f")
-                    && is_x86_feature_detected!("avx512vl")
+                    && is_x86_feature_detected!("avx512bw")
                     && is_x86_feature_detected!("avx512vnni")
             }
             #[cfg(not(target_arch = "x86_64"))]
@@ -110,7 +116,7 @@ pub struct Q4_1Matrix {
     k: usize,
     /// Blocks per row, `k / 32`.
     blocks: usize,
-    /// `ceil(n_out / 8)` groups of `blocks` tiles, group after group.
+    /// `ceil(n_out / 16)` groups of `blocks` tiles, group after group.
     tiles: Vec<Tile>,
     isa: Isa,
 }
@@ -171,7 +177,7 @@ impl Q4_1Matrix {
     ///
     /// # Errors
     /// [`LlamaError::Unsupported`] when there is no part, the parts have different `k`, or a
-    /// part before the last has a number of rows that is not a multiple of 8 (its last tile
+    /// part before the last has a number of rows that is not a multiple of 16 (its last tile
     /// would be padded).
     pub fn stack(parts: &[&Q4_1Matrix]) -> Result<Q4_1Matrix> {
         let Some((first, _)) = parts.split_first() else {
@@ -183,7 +189,7 @@ impl Q4_1Matrix {
         if uneven || parts.iter().any(|p| p.k != first.k) {
             let shapes: Vec<_> = parts.iter().map(|p| [p.n_out, p.k]).collect();
             return Err(LlamaError::Unsupported(format!(
-                "Q4_1 matrices of shapes {shapes:?} do not stack (one k, whole groups of 8 rows)"
+                "Q4_1 matrices of shapes {shapes:?} do not stack (one k, whole groups of 16 rows)"
             )));
         }
         Ok(Q4_1Matrix {
@@ -255,7 +261,7 @@ impl Q4_1Matrix {
             return Ok(());
         }
         let xq = Q8Rows::quantize(x, rows, self.blocks, isa);
-        product_by_groups(rows, self.n_out, self.k, out, |group, dst| {
+        product_by_groups::<GROUP, _>(rows, self.n_out, self.k, out, |group, dst| {
             let tiles = &self.tiles[group * self.blocks..(group + 1) * self.blocks];
             group_product(isa, tiles, &xq, dst);
         });
@@ -293,39 +299,45 @@ pub fn q8_1_blocks(x: &[f32], isa: Isa) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// One block of each of eight output rows (`lane` 0..8), 160 bytes.
+/// One block of each of sixteen output rows (`lane` 0..16), 320 bytes; every field by halves
+/// of eight lanes (AVX2's vectors), the two halves side by side, so that a whole field is one
+/// 512-bit vector. (Aligning tiles to cache lines made no measurable difference to the
+/// products, and the aligned allocations raised the peak memory of loading SmolLM2 by 28 MB.)
 #[derive(Debug, Clone, Copy)]
 #[repr(C)]
 struct Tile {
     /// The scales `d` as f16, native byte order, lane after lane.
-    d: [u8; 16],
+    d: [[u8; 2 * HALF]; 2],
     /// The minima `m` as f16, native byte order, lane after lane.
-    m: [u8; 16],
+    m: [[u8; 2 * HALF]; 2],
     /// Chunk `j`: bytes `4j..4j + 4` of the 16 nibble bytes of each lane, lane after lane.
-    qs: [[u8; 32]; 4],
+    qs: [[[u8; 4 * HALF]; 2]; 4],
 }
 
 impl Tile {
     const ZERO: Tile = Tile {
-        d: [0; 16],
-        m: [0; 16],
-        qs: [[0; 32]; 4],
+        d: [[0; 2 * HALF]; 2],
+        m: [[0; 2 * HALF]; 2],
+        qs: [[[0; 4 * HALF]; 2]; 4],
     };
 
     /// Stores a 20-byte Q4_1 block (`d`, `m`, 16 nibble bytes) as lane `lane`.
     fn set(&mut self, lane: usize, block: &[u8]) {
-        self.d[2 * lane..2 * lane + 2].copy_from_slice(&block[0..2]);
-        self.m[2 * lane..2 * lane + 2].copy_from_slice(&block[2..4]);
+        let (half, at) = (lane / HALF, lane % HALF);
+        self.d[half][2 * at..2 * at + 2].copy_from_slice(&block[0..2]);
+        self.m[half][2 * at..2 * at + 2].copy_from_slice(&block[2..4]);
         for (chunk, four) in self.qs.iter_mut().zip(block[4..20].chunks_exact(4)) {
-            chunk[4 * lane..4 * lane + 4].copy_from_slice(four);
+            chunk[half][4 * at..4 * at + 4].copy_from_slice(four);
         }
     }
 
     /// Lane `lane`'s scale and minimum, widened to f32, and its 16 nibble bytes.
     fn lane(&self, lane: usize) -> (f32, f32, [u8; 16]) {
-        let d = f16::from_ne_bytes([self.d[2 * lane], self.d[2 * lane + 1]]);
-        let m = f16::from_ne_bytes([self.m[2 * lane], self.m[2 * lane + 1]]);
-        let nibbles = std::array::from_fn(|i| self.qs[i / 4][4 * lane + i % 4]);
+        let (half, at) = (lane / HALF, lane % HALF);
+        let (d, m) = (&self.d[half], &self.m[half]);
+        let d = f16::from_ne_bytes([d[2 * at], d[2 * at + 1]]);
+        let m = f16::from_ne_bytes([m[2 * at], m[2 * at + 1]]);
+        let nibbles = std::array::from_fn(|i| self.qs[i / 4][half][4 * at + i % 4]);
         (d.to_f32(), m.to_f32(), nibbles)
     }
 }
@@ -409,7 +421,7 @@ fn quantize_blocks(x: &[f32], blocks: &mut [Q8Block]) {
     }
 }
 
-/// One group of eight output rows against every row of `xq`: `dst[r * 8 + lane]`.
+/// One group of sixteen output rows against every row of `xq`: `dst[r * 16 + lane]`.
 fn group_product(isa: Isa, tiles: &[Tile], xq: &Q8Rows, dst: &mut [f32]) {
     match isa {
         #[cfg(target_arch = "x86_64")]
@@ -421,7 +433,7 @@ fn group_product(isa: Isa, tiles: &[Tile], xq: &Q8Rows, dst: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512Vnni => {
             // SAFETY: only reached when `Isa::Avx512Vnni.is_available()`: the CPU has AVX2,
-            // F16C, AVX-512F, AVX-512VL and AVX-512 VNNI, the features of `group_vnni`.
+            // F16C, AVX-512F, AVX-512BW and AVX-512 VNNI, the features of `group_vnni`.
             unsafe { x86::group_vnni(tiles, xq, dst) }
         }
         _ => {
@@ -432,7 +444,7 @@ fn group_product(isa: Isa, tiles: &[Tile], xq: &Q8Rows, dst: &mut [f32]) {
     }
 }
 
-/// The scalar kernel: eight outputs of one row of `x`, candle's loop per output.
+/// The scalar kernel: sixteen outputs of one row of `x`, candle's loop per output.
 fn group_scalar(tiles: &[Tile], x: &[Q8Block], dst: &mut [f32]) {
     let mut acc = [0f32; GROUP];
     for (tile, q) in tiles.iter().zip(x) {
@@ -452,19 +464,20 @@ fn group_scalar(tiles: &[Tile], x: &[Q8Block], dst: &mut [f32]) {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    //! The x86-64 kernels. Per tile (one block of eight rows): four 256-bit loads of nibbles
-    //! (chunk `j`: bytes `4j..4j + 4` of each row, one row a lane), split by `vpand` /
+    //! The x86-64 kernels. Per tile (one block of sixteen rows): four 512-bit loads of nibbles
+    //! (chunk `j`: bytes `4j..4j + 4` of each row, one row a lane), split by `vpandd` /
     //! `vpsrlw`; for each row of `x`, the low nibbles multiplied by its values `4j..4j + 4` and
     //! the high ones by `16 + 4j..16 + 4j + 4`, each four broadcast to every lane, summed into
-    //! the eight block sums lane by lane. The float step: `vcvtdq2ps`, `vcvtph2ps` for the scales
-    //! and minima, then `vmulps` / `vaddps` in candle's order. Up to eight rows of `x` (four on
-    //! AVX2) share each nibble load and split.
+    //! the sixteen block sums lane by lane. The float step: `vcvtdq2ps`, `vcvtph2ps` for the
+    //! scales and minima, then `vmulps` / `vaddps` in candle's order. Up to eight rows of `x`
+    //! share each nibble load and split. AVX2 does the same on each half of a tile (eight rows,
+    //! 256-bit vectors), four rows of `x` at a time.
 
     use std::arch::x86_64::*;
 
     use half::f16;
 
-    use super::{Q8Block, Q8Rows, Tile, GROUP};
+    use super::{Q8Block, Q8Rows, Tile, GROUP, HALF};
 
     /// [`super::quantize_blocks`] on AVX2, with the same results: per block, `amax` by
     /// `vmaxps` (a NaN `|x|` leaves the running maximum unchanged, as `f32::max` does; the
@@ -576,7 +589,17 @@ mod x86 {
         _mm256_cvtph_ps(raw)
     }
 
-    /// The low and high nibbles of a tile chunk, as bytes 0..16.
+    /// Sixteen f16 (native byte order, two halves of eight) widened to f32, exactly.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn load_f16x16(halves: &[[u8; 16]; 2]) -> __m512 {
+        // SAFETY: `halves` is 32 contiguous readable bytes; `loadu` has no alignment
+        // requirement.
+        let raw = unsafe { _mm256_loadu_si256(halves.as_ptr().cast()) };
+        _mm512_cvtph_ps(raw)
+    }
+
+    /// The low and high nibbles of half a tile chunk, as bytes 0..16.
     #[inline]
     #[target_feature(enable = "avx2")]
     fn nibbles(chunk: &[u8; 32]) -> (__m256i, __m256i) {
@@ -585,6 +608,20 @@ mod x86 {
         (
             _mm256_and_si256(v, mask),
             _mm256_and_si256(_mm256_srli_epi16(v, 4), mask),
+        )
+    }
+
+    /// The low and high nibbles of a whole tile chunk (its two halves), as bytes 0..16.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    fn nibbles_x16(chunk: &[[u8; 32]; 2]) -> (__m512i, __m512i) {
+        // SAFETY: `chunk` is 64 contiguous readable bytes; `loadu` has no alignment
+        // requirement.
+        let v = unsafe { _mm512_loadu_si512(chunk.as_ptr().cast()) };
+        let mask = _mm512_set1_epi8(0x0F);
+        (
+            _mm512_and_si512(v, mask),
+            _mm512_and_si512(_mm512_srli_epi16(v, 4), mask),
         )
     }
 
@@ -598,23 +635,28 @@ mod x86 {
         _mm256_add_ps(acc, _mm256_add_ps(scaled, offset))
     }
 
-    /// Stores `acc` as the first eight values of `dst`.
+    /// [`accumulate`] on sixteen lanes.
     #[inline]
-    #[target_feature(enable = "avx2")]
-    fn store(acc: __m256, dst: &mut [f32]) {
-        let dst = &mut dst[..GROUP];
-        // SAFETY: `dst` is eight writable f32 (the slice above checks the length); `storeu`
-        // has no alignment requirement.
-        unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), acc) }
+    #[target_feature(enable = "avx512f")]
+    fn accumulate_x16(
+        acc: __m512,
+        sumi: __m512i,
+        d4: __m512,
+        m4: __m512,
+        d8: f32,
+        s8: f32,
+    ) -> __m512 {
+        let sumi = _mm512_cvtepi32_ps(sumi);
+        let scaled = _mm512_mul_ps(_mm512_mul_ps(sumi, d4), _mm512_set1_ps(d8));
+        let offset = _mm512_mul_ps(m4, _mm512_set1_ps(s8));
+        _mm512_add_ps(acc, _mm512_add_ps(scaled, offset))
     }
 
-    /// Values `4j..4j + 4` (`high`: `16 + 4j..16 + 4j + 4`) of `q` in every 32-bit lane.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn broadcast(q: &Q8Block, j: usize, high: bool) -> __m256i {
+    /// Values `4j..4j + 4` (`high`: `16 + 4j..16 + 4j + 4`) of `q` as one 32-bit lane.
+    #[inline(always)]
+    fn four(q: &Q8Block, j: usize, high: bool) -> i32 {
         let at = 4 * j + if high { 16 } else { 0 };
-        let four = [q.q[at], q.q[at + 1], q.q[at + 2], q.q[at + 3]];
-        _mm256_set1_epi32(i32::from_ne_bytes(four.map(|v| v as u8)))
+        i32::from_ne_bytes([q.q[at], q.q[at + 1], q.q[at + 2], q.q[at + 3]].map(|v| v as u8))
     }
 
     /// `sums` plus, in each lane, the products of chunk `j`'s low nibbles (`lo`) and high ones
@@ -624,92 +666,130 @@ mod x86 {
     #[inline]
     #[target_feature(enable = "avx2")]
     fn dot_avx2(sums: __m256i, lo: __m256i, hi: __m256i, q: &Q8Block, j: usize) -> __m256i {
-        let low = _mm256_maddubs_epi16(lo, broadcast(q, j, false));
-        let high = _mm256_maddubs_epi16(hi, broadcast(q, j, true));
+        let low = _mm256_maddubs_epi16(lo, _mm256_set1_epi32(four(q, j, false)));
+        let high = _mm256_maddubs_epi16(hi, _mm256_set1_epi32(four(q, j, true)));
         let pairs = _mm256_madd_epi16(_mm256_add_epi16(low, high), _mm256_set1_epi16(1));
         _mm256_add_epi32(sums, pairs)
     }
 
-    /// As [`dot_avx2`], by two `vpdpbusd` (u8 x i8 quadruples summed into i32, exactly).
+    /// As [`dot_avx2`] on sixteen lanes, by two `vpdpbusd` (u8 x i8 quadruples summed into
+    /// i32, exactly).
     #[inline]
-    #[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
-    fn dot_vnni(sums: __m256i, lo: __m256i, hi: __m256i, q: &Q8Block, j: usize) -> __m256i {
-        let sums = _mm256_dpbusd_epi32(sums, lo, broadcast(q, j, false));
-        _mm256_dpbusd_epi32(sums, hi, broadcast(q, j, true))
+    #[target_feature(enable = "avx512f,avx512vnni")]
+    fn dot_vnni(sums: __m512i, lo: __m512i, hi: __m512i, q: &Q8Block, j: usize) -> __m512i {
+        let sums = _mm512_dpbusd_epi32(sums, lo, _mm512_set1_epi32(four(q, j, false)));
+        _mm512_dpbusd_epi32(sums, hi, _mm512_set1_epi32(four(q, j, true)))
     }
 
-    macro_rules! kernel {
-        ($tile_fn:ident, $group_fn:ident, $features:literal, $dot:ident, $most:literal) => {
-            /// One group of eight output rows against `T` rows of `x`: `dst[t * 8 + lane]`.
-            /// Each row's block sums are two independent sums (of chunks 0 and 2, 1 and 3), then
-            /// added: chains of four `vpdpbusd`, sixteen of them a tile at eight rows, so that
-            /// the rows' work overlaps.
-            #[target_feature(enable = $features)]
-            fn $tile_fn<const T: usize>(tiles: &[Tile], x: [&[Q8Block]; T], dst: &mut [f32]) {
-                // As long as `tiles`: no bounds checks below.
-                let x = x.map(|x| &x[..tiles.len()]);
-                let mut acc = [_mm256_setzero_ps(); T];
-                for (b, tile) in tiles.iter().enumerate() {
-                    let mut sums = [[_mm256_setzero_si256(); 2]; T];
-                    for (j, chunk) in tile.qs.iter().enumerate() {
-                        let (lo, hi) = nibbles(chunk);
-                        for (sums, x) in sums.iter_mut().zip(&x) {
-                            sums[j % 2] = $dot(sums[j % 2], lo, hi, &x[b], j);
-                        }
-                    }
-                    let d4 = load_f16x8(&tile.d);
-                    let m4 = load_f16x8(&tile.m);
-                    for ((acc, sums), x) in acc.iter_mut().zip(sums).zip(&x) {
-                        let sums = _mm256_add_epi32(sums[0], sums[1]);
-                        *acc = accumulate(*acc, sums, d4, m4, x[b].d, x[b].s);
-                    }
-                }
-                for (t, acc) in acc.into_iter().enumerate() {
-                    store(acc, &mut dst[t * GROUP..]);
+    /// Half `half` of each tile (its rows `8 half..8 half + 8`) against `T` rows of `x`:
+    /// `dst[t * 16 + 8 half + lane]`. Each row's block sums are two independent sums (of
+    /// chunks 0 and 2, 1 and 3), then added, so that the rows' work overlaps.
+    #[target_feature(enable = "avx2,f16c")]
+    fn tile_avx2<const T: usize>(tiles: &[Tile], half: usize, x: [&[Q8Block]; T], dst: &mut [f32]) {
+        // As long as `tiles`: no bounds checks below.
+        let x = x.map(|x| &x[..tiles.len()]);
+        let mut acc = [_mm256_setzero_ps(); T];
+        for (b, tile) in tiles.iter().enumerate() {
+            let mut sums = [[_mm256_setzero_si256(); 2]; T];
+            for (j, chunk) in tile.qs.iter().enumerate() {
+                let (lo, hi) = nibbles(&chunk[half]);
+                for (sums, x) in sums.iter_mut().zip(&x) {
+                    sums[j % 2] = dot_avx2(sums[j % 2], lo, hi, &x[b], j);
                 }
             }
-
-            /// One group of eight output rows against every row of `xq`, up to
-            #[doc = concat!("`", $most, "`")]
-            /// rows of `x` at a time: `dst[r * 8 + lane]`.
-            #[target_feature(enable = $features)]
-            pub(super) fn $group_fn(tiles: &[Tile], xq: &Q8Rows, dst: &mut [f32]) {
-                let mut r = 0;
-                while r < xq.rows {
-                    let dst = &mut dst[r * GROUP..];
-                    r += match (xq.rows - r).min($most) {
-                        1 => {
-                            $tile_fn::<1>(tiles, xq.rows_from(r), dst);
-                            1
-                        }
-                        2 => {
-                            $tile_fn::<2>(tiles, xq.rows_from(r), dst);
-                            2
-                        }
-                        3 => {
-                            $tile_fn::<3>(tiles, xq.rows_from(r), dst);
-                            3
-                        }
-                        4..8 => {
-                            $tile_fn::<4>(tiles, xq.rows_from(r), dst);
-                            4
-                        }
-                        _ => {
-                            $tile_fn::<8>(tiles, xq.rows_from(r), dst);
-                            8
-                        }
-                    };
-                }
+            let d4 = load_f16x8(&tile.d[half]);
+            let m4 = load_f16x8(&tile.m[half]);
+            for ((acc, sums), x) in acc.iter_mut().zip(sums).zip(&x) {
+                let sums = _mm256_add_epi32(sums[0], sums[1]);
+                *acc = accumulate(*acc, sums, d4, m4, x[b].d, x[b].s);
             }
-        };
+        }
+        for (t, acc) in acc.into_iter().enumerate() {
+            let dst = &mut dst[t * GROUP + HALF * half..][..HALF];
+            // SAFETY: `dst` is eight writable f32 (the slice above checks the length);
+            // `storeu` has no alignment requirement.
+            unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), acc) }
+        }
     }
 
-    kernel!(tile_avx2, group_avx2, "avx2,f16c", dot_avx2, 4);
-    kernel!(
-        tile_vnni,
-        group_vnni,
-        "avx2,f16c,avx512f,avx512vl,avx512vnni",
-        dot_vnni,
-        8
-    );
+    /// Each tile whole against `T` rows of `x`: `dst[t * 16 + lane]`. Each row's block sums are
+    /// two independent sums (of chunks 0 and 2, 1 and 3), then added: chains of four
+    /// `vpdpbusd`, sixteen of them a tile at eight rows, so that the rows' work overlaps.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    fn tile_vnni<const T: usize>(tiles: &[Tile], x: [&[Q8Block]; T], dst: &mut [f32]) {
+        // As long as `tiles`: no bounds checks below.
+        let x = x.map(|x| &x[..tiles.len()]);
+        let mut acc = [_mm512_setzero_ps(); T];
+        for (b, tile) in tiles.iter().enumerate() {
+            let mut sums = [[_mm512_setzero_si512(); 2]; T];
+            for (j, chunk) in tile.qs.iter().enumerate() {
+                let (lo, hi) = nibbles_x16(chunk);
+                for (sums, x) in sums.iter_mut().zip(&x) {
+                    sums[j % 2] = dot_vnni(sums[j % 2], lo, hi, &x[b], j);
+                }
+            }
+            let d4 = load_f16x16(&tile.d);
+            let m4 = load_f16x16(&tile.m);
+            for ((acc, sums), x) in acc.iter_mut().zip(sums).zip(&x) {
+                let sums = _mm512_add_epi32(sums[0], sums[1]);
+                *acc = accumulate_x16(*acc, sums, d4, m4, x[b].d, x[b].s);
+            }
+        }
+        for (t, acc) in acc.into_iter().enumerate() {
+            let dst = &mut dst[t * GROUP..][..GROUP];
+            // SAFETY: `dst` is sixteen writable f32 (the slice above checks the length);
+            // `storeu` has no alignment requirement.
+            unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), acc) }
+        }
+    }
+
+    /// Calls `$tile::<T>($($arg,)* rows, dst)` over every row of `$xq`, up to `$most` rows
+    /// (4 or 8) at a time, `rows` being the next `T` rows and `dst` their outputs on.
+    macro_rules! in_passes {
+        ($xq:expr, $dst:expr, $most:literal, $tile:ident($($arg:expr),*)) => {{
+            let (xq, dst): (&Q8Rows, &mut [f32]) = ($xq, $dst);
+            let mut r = 0;
+            while r < xq.rows {
+                let dst = &mut dst[r * GROUP..];
+                r += match (xq.rows - r).min($most) {
+                    1 => {
+                        $tile::<1>($($arg,)* xq.rows_from(r), dst);
+                        1
+                    }
+                    2 => {
+                        $tile::<2>($($arg,)* xq.rows_from(r), dst);
+                        2
+                    }
+                    3 => {
+                        $tile::<3>($($arg,)* xq.rows_from(r), dst);
+                        3
+                    }
+                    4..8 => {
+                        $tile::<4>($($arg,)* xq.rows_from(r), dst);
+                        4
+                    }
+                    _ => {
+                        $tile::<8>($($arg,)* xq.rows_from(r), dst);
+                        8
+                    }
+                };
+            }
+        }};
+    }
+
+    /// One group of sixteen output rows against every row of `xq`, half by half, four rows of
+    /// `x` at a time: `dst[r * 16 + lane]`.
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) fn group_avx2(tiles: &[Tile], xq: &Q8Rows, dst: &mut [f32]) {
+        for half in 0..2 {
+            in_passes!(xq, &mut *dst, 4, tile_avx2(tiles, half));
+        }
+    }
+
+    /// One group of sixteen output rows against every row of `xq`, up to eight rows of `x` at a
+    /// time: `dst[r * 16 + lane]`.
+    #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vnni")]
+    pub(super) fn group_vnni(tiles: &[Tile], xq: &Q8Rows, dst: &mut [f32]) {
+        in_passes!(xq, dst, 8, tile_vnni(tiles));
+    }
 }

@@ -48,14 +48,14 @@ use candle_core::Tensor;
 use half::f16;
 
 use crate::error::{LlamaError, Result};
-use crate::groups::{
-    count_rows, forward_tensor, product_by_groups, weight_blocks, weight_shape, GROUP,
-};
+use crate::groups::{count_rows, forward_tensor, product_by_groups, weight_blocks, weight_shape};
 
 /// Values per Q8_0 block.
 pub const BLOCK_VALUES: usize = 32;
 /// Bytes per Q8_0 block (`d` as f16, then 32 signed bytes).
 pub const BLOCK_BYTES: usize = 34;
+/// Output features per group (a tile's features).
+const GROUP: usize = 8;
 
 /// The instruction set a Q8_0 product runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -261,7 +261,7 @@ impl Q8_0Matrix {
             return Ok(());
         }
         let xq = Q8Rows::quantize(x, rows, self.blocks);
-        product_by_groups(rows, self.n_out, self.k, out, |group, dst| {
+        product_by_groups::<GROUP, _>(rows, self.n_out, self.k, out, |group, dst| {
             let range = group * self.blocks..(group + 1) * self.blocks;
             let group = Group {
                 weights: &self.weights[range.clone()],

@@ -137,7 +137,8 @@ fn check(ours: &Q4_1Matrix, x: &Tensor, expected: &[Vec<f32>], what: &str) {
 fn equals_candle_bit_for_bit() {
     let mut rng = Rng(0x5EED_0001);
     for k in [64, 576, 1536] {
-        for n_out in [1, 7, 192, 576] {
+        // Tiles of 16 rows: padded (1, 7, 24: a tile and a half), whole (192, 576).
+        for n_out in [1, 7, 24, 192, 576] {
             let q = std::sync::Arc::new(weight(&mut rng, n_out, k));
             let ours = Q4_1Matrix::from_qtensor(&q).unwrap();
             assert_eq!((ours.n_out(), ours.k()), (n_out, k));
@@ -163,7 +164,7 @@ fn equals_candle_bit_for_bit() {
 fn odd_block_counts_equal_the_reference() {
     let mut rng = Rng(0x5EED_0002);
     for k in [32, 96, 160] {
-        for n_out in [1, 7, 192, 576] {
+        for n_out in [1, 7, 24, 192, 576] {
             let q = weight(&mut rng, n_out, k);
             let ours = Q4_1Matrix::from_qtensor(&q).unwrap();
             for rows in [1, 2, 3, 13, 33] {
