@@ -2,7 +2,9 @@
 //! stay in cache (the vision transformer's blocks, [`crate::vision::block`]):
 //!
 //! ```text
-//! attention_half   qkv = LayerNorm(x) [Wq; Wk; Wv]^T + [bq; bk; bv]      normed_product
+//! attention_half   qkv = LayerNorm(x) [Wq; Wk; Wv]^T + [bq; bk; bv]      `qkv`: q, k turned,
+//!                                                       written per (sequence, head) as the
+//!                                                       attention's operands
 //!                  c = Attention(qkv)                 per (sequence, head): `attention`
 //!                  y = x + lambda (c Wo^T + bo)                        scaled_residual
 //! mlp_half         y = h + lambda (gelu(LayerNorm(h) W1^T + b1) W2^T + b2)
@@ -13,9 +15,10 @@
 //! Each block of rows (a few panels of the kernel's `MR` rows, one task on the threads) is
 //! normed, rounded to bf16 pair words once, in the row layout the product reads, multiplied
 //! on the calling thread by the weight `W^T` packed ahead, and finished while in cache: the
-//! output rows start as the bias and the product adds into them; the GELU, the layer scale and
-//! the residual are applied to the block's rows before the next block. So no full-size pass
-//! is made for the norm, the bias fill, the GELU or the rounding, and no output is zeroed.
+//! product writes the output rows whole (it reads no output), and the bias, the GELU, the layer
+//! scale and the residual are applied to the block's rows before the next block. So no
+//! full-size pass is made for the norm, the bias, the GELU or the rounding, and no output is
+//! zeroed or filled first.
 //! The attention writes its context as bf16 words straight into the layout the output
 //! projection reads.
 //! The products are those of [`crate::cpu::bf16`] (operands rounded to bf16, f32 sums); the
@@ -24,6 +27,7 @@
 //! reference the tests hold these to.
 
 mod attention;
+mod qkv;
 
 use std::ops::Range;
 
@@ -32,7 +36,7 @@ use rotary::CosSinView;
 use crate::cpu::bf16::{pack_rows_fast, packed_len, Packed, PackedA, MR};
 use crate::cpu::math::{gelu_erf_fast, layer_norm_row, multiversion};
 use crate::cpu::product::product_prepacked;
-use crate::cpu::rows::{build_rows, filled};
+use crate::cpu::rows::{build_rows, RowsOut};
 use crate::cpu::{Dst, SharedOut};
 pub(crate) use attention::Heads;
 
@@ -81,30 +85,13 @@ pub(crate) fn attention_half(
     rope: Option<CosSinView<'_>>,
     lambda: &[f32],
 ) -> candle_core::Result<Vec<f32>> {
-    let projections = normed_product(x, norm, qkv)?;
-    let context = attention::context_words(&projections, dims, rope)?;
+    let operands = qkv::head_operands(x, norm, qkv, dims, rope)?;
+    let context = attention::context_words(&operands)?;
     scaled_residual(&context, x, out, lambda)
 }
 
-/// `u = LayerNorm(x) W^T + b` for `x` `[rows, in]`: `[rows, out]`.
-fn normed_product(
-    x: &[f32],
-    norm: RowLayerNorm<'_>,
-    dense: PackedDense<'_>,
-) -> candle_core::Result<Vec<f32>> {
-    let (k, n) = (dense.weight.k(), dense.weight.n());
-    let rows = rows_of(x, k, "normed product")?;
-    check_norm(norm, k)?;
-    check_dense(dense, "normed product")?;
-    build_rows(rows, n, &blocks(rows), true, |r, out| {
-        let words = normed_words(&x[r.start * k..r.end * k], norm);
-        let u = out.init(None, &[dense.bias]);
-        times(&words, r.len(), dense, u)
-    })
-}
-
 /// `y = r + lambda (c W^T + b)` for `c` `[rows, in]` as bf16 pair words (the row layout of
-/// [`pack_rows`]) and the residual `r` `[rows, out]`, `lambda` `[out]`: `[rows, out]`.
+/// [`pack_rows_fast`]) and the residual `r` `[rows, out]`, `lambda` `[out]`: `[rows, out]`.
 fn scaled_residual(
     c: &[u32],
     residual: &[f32],
@@ -124,9 +111,8 @@ fn scaled_residual(
     let pairs = k.div_ceil(2);
     build_rows(rows, n, &blocks(rows), true, |r, out| {
         let words = &c[r.start * pairs..(r.start + r.len().next_multiple_of(MR)) * pairs];
-        let y = out.init(None, &[dense.bias]);
-        times(words, r.len(), dense, y)?;
-        join(y, &residual[r.start * n..r.end * n], lambda);
+        let y = times(words, r.len(), dense, out)?;
+        join(y, &residual[r.start * n..r.end * n], dense.bias, lambda);
         Ok(())
     })
 }
@@ -159,18 +145,19 @@ pub(crate) fn mlp_half(
     build_rows(rows, hidden, &blocks(rows), true, |r, out| {
         let m = r.len();
         let words = normed_words(&h[r.start * hidden..r.end * hidden], norm);
-        let mut u = filled(m, inner, None, &[up.bias])?;
-        times(&words, m, up, &mut u)?;
-        // Each row through the GELU and rounded while it is in L1.
+        let mut u = product_rows(&words, m, up)?;
+        // Each row biased, through the GELU and rounded while it is in L1.
         let mut words = vec![0u32; packed_len(m, inner, MR)];
         let shared = SharedOut::new(&mut words);
         for (j, row) in u.chunks_exact_mut(inner).enumerate() {
+            if let Some(b) = up.bias {
+                add_row(row, b);
+            }
             gelu_erf_fast(row);
             pack_rows_fast(row, inner, j, shared);
         }
-        let y = out.init(None, &[down.bias]);
-        times(&words, m, down, y)?;
-        join(y, &h[r.start * hidden..r.end * hidden], lambda);
+        let y = times(&words, m, down, out)?;
+        join(y, &h[r.start * hidden..r.end * hidden], down.bias, lambda);
         Ok(())
     })
 }
@@ -227,7 +214,7 @@ fn check_dense(dense: PackedDense<'_>, what: &str) -> candle_core::Result<()> {
     )))
 }
 
-/// `rows` (whole rows of `norm`'s width) normed, as bf16 pair words (see [`pack_rows`]):
+/// `rows` (whole rows of `norm`'s width) normed, as bf16 pair words (see [`pack_rows_fast`]):
 /// each row normed in a row of scratch and rounded from there.
 fn normed_words(rows: &[f32], norm: RowLayerNorm<'_>) -> Vec<u32> {
     let width = norm.weight.len();
@@ -242,37 +229,80 @@ fn normed_words(rows: &[f32], norm: RowLayerNorm<'_>) -> Vec<u32> {
     words
 }
 
-/// `rows` (whole rows of `width`) as bf16 pair words in the row layout of a left operand,
-/// padded with zero rows to whole panels of `MR`.
-fn pack_rows(rows: &[f32], width: usize) -> Vec<u32> {
-    let m = rows.len() / width.max(1);
-    let mut words = vec![0u32; packed_len(m, width, MR)];
-    pack_rows_fast(rows, width, 0, SharedOut::new(&mut words));
-    words
-}
-
-/// `out += a W^T` for the `m` rows `a` (pair words of [`pack_rows`]), on the calling thread.
-fn times(
+/// `a W^T` for the `m` rows `a` (pair words of [`pack_rows_fast`]) as the rows of `out` (`m` rows
+/// of `W`'s outputs), on the calling thread. The product writes them whole and reads nothing
+/// there (no bias to start from: the kernel loads no output tile, which at `k` = 384 would come
+/// back from L2 or L3, the weight streamed through since), so the bias is added by whoever
+/// next reads the rows ([`join`], [`add_row`]).
+fn times<'o>(
     words: &[u32],
     m: usize,
     dense: PackedDense<'_>,
-    out: &mut [f32],
-) -> candle_core::Result<()> {
+    out: &'o mut RowsOut<'_>,
+) -> candle_core::Result<&'o mut [f32]> {
     let (k, n) = (dense.weight.k(), dense.weight.n());
     let a = PackedA::from_words(words, m, k, true)
         .ok_or_else(|| candle_core::Error::Msg(format!("packed rows: {m}x{k} words")))?;
-    product_prepacked(Dst::Slice(out), (0, n), true, (a, dense.weight), 1.0, false)
+    let write = |rows: SharedOut| {
+        if rows.raw().1 != m * n {
+            return Err(candle_core::Error::Msg(format!(
+                "dense rows: {} outputs for {m} rows of {n}",
+                rows.raw().1
+            )));
+        }
+        product_prepacked(
+            Dst::Shared(rows),
+            (0, n),
+            false,
+            (a, dense.weight),
+            1.0,
+            false,
+        )
+    };
+    // SAFETY: with `accumulate` false the product writes every element of its `m x n` output,
+    // which the rows are (checked above).
+    unsafe { out.init_by(write) }
+}
+
+/// `a W^T` for the `m` rows `a` as new rows (see [`times`]; no bias).
+fn product_rows(words: &[u32], m: usize, dense: PackedDense<'_>) -> candle_core::Result<Vec<f32>> {
+    let whole = 0..m;
+    build_rows(
+        m,
+        dense.weight.n(),
+        std::slice::from_ref(&whole),
+        false,
+        |_, out| times(words, m, dense, out).map(drop),
+    )
 }
 
 multiversion! {
-    /// `y <- r + lambda y`, row by row (`lambda` one row wide).
-    fn join(y: &mut [f32], residual: &[f32], lambda: &[f32]) {
+    /// `row <- row + b` (`b` one row wide).
+    fn add_row(row: &mut [f32], b: &[f32]) {
+        for (x, b) in row.iter_mut().zip(b) {
+            *x += b;
+        }
+    }
+}
+
+multiversion! {
+    /// `y <- r + lambda (y + b)`, row by row (`lambda` and `b` one row wide; no `b`: 0).
+    fn join(y: &mut [f32], residual: &[f32], bias: Option<&[f32]>, lambda: &[f32]) {
         for (y, r) in y
             .chunks_exact_mut(lambda.len())
             .zip(residual.chunks_exact(lambda.len()))
         {
-            for ((y, r), l) in y.iter_mut().zip(r).zip(lambda) {
-                *y = r + l * *y;
+            match bias {
+                Some(b) => {
+                    for (((y, r), l), b) in y.iter_mut().zip(r).zip(lambda).zip(b) {
+                        *y = r + l * (*y + b);
+                    }
+                }
+                None => {
+                    for ((y, r), l) in y.iter_mut().zip(r).zip(lambda) {
+                        *y = r + l * *y;
+                    }
+                }
             }
         }
     }
