@@ -2,9 +2,7 @@
 //! stay in cache (the vision transformer's blocks, [`crate::vision::block`]):
 //!
 //! ```text
-//! attention_half   qkv = LayerNorm(x) [Wq; Wk; Wv]^T + [bq; bk; bv]      `qkv`: q, k turned,
-//!                                                       written per (sequence, head) as the
-//!                                                       attention's operands
+//! attention_half   qkv = LayerNorm(x) [Wq; Wk; Wv]^T + [bq; bk; bv]      normed_product
 //!                  c = Attention(qkv)                 per (sequence, head): `attention`
 //!                  y = x + lambda (c Wo^T + bo)                        scaled_residual
 //! mlp_half         y = h + lambda (gelu(LayerNorm(h) W1^T + b1) W2^T + b2)
@@ -27,7 +25,6 @@
 //! reference the tests hold these to.
 
 mod attention;
-mod qkv;
 
 use std::ops::Range;
 
@@ -85,13 +82,33 @@ pub(crate) fn attention_half(
     rope: Option<CosSinView<'_>>,
     lambda: &[f32],
 ) -> candle_core::Result<Vec<f32>> {
-    let operands = qkv::head_operands(x, norm, qkv, dims, rope)?;
-    let context = attention::context_words(&operands)?;
+    let projections = normed_product(x, norm, qkv)?;
+    let context = attention::context_words(&projections, dims, rope)?;
     scaled_residual(&context, x, out, lambda)
 }
 
+/// `u = LayerNorm(x) W^T + b` for `x` `[rows, in]`: `[rows, out]`.
+fn normed_product(
+    x: &[f32],
+    norm: RowLayerNorm<'_>,
+    dense: PackedDense<'_>,
+) -> candle_core::Result<Vec<f32>> {
+    let (k, n) = (dense.weight.k(), dense.weight.n());
+    let rows = rows_of(x, k, "normed product")?;
+    check_norm(norm, k)?;
+    check_dense(dense, "normed product")?;
+    build_rows(rows, n, &blocks(rows), true, |r, out| {
+        let words = normed_words(&x[r.start * k..r.end * k], norm);
+        let u = times(&words, r.len(), dense, out)?;
+        if let Some(b) = dense.bias {
+            u.chunks_exact_mut(n).for_each(|row| add_row(row, b));
+        }
+        Ok(())
+    })
+}
+
 /// `y = r + lambda (c W^T + b)` for `c` `[rows, in]` as bf16 pair words (the row layout of
-/// [`pack_rows_fast`]) and the residual `r` `[rows, out]`, `lambda` `[out]`: `[rows, out]`.
+/// [`pack_rows`]) and the residual `r` `[rows, out]`, `lambda` `[out]`: `[rows, out]`.
 fn scaled_residual(
     c: &[u32],
     residual: &[f32],
@@ -214,7 +231,7 @@ fn check_dense(dense: PackedDense<'_>, what: &str) -> candle_core::Result<()> {
     )))
 }
 
-/// `rows` (whole rows of `norm`'s width) normed, as bf16 pair words (see [`pack_rows_fast`]):
+/// `rows` (whole rows of `norm`'s width) normed, as bf16 pair words (see [`pack_rows`]):
 /// each row normed in a row of scratch and rounded from there.
 fn normed_words(rows: &[f32], norm: RowLayerNorm<'_>) -> Vec<u32> {
     let width = norm.weight.len();
@@ -229,7 +246,16 @@ fn normed_words(rows: &[f32], norm: RowLayerNorm<'_>) -> Vec<u32> {
     words
 }
 
-/// `a W^T` for the `m` rows `a` (pair words of [`pack_rows_fast`]) as the rows of `out` (`m` rows
+/// `rows` (whole rows of `width`) as bf16 pair words in the row layout of a left operand,
+/// padded with zero rows to whole panels of `MR`.
+fn pack_rows(rows: &[f32], width: usize) -> Vec<u32> {
+    let m = rows.len() / width.max(1);
+    let mut words = vec![0u32; packed_len(m, width, MR)];
+    pack_rows_fast(rows, width, 0, SharedOut::new(&mut words));
+    words
+}
+
+/// `a W^T` for the `m` rows `a` (pair words of [`pack_rows`]) as the rows of `out` (`m` rows
 /// of `W`'s outputs), on the calling thread. The product writes them whole and reads nothing
 /// there (no bias to start from: the kernel loads no output tile, which at `k` = 384 would come
 /// back from L2 or L3, the weight streamed through since), so the bias is added by whoever

@@ -9,19 +9,19 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use test_support::{max_abs, max_abs_diff};
 
-use rotary::{rotate_inplace, Coefficients, CosSin, Direction, Layout, Shape};
+use rotary::{Coefficients, CosSin, Layout};
 
 use super::{
-    attention_half, blocks, mlp_half, qkv::head_operands, scaled_residual, Heads, PackedDense,
-    RowLayerNorm,
+    attention_half, blocks, mlp_half, normed_product, pack_rows, scaled_residual, Heads,
+    PackedDense, RowLayerNorm,
 };
 use crate::autograd::attention::{attention, FusedAttention};
 use crate::autograd::layer_norm_slow;
 use crate::autograd::layer_scale::scaled_residual_slow;
 use crate::autograd::linear::linear_slow;
 use crate::autograd::mlp_branch::{mlp_branch_slow, MlpBranch};
-use crate::cpu::bf16::{pack_rows_fast, packed_len, PackedB, MR};
-use crate::cpu::{Mat, Precision, SharedOut};
+use crate::cpu::bf16::{PackedB, MR};
+use crate::cpu::{Mat, Precision};
 
 /// bf16 operands carry 8 bits (relative rounding up to 2^-9 each), so a sum of `k` products
 /// of O(1) values is off by up to about `k 2^-8` of its terms' size, and the outputs here (at
@@ -132,15 +132,6 @@ fn native() -> bool {
     here
 }
 
-/// `rows` (whole rows of `width`) as bf16 pair words in the row layout of a left operand,
-/// padded with zero rows to whole panels of `MR`.
-fn pack_rows(rows: &[f32], width: usize) -> Vec<u32> {
-    let m = rows.len() / width.max(1);
-    let mut words = vec![0u32; packed_len(m, width, MR)];
-    pack_rows_fast(rows, width, 0, SharedOut::new(&mut words));
-    words
-}
-
 /// Row counts: one, a panel and one, several blocks on the threads, and a batch's 201.
 const ROWS: [usize; 4] = [1, MR + 1, 50, 201];
 
@@ -155,63 +146,30 @@ fn assert_near(got: Vec<f32>, want: &Tensor, what: &str) {
     assert!(diff < TOL * scale, "{what}: {diff} of {scale}");
 }
 
-/// `x` (`[b * t, heads * d]`, f32) as `[b, heads, t, d]`.
-fn head_major(x: Vec<f32>, (b, t, heads, d): (usize, usize, usize, usize)) -> Vec<f32> {
-    let x = Tensor::from_vec(x, (b, t, heads, d), &Device::Cpu).unwrap();
-    let x = x.transpose(1, 2).unwrap().contiguous().unwrap();
-    x.flatten_all().unwrap().to_vec1().unwrap()
-}
-
 #[test]
-fn head_operands_are_the_normed_projections_turned_and_laid_out_per_head() {
+fn normed_product_matches_layer_norm_then_the_dense_layer_in_f64() {
     if !native() {
         return;
     }
     let mut rng = StdRng::seed_from_u64(3);
-    // (sequences, tokens, heads, head dim): a ragged panel of keys (t past NR), an odd t
-    // whose pairs of values straddle the row blocks of two threads, heads narrower than a
-    // pair word's panel; the table per token of a sequence or of the batch.
-    for (b, t, heads, d, bias, per_batch) in [
-        (1, 5, 2, 8, true, false),
-        (3, 37, 3, 4, false, false),
-        (2, 67, 2, 6, true, true),
-    ] {
-        let h = heads * d;
-        let (norm, qkv) = (
-            Norm::new(&mut rng, h),
-            Layer::new(&mut rng, (3 * h, h), bias),
+    for (rows, (out, inp), bias) in ROWS
+        .into_iter()
+        .flat_map(|r| [(r, (33, 24), true), (r, (5, 7), false)])
+    {
+        let (norm, layer) = (
+            Norm::new(&mut rng, inp),
+            Layer::new(&mut rng, (out, inp), bias),
         );
-        let x = values(&mut rng, b * t * h, 0.3);
-        let rows = if per_batch { b * t } else { t };
-        let table = CosSin::from_angles(Layout::Half, d, rows, 1.0, |row, i| {
-            row as f64 * 0.7 / (i + 1) as f64
-        })
-        .unwrap();
-        let dims = Heads { b, t, heads, d };
-        let got = head_operands(&x, norm.rows(), qkv.dense(), dims, Some(table.view()))
-            .unwrap()
-            .unpacked();
-
+        let x = values(&mut rng, rows * inp, 0.3);
+        let got = normed_product(&x, norm.rows(), layer.dense()).unwrap();
         let (nw, nb) = norm.f64s();
-        let xn = layer_norm_slow(&f64s(&x, &[b * t, h]), &nw, &nb, 1e-5).unwrap();
-        let projections = linear_slow(&xn, &qkv.linear(), None).unwrap();
-        for (which, got) in got.into_iter().enumerate() {
-            let part = projections.narrow(1, which * h, h).unwrap();
-            let mut want: Vec<f32> = part
-                .to_dtype(DType::F32)
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .to_vec1()
-                .unwrap();
-            if which < 2 {
-                let shape = Shape::token_major(b, t, heads, d);
-                rotate_inplace(&mut want, shape, table.view(), Direction::Forward).unwrap();
-            }
-            let want = f64s(&head_major(want, (b, t, heads, d)), &[b * heads * t, d]);
-            let what = format!("{b} x {t} tokens, {heads} heads of {d}, part {which}");
-            assert_near(got, &want, &what);
-        }
+        let xn = layer_norm_slow(&f64s(&x, &[rows, inp]), &nw, &nb, 1e-5).unwrap();
+        let want = linear_slow(&xn, &layer.linear(), None).unwrap();
+        assert_near(
+            got,
+            &want,
+            &format!("rows {rows}, {out}x{inp}, bias {bias}"),
+        );
     }
 }
 
@@ -310,30 +268,18 @@ fn sizes_that_do_not_fit_are_errors() {
     let mut rng = StdRng::seed_from_u64(11);
     let (norm, layer) = (Norm::new(&mut rng, 8), Layer::new(&mut rng, (6, 8), true));
     let x = values(&mut rng, 3 * 8, 0.0);
-    // Rows that are not whole, a norm of another width, a bias of another length, a layer
-    // that is not three of the width, tokens that are not the rows.
-    let stacked = Layer::new(&mut rng, (24, 8), true);
-    let dims = Heads {
-        b: 1,
-        t: 3,
-        heads: 2,
-        d: 4,
-    };
-    let operands = |x: &[f32], norm, dense, dims| head_operands(x, norm, dense, dims, None);
-    assert!(operands(&x, norm.rows(), stacked.dense(), dims).is_ok());
-    assert!(operands(&x[..20], norm.rows(), stacked.dense(), dims).is_err());
+    // Rows that are not whole, a norm of another width, a bias of another length.
+    assert!(normed_product(&x[..20], norm.rows(), layer.dense()).is_err());
     let short = RowLayerNorm {
         weight: &norm.w[..7],
         ..norm.rows()
     };
-    assert!(operands(&x, short, stacked.dense(), dims).is_err());
+    assert!(normed_product(&x, short, layer.dense()).is_err());
     let bad_bias = PackedDense {
         bias: Some(&norm.b[..5]),
-        ..stacked.dense()
+        ..layer.dense()
     };
-    assert!(operands(&x, norm.rows(), bad_bias, dims).is_err());
-    assert!(operands(&x, norm.rows(), layer.dense(), dims).is_err());
-    assert!(operands(&x, norm.rows(), stacked.dense(), Heads { t: 2, ..dims }).is_err());
+    assert!(normed_product(&x, norm.rows(), bad_bias).is_err());
     // A residual of no whole rows, a scale of another width; an MLP whose layers do not chain.
     let (r, lambda) = (values(&mut rng, 3 * 6, 0.0), values(&mut rng, 6, 0.0));
     let words = pack_rows(&x, 8);
