@@ -85,15 +85,6 @@ impl<T> SharedOut<T> {
         }
     }
 
-    /// Shares `buf`, not yet initialised, for writers that write its elements before anyone
-    /// reads them (the same conditions as [`SharedOut::new`]).
-    pub(crate) fn from_uninit(buf: &mut [std::mem::MaybeUninit<T>]) -> SharedOut<T> {
-        SharedOut {
-            ptr: buf.as_mut_ptr().cast(),
-            len: buf.len(),
-        }
-    }
-
     /// Elements `start..start + len`.
     ///
     /// # Safety

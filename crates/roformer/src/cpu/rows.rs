@@ -6,7 +6,6 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use crate::cpu::policy::SUM_ROWS;
-use crate::cpu::SharedOut;
 
 /// The rows of one block of an output being built: uninitialised until [`RowsOut::init`].
 pub(crate) struct RowsOut<'a> {
@@ -31,23 +30,6 @@ impl RowsOut<'_> {
         // SAFETY: `fill_row` wrote every element of every row, and `MaybeUninit<f32>` has the
         // layout of `f32`.
         unsafe { &mut *(std::ptr::from_mut(self.rows) as *mut [f32]) }
-    }
-
-    /// Hands the rows, not yet initialised, to `write` (as one shared output of `rows x width`
-    /// elements) and returns them, now initialised.
-    ///
-    /// # Safety
-    /// When `write` returns `Ok`, it has written every element of the rows (as a product with
-    /// `accumulate` false writes every element of its output).
-    pub(crate) unsafe fn init_by(
-        &mut self,
-        write: impl FnOnce(SharedOut) -> candle_core::Result<()>,
-    ) -> candle_core::Result<&mut [f32]> {
-        write(SharedOut::from_uninit(self.rows))?;
-        self.ready = true;
-        // SAFETY: `write` wrote every element (the caller's promise), and `MaybeUninit<f32>`
-        // has the layout of `f32`.
-        Ok(unsafe { &mut *(std::ptr::from_mut(self.rows) as *mut [f32]) })
     }
 }
 

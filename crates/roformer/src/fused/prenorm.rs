@@ -13,10 +13,9 @@
 //! Each block of rows (a few panels of the kernel's `MR` rows, one task on the threads) is
 //! normed, rounded to bf16 pair words once, in the row layout the product reads, multiplied
 //! on the calling thread by the weight `W^T` packed ahead, and finished while in cache: the
-//! product writes the output rows whole (it reads no output), and the bias, the GELU, the layer
-//! scale and the residual are applied to the block's rows before the next block. So no
-//! full-size pass is made for the norm, the bias, the GELU or the rounding, and no output is
-//! zeroed or filled first.
+//! output rows start as the bias and the product adds into them; the GELU, the layer scale and
+//! the residual are applied to the block's rows before the next block. So no full-size pass
+//! is made for the norm, the bias fill, the GELU or the rounding, and no output is zeroed.
 //! The attention writes its context as bf16 words straight into the layout the output
 //! projection reads.
 //! The products are those of [`crate::cpu::bf16`] (operands rounded to bf16, f32 sums); the
@@ -33,7 +32,7 @@ use rotary::CosSinView;
 use crate::cpu::bf16::{pack_rows_fast, packed_len, Packed, PackedA, MR};
 use crate::cpu::math::{gelu_erf_fast, layer_norm_row, multiversion};
 use crate::cpu::product::product_prepacked;
-use crate::cpu::rows::{build_rows, RowsOut};
+use crate::cpu::rows::{build_rows, filled};
 use crate::cpu::{Dst, SharedOut};
 pub(crate) use attention::Heads;
 
@@ -99,11 +98,8 @@ fn normed_product(
     check_dense(dense, "normed product")?;
     build_rows(rows, n, &blocks(rows), true, |r, out| {
         let words = normed_words(&x[r.start * k..r.end * k], norm);
-        let u = times(&words, r.len(), dense, out)?;
-        if let Some(b) = dense.bias {
-            u.chunks_exact_mut(n).for_each(|row| add_row(row, b));
-        }
-        Ok(())
+        let u = out.init(None, &[dense.bias]);
+        times(&words, r.len(), dense, u)
     })
 }
 
@@ -128,8 +124,9 @@ fn scaled_residual(
     let pairs = k.div_ceil(2);
     build_rows(rows, n, &blocks(rows), true, |r, out| {
         let words = &c[r.start * pairs..(r.start + r.len().next_multiple_of(MR)) * pairs];
-        let y = times(words, r.len(), dense, out)?;
-        join(y, &residual[r.start * n..r.end * n], dense.bias, lambda);
+        let y = out.init(None, &[dense.bias]);
+        times(words, r.len(), dense, y)?;
+        join(y, &residual[r.start * n..r.end * n], lambda);
         Ok(())
     })
 }
@@ -162,19 +159,18 @@ pub(crate) fn mlp_half(
     build_rows(rows, hidden, &blocks(rows), true, |r, out| {
         let m = r.len();
         let words = normed_words(&h[r.start * hidden..r.end * hidden], norm);
-        let mut u = product_rows(&words, m, up)?;
-        // Each row biased, through the GELU and rounded while it is in L1.
+        let mut u = filled(m, inner, None, &[up.bias])?;
+        times(&words, m, up, &mut u)?;
+        // Each row through the GELU and rounded while it is in L1.
         let mut words = vec![0u32; packed_len(m, inner, MR)];
         let shared = SharedOut::new(&mut words);
         for (j, row) in u.chunks_exact_mut(inner).enumerate() {
-            if let Some(b) = up.bias {
-                add_row(row, b);
-            }
             gelu_erf_fast(row);
             pack_rows_fast(row, inner, j, shared);
         }
-        let y = times(&words, m, down, out)?;
-        join(y, &h[r.start * hidden..r.end * hidden], down.bias, lambda);
+        let y = out.init(None, &[down.bias]);
+        times(&words, m, down, y)?;
+        join(y, &h[r.start * hidden..r.end * hidden], lambda);
         Ok(())
     })
 }
@@ -255,80 +251,28 @@ fn pack_rows(rows: &[f32], width: usize) -> Vec<u32> {
     words
 }
 
-/// `a W^T` for the `m` rows `a` (pair words of [`pack_rows`]) as the rows of `out` (`m` rows
-/// of `W`'s outputs), on the calling thread. The product writes them whole and reads nothing
-/// there (no bias to start from: the kernel loads no output tile, which at `k` = 384 would come
-/// back from L2 or L3, the weight streamed through since), so the bias is added by whoever
-/// next reads the rows ([`join`], [`add_row`]).
-fn times<'o>(
+/// `out += a W^T` for the `m` rows `a` (pair words of [`pack_rows`]), on the calling thread.
+fn times(
     words: &[u32],
     m: usize,
     dense: PackedDense<'_>,
-    out: &'o mut RowsOut<'_>,
-) -> candle_core::Result<&'o mut [f32]> {
+    out: &mut [f32],
+) -> candle_core::Result<()> {
     let (k, n) = (dense.weight.k(), dense.weight.n());
     let a = PackedA::from_words(words, m, k, true)
         .ok_or_else(|| candle_core::Error::Msg(format!("packed rows: {m}x{k} words")))?;
-    let write = |rows: SharedOut| {
-        if rows.raw().1 != m * n {
-            return Err(candle_core::Error::Msg(format!(
-                "dense rows: {} outputs for {m} rows of {n}",
-                rows.raw().1
-            )));
-        }
-        product_prepacked(
-            Dst::Shared(rows),
-            (0, n),
-            false,
-            (a, dense.weight),
-            1.0,
-            false,
-        )
-    };
-    // SAFETY: with `accumulate` false the product writes every element of its `m x n` output,
-    // which the rows are (checked above).
-    unsafe { out.init_by(write) }
-}
-
-/// `a W^T` for the `m` rows `a` as new rows (see [`times`]; no bias).
-fn product_rows(words: &[u32], m: usize, dense: PackedDense<'_>) -> candle_core::Result<Vec<f32>> {
-    let whole = 0..m;
-    build_rows(
-        m,
-        dense.weight.n(),
-        std::slice::from_ref(&whole),
-        false,
-        |_, out| times(words, m, dense, out).map(drop),
-    )
+    product_prepacked(Dst::Slice(out), (0, n), true, (a, dense.weight), 1.0, false)
 }
 
 multiversion! {
-    /// `row <- row + b` (`b` one row wide).
-    fn add_row(row: &mut [f32], b: &[f32]) {
-        for (x, b) in row.iter_mut().zip(b) {
-            *x += b;
-        }
-    }
-}
-
-multiversion! {
-    /// `y <- r + lambda (y + b)`, row by row (`lambda` and `b` one row wide; no `b`: 0).
-    fn join(y: &mut [f32], residual: &[f32], bias: Option<&[f32]>, lambda: &[f32]) {
+    /// `y <- r + lambda y`, row by row (`lambda` one row wide).
+    fn join(y: &mut [f32], residual: &[f32], lambda: &[f32]) {
         for (y, r) in y
             .chunks_exact_mut(lambda.len())
             .zip(residual.chunks_exact(lambda.len()))
         {
-            match bias {
-                Some(b) => {
-                    for (((y, r), l), b) in y.iter_mut().zip(r).zip(lambda).zip(b) {
-                        *y = r + l * (*y + b);
-                    }
-                }
-                None => {
-                    for ((y, r), l) in y.iter_mut().zip(r).zip(lambda) {
-                        *y = r + l * *y;
-                    }
-                }
+            for ((y, r), l) in y.iter_mut().zip(r).zip(lambda) {
+                *y = r + l * *y;
             }
         }
     }
