@@ -9,10 +9,10 @@
 //! for `W` `[out, in]`, row-major. With bf16 products both layouts are rounded and packed
 //! here, once (the words [`PackedB::new`](super::bf16::PackedB::new) writes for each product,
 //! bit for bit), where each product used to pack its own on every call (which the tests keep
-//! as the reference: [`packed_per_product`]). A stacked weight (q, k
-//! and v's `[3 hidden, in]`) is `parts` weights of `out / parts` rows for the forward, each
-//! read by its own product, and one `[out, in]` for the backward's single product. With f32
-//! products nothing is kept: gemm packs its operands itself, on every call.
+//! as the reference: `packed_per_product`). A stacked weight (q, k and v's `[3 hidden, in]`)
+//! is `parts` weights of `out / parts` rows for the forward, each read by its own product, and
+//! one `[out, in]` for the backward's single product. With f32 products nothing is kept: gemm
+//! packs its operands itself, on every call.
 
 use rayon::prelude::*;
 
