@@ -9,8 +9,8 @@
 
 pub use crate::cpu::ceiling::{ceilings, Ceiling};
 
-use crate::cpu::bf16::{self, onednn, Kernel};
-use crate::cpu::product::product_on;
+use crate::cpu::bf16::{self, onednn, pack_panels, packed_len, Kernel, PackedA, PackedB, MR};
+use crate::cpu::product::{product_on, product_prepacked};
 use crate::cpu::{Dst, Mat, Precision};
 use crate::error::ModelError;
 use crate::memory::check_fits;
@@ -64,6 +64,9 @@ pub struct ProductCase {
     a: Vec<f32>,
     b: Vec<f32>,
     c: Vec<f32>,
+    /// The operands packed once for [`ProductCase::run_prepacked`] (`A`'s words, whether in
+    /// rows, and `B`), on its first call.
+    packed: Option<(Vec<u32>, bool, PackedB)>,
 }
 
 impl ProductCase {
@@ -100,6 +103,7 @@ impl ProductCase {
             a: filled(la, 1),
             b: filled(lb, 2),
             c: vec![0.0; lc],
+            packed: None,
         })
     }
 
@@ -141,6 +145,39 @@ impl ProductCase {
             1.0,
             parallel,
             kernel,
+        )?;
+        Ok(())
+    }
+
+    /// Runs `C = A B` once in bf16 on operands packed ahead, once, as a training step's kept
+    /// activations are packed by the pass that makes them (`A` as rows of pair words when its
+    /// rows are contiguous, else in interleaved panels; `B` in panels of its columns): the
+    /// kernel alone, without the packing that [`ProductCase::run`] times with it. f32 (as
+    /// `run`) where the CPU has no native bf16 dot product.
+    ///
+    /// # Errors
+    /// As [`ProductCase::run`].
+    pub fn run_prepacked(&mut self, parallel: bool) -> Result<(), ModelError> {
+        if bf16::native().is_none() {
+            return self.run(Precision::F32, parallel);
+        }
+        let (m, n, k) = (self.m, self.n, self.k);
+        let (a_words, rows, b) = self.packed.get_or_insert_with(|| {
+            let mut words = vec![0; packed_len(m, k, MR)];
+            let a = view(&self.a, (m, k), self.storage.0);
+            let rows = pack_panels(a, (m, k), MR, (parallel, true), &mut words);
+            let b = PackedB::new(view(&self.b, (k, n), self.storage.1), k, n, parallel);
+            (words, rows, b)
+        });
+        let a = PackedA::from_words(a_words, m, k, *rows)
+            .ok_or_else(|| ModelError::Input(format!("product {m}x{n}x{k}: packed words")))?;
+        product_prepacked(
+            Dst::Slice(&mut self.c),
+            (0, n),
+            false,
+            (a, b.view()),
+            1.0,
+            parallel,
         )?;
         Ok(())
     }
@@ -195,9 +232,20 @@ mod tests {
     fn each_storage_and_precision_computes_the_product() {
         use Storage::{Rows, Transposed};
         for storage in [(Rows, Rows), (Rows, Transposed), (Transposed, Rows)] {
-            for precision in [Precision::F32, Precision::Bf16] {
+            for (precision, prepacked) in [
+                (Precision::F32, false),
+                (Precision::Bf16, false),
+                (Precision::Bf16, true),
+            ] {
                 let mut case = ProductCase::new((13, 35, 70), storage).unwrap();
-                case.run(precision, true).unwrap();
+                if prepacked {
+                    case.run_prepacked(true).unwrap();
+                    // The second run reuses the packed operands and writes every output.
+                    case.c.fill(f32::NAN);
+                    case.run_prepacked(true).unwrap();
+                } else {
+                    case.run(precision, true).unwrap();
+                }
                 // bf16 rounds each operand within 2^-9 relative: within 2^-7 sum|ab| (with
                 // f32 summation's error far below); f32 within (k + 2) 2^-24 sum|ab|.
                 let tolerance = match precision.effective() {

@@ -1,6 +1,8 @@
 //! `roformer bench products`: the matrix products of a training step, f32 (gemm) against bf16
 //! (our kernel, or oneDNN where it is the default), each beside the ceiling of the instruction
-//! it runs on; and, where oneDNN is installed, bf16 through oneDNN beside them.
+//! it runs on; bf16 on operands packed ahead ("bf16 kept": the kernel alone, as the training
+//! ops run it on their kept activations, where the other bf16 columns pack both operands on
+//! every call); and, where oneDNN is installed, bf16 through oneDNN beside them.
 //!
 //! First the ceilings of one core ([`roformer::measure::ceilings`]), then, per product, the
 //! median seconds of f32 and bf16 timed round-robin, as GFLOP/s (`2 m n k / seconds`) and as a
@@ -41,10 +43,10 @@ use crate::output::OutputArgs;
 #[derive(Debug, clap::Args)]
 #[command(mut_arg("json", |a| a.help(
     "One JSON object per line: {\"ceiling\": instruction, flop_per_instruction, gflops}, then \
-     per product {\"product\": name, m, n, k, a, b, count, threads, f32, bf16 and onednn: \
-     {seconds, gflops, share}, bf16_over_f32, bf16_over_onednn}, then {\"step\": f32_seconds, \
-     bf16_seconds, bf16_over_f32, onednn_seconds, bf16_over_onednn}; onednn is null where \
-     oneDNN is not installed"
+     per product {\"product\": name, m, n, k, a, b, count, threads, f32, bf16, bf16_kept and \
+     onednn: {seconds, gflops, share}, bf16_over_f32, bf16_over_onednn}, then {\"step\": \
+     f32_seconds, bf16_seconds, bf16_over_f32, bf16_kept_seconds, onednn_seconds, \
+     bf16_over_onednn}; onednn is null where oneDNN is not installed"
 )))]
 pub struct Args {
     // `--json` (the help says what it prints).
@@ -215,11 +217,11 @@ pub fn run(args: Args) -> Result<()> {
         }
         (Some(kernels), Some(_)) => {
             eprintln!("bf16 kernels: {kernels}");
-            &[Path::F32, Path::Bf16, Path::OneDnn]
+            &[Path::F32, Path::Bf16, Path::Kept, Path::OneDnn]
         }
         (Some(kernels), None) => {
             eprintln!("bf16 kernels: {kernels}");
-            &[Path::F32, Path::Bf16]
+            &[Path::F32, Path::Bf16, Path::Kept]
         }
     };
     let shapes = if args.shapes.is_empty() {
@@ -253,7 +255,7 @@ pub fn run(args: Args) -> Result<()> {
         // Products shorter than this are timed in batches of calls.
         sample: Duration::from_millis(2),
     };
-    let mut step = [0.0; 3];
+    let mut step = [0.0; 4];
     for shape in &shapes {
         let timed = time_product(shape, paths, (threads, limits), &budget)?;
         for (sum, rate) in step.iter_mut().zip(timed.rates()) {
@@ -266,17 +268,19 @@ pub fn run(args: Args) -> Result<()> {
     let step = (
         step[0],
         ran(Path::Bf16).then_some(step[1]),
-        ran(Path::OneDnn).then_some(step[2]),
+        ran(Path::Kept).then_some(step[2]),
+        ran(Path::OneDnn).then_some(step[3]),
     );
     write_step(&mut out, shapes.len(), step, json)
 }
 
-/// How a product is timed: f32 (gemm), bf16 on this machine's default kernel, or bf16 through
-/// oneDNN where it is installed.
+/// How a product is timed: f32 (gemm), bf16 on this machine's default kernel, bf16 on
+/// operands packed ahead (the kernel alone), or bf16 through oneDNN where it is installed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Path {
     F32,
     Bf16,
+    Kept,
     OneDnn,
 }
 
@@ -287,6 +291,7 @@ struct Timed<'a> {
     on: usize,
     f32: Rate,
     bf16: Option<Rate>,
+    kept: Option<Rate>,
     onednn: Option<Rate>,
     /// Its weight in the step's sum: its count, times `on / threads`.
     weight: f64,
@@ -304,8 +309,8 @@ impl Timed<'_> {
     }
 
     /// The rates in the order of [`Path`].
-    fn rates(&self) -> [Option<Rate>; 3] {
-        [Some(self.f32), self.bf16, self.onednn]
+    fn rates(&self) -> [Option<Rate>; 4] {
+        [Some(self.f32), self.bf16, self.kept, self.onednn]
     }
 }
 
@@ -322,6 +327,7 @@ fn time_product<'a>(
     let stats = round_robin(paths.len(), budget, |p| match paths[p] {
         Path::F32 => case.run(Precision::F32, on > 1),
         Path::Bf16 => case.run(Precision::Bf16, on > 1),
+        Path::Kept => case.run_prepacked(on > 1),
         Path::OneDnn => case.run_onednn(on > 1),
     })?;
     let flop = case.flop();
@@ -332,7 +338,8 @@ fn time_product<'a>(
         on,
         f32: Rate::of(stats[0], flop, ceiling(limits.0)),
         bf16: stats.get(1).map(|&s| Rate::of(s, flop, ceiling(limits.1))),
-        onednn: stats.get(2).map(|&s| Rate::of(s, flop, ceiling(limits.1))),
+        kept: stats.get(2).map(|&s| Rate::of(s, flop, ceiling(limits.1))),
+        onednn: stats.get(3).map(|&s| Rate::of(s, flop, ceiling(limits.1))),
         // A one-thread product's tasks share the threads.
         weight: shape.count as f64 * share,
     })
@@ -347,7 +354,7 @@ fn write_header(out: &mut impl Write, threads: usize) -> Result<()> {
     )?;
     writeln!(
         out,
-        "{:<30} {:>16} {:>3} {:>6} {:>3} {:>14} {:>14} {:>9} {:>14} {:>12}",
+        "{:<30} {:>16} {:>3} {:>6} {:>3} {:>14} {:>14} {:>9} {:>14} {:>14} {:>12}",
         "product",
         "m x n x k",
         "a b",
@@ -356,6 +363,7 @@ fn write_header(out: &mut impl Write, threads: usize) -> Result<()> {
         "f32",
         "bf16",
         "bf16/f32",
+        "bf16 kept",
         "bf16 oneDNN",
         "bf16/oneDNN"
     )?;
@@ -378,7 +386,8 @@ fn write_product(out: &mut impl Write, timed: &Timed<'_>, json: bool) -> Result<
                 "product": shape.name, "m": m, "n": n, "k": k, "a": a, "b": b,
                 "count": shape.count, "threads": timed.on,
                 "f32": timed.f32.json(), "bf16": timed.bf16.map(Rate::json),
-                "bf16_over_f32": timed.ratio(), "onednn": timed.onednn.map(Rate::json),
+                "bf16_over_f32": timed.ratio(), "bf16_kept": timed.kept.map(Rate::json),
+                "onednn": timed.onednn.map(Rate::json),
                 "bf16_over_onednn": timed.onednn_ratio(),
             })
         )?;
@@ -393,7 +402,7 @@ fn write_product(out: &mut impl Write, timed: &Timed<'_>, json: bool) -> Result<
     };
     writeln!(
         out,
-        "{:<30} {:>16} {:>1} {:>1} {:>6} {:>3} {:>14} {:>14} {:>9} {:>14} {:>12}",
+        "{:<30} {:>16} {:>1} {:>1} {:>6} {:>3} {:>14} {:>14} {:>9} {:>14} {:>14} {:>12}",
         shape.name,
         format!("{m}x{n}x{k}"),
         a,
@@ -403,6 +412,7 @@ fn write_product(out: &mut impl Write, timed: &Timed<'_>, json: bool) -> Result<
         cell(Some(timed.f32)),
         cell(timed.bf16),
         timed.ratio().map_or("-".to_string(), |r| format!("{r:.2}")),
+        cell(timed.kept),
         cell(timed.onednn),
         timed
             .onednn_ratio()
@@ -411,11 +421,17 @@ fn write_product(out: &mut impl Write, timed: &Timed<'_>, json: bool) -> Result<
     Ok(())
 }
 
-/// The step's sum of `products` products: f32 seconds, and bf16 seconds where bf16 ran.
+/// The step's sum of `products` products: f32 seconds, and bf16 seconds (per call, kept,
+/// oneDNN) where they ran.
 fn write_step(
     out: &mut impl Write,
     products: usize,
-    (f32_seconds, bf16_seconds, onednn_seconds): (f64, Option<f64>, Option<f64>),
+    (f32_seconds, bf16_seconds, kept_seconds, onednn_seconds): (
+        f64,
+        Option<f64>,
+        Option<f64>,
+        Option<f64>,
+    ),
     json: bool,
 ) -> Result<()> {
     let ratio = bf16_seconds.map(|b| f32_seconds / b);
@@ -428,16 +444,18 @@ fn write_step(
             "{}",
             json!({"step": products, "f32_seconds": f32_seconds,
                    "bf16_seconds": bf16_seconds, "bf16_over_f32": ratio,
+                   "bf16_kept_seconds": kept_seconds,
                    "onednn_seconds": onednn_seconds, "bf16_over_onednn": onednn_ratio})
         )?;
     } else {
         writeln!(
             out,
-            "all, times their counts: f32 {:.1} ms, bf16 {}, bf16/f32 {}, bf16 oneDNN {}, \
-             bf16/oneDNN {}",
+            "all, times their counts: f32 {:.1} ms, bf16 {}, bf16/f32 {}, bf16 kept {}, \
+             bf16 oneDNN {}, bf16/oneDNN {}",
             f32_seconds * 1e3,
             ms(bf16_seconds),
             times(ratio),
+            ms(kept_seconds),
             ms(onednn_seconds),
             times(onednn_ratio)
         )?;

@@ -62,6 +62,7 @@ fn json_has_the_ceilings_each_product_and_the_step_sum() {
             "{p}"
         );
         assert_eq!(p["bf16"].is_null(), !has_bf16(), "{p}");
+        assert_eq!(p["bf16_kept"].is_null(), !has_bf16(), "{p}");
         if has_bf16() {
             let ratio = p["bf16_over_f32"].as_f64().unwrap();
             let expected = seconds / p["bf16"]["seconds"].as_f64().unwrap();

@@ -35,6 +35,7 @@ use crate::autograd::prenorm::{
     bias_rows, norm_backward, norm_rows, projections, Branch, BranchOp, Cursor, Samples,
 };
 use crate::cpu::kept::{Kept, Side};
+use crate::cpu::kept_weight::KeptWeight;
 use crate::cpu::{recycle, Precision};
 
 /// The parameters of the attention half: the layer norm's weight, bias and epsilon, the four
@@ -158,6 +159,8 @@ struct Saved {
     stats: Vec<(f32, f32)>,
     context: Kept,
     o: Vec<f32>,
+    /// `[Wq; Wk; Wv]` and `Wo`, packed once for the step's products.
+    weights: [KeptWeight; 2],
 }
 
 /// The op: the parameters' layout, the norm's epsilon, the samples' keep factors, the
@@ -190,13 +193,21 @@ impl Branch for AttentionBranchOp {
         let (xn, stats) = norm_rows(x, norm, self.eps, self.precision);
         // q, k, v = xn Wq^T + bq, xn Wk^T + bk, xn Wv^T + bv;  c = Attention(q, k, v).
         let biases = pc.b_qkv.clone().map(|r| r.map(|r| &flat[r]));
-        let qkv = projections(&xn, &flat[pc.w_qkv.clone()], biases, hid, rows)?;
+        // Each weight packed once for this step's products (bf16), kept for the backward.
+        let w_qkv = KeptWeight::new(&flat[pc.w_qkv.clone()], (3 * hid, hid), 3, self.precision)?;
+        let wo = KeptWeight::new(&flat[pc.wo.clone()], (hid, hid), 1, self.precision)?;
+        let qkv = projections(&xn, (&flat[pc.w_qkv.clone()], &w_qkv), biases, hid, rows)?;
         let c = self.core.forward(qkv, (rows / t, t, 3 * hid))?;
         let context = kept_rows::input(c, hid, self.precision);
         // o = c Wo^T + bo, y = x + f_s lambda o.
         let bo = pc.bo.clone().map(|r| &flat[r]);
         let mut o = bias_rows(rows, hid, bo)?;
-        context.times_wt(&flat[pc.wo.clone()], hid, &mut o, bo.is_some())?;
+        context.times_wt(
+            (&flat[pc.wo.clone()], wo.forward(0)),
+            hid,
+            &mut o,
+            bo.is_some(),
+        )?;
         let y = self.samples.join(x, &o, &flat[pc.lambda.clone()])?;
         // A fresh op per call: the cell is empty.
         let _ = self.saved.set(Saved {
@@ -204,6 +215,7 @@ impl Branch for AttentionBranchOp {
             stats,
             context,
             o,
+            weights: [w_qkv, wo],
         });
         Ok(y)
     }
@@ -232,7 +244,8 @@ impl Branch for AttentionBranchOp {
         // dWo = do^T c, dc = do Wo, dqkv = Attention'(dc).
         d_o.t_times(&saved.context, &mut grad, pc.wo.start)?;
         let mut dc = recycle::take(rows * hid);
-        d_o.times_w(&flat[pc.wo.clone()], hid, &mut dc)?;
+        let [w_qkv, wo] = &saved.weights;
+        d_o.times_w((&flat[pc.wo.clone()], wo.backward()), hid, &mut dc)?;
         drop(d_o);
         let d = self.core.backward((rows / t, t, 3 * hid), &dc)?;
         recycle::give(dc);
@@ -247,7 +260,7 @@ impl Branch for AttentionBranchOp {
         // d[Wq; Wk; Wv] = dqkv^T xn, dxn = dqkv [Wq; Wk; Wv], dx = g + LayerNorm'(dxn).
         dqkv.t_times(&saved.xn, &mut grad, pc.w_qkv.start)?;
         let mut dx = vec![0f32; rows * hid];
-        dqkv.times_w(&flat[pc.w_qkv.clone()], hid, &mut dx)?;
+        dqkv.times_w((&flat[pc.w_qkv.clone()], w_qkv.backward()), hid, &mut dx)?;
         drop(dqkv);
         let (dw, db) = norm_backward(&mut dx, g, x, &saved.stats, &flat[pc.norm_w.clone()]);
         grad[pc.norm_w.clone()].copy_from_slice(&dw);

@@ -41,6 +41,7 @@ use crate::autograd::postnorm::Tail;
 use crate::autograd::prenorm::{dense, projections, Branch, BranchOp, Cursor};
 use crate::cpu::add_norm::Moments;
 use crate::cpu::kept::{Kept, Side};
+use crate::cpu::kept_weight::KeptWeight;
 use crate::cpu::{recycle, Precision};
 
 /// A layer norm's weight, bias and epsilon.
@@ -210,7 +211,7 @@ impl Pieces {
 /// What the forward keeps for the backward: the dense layers' inputs (`x`, `c`, `a`, `i`,
 /// kept for their products), the tails' inputs from the dense layers (`o`, `m`) and row
 /// moments, `a` as f32 rows (the second tail's residual), and the GELU's slope `gelu'(u)`
-/// (the attention keeps its own q, k, v).
+/// (the attention keeps its own q, k, v), and the weights packed once.
 struct Saved {
     x: Kept,
     context: Kept,
@@ -222,6 +223,8 @@ struct Saved {
     i: Kept,
     m: Vec<f32>,
     moments_2: Vec<Moments>,
+    /// `[Wq; Wk; Wv]`, `Wo`, `W1`, `W2`, packed once for the step's products.
+    weights: [KeptWeight; 4],
 }
 
 /// The op: the parameters' layout, the products' precision, the attention, the two tails and
@@ -276,16 +279,23 @@ impl Branch for EncoderLayerOp {
         let (t, hid, inner, prec) = (pc.tokens, pc.hidden, pc.inner, self.precision);
         let rows = x.len() / hid;
         // c = Attention(x [Wq; Wk; Wv]^T + [bq; bk; bv]).
+        // Each weight packed once for this step's products (bf16), kept for the backward.
+        let keep =
+            |r: &Range<usize>, dims, parts| KeptWeight::new(&flat[r.clone()], dims, parts, prec);
+        let w_qkv = keep(&pc.w_qkv, (3 * hid, hid), 3)?;
+        let wo = keep(&pc.wo, (hid, hid), 1)?;
+        let w1 = keep(&pc.w1, (inner, hid), 1)?;
+        let w2 = keep(&pc.w2, (hid, inner), 1)?;
         let xk = kept_rows::copy(x, hid, Side::Input, prec, false).0;
         let b_qkv = part(flat, &pc.b_qkv);
         let biases = [0, 1, 2].map(|i| b_qkv.map(|b| &b[i * hid..][..hid]));
-        let qkv = projections(&xk, &flat[pc.w_qkv.clone()], biases, hid, rows)?;
+        let qkv = projections(&xk, (&flat[pc.w_qkv.clone()], &w_qkv), biases, hid, rows)?;
         let context = self.core.forward(qkv, (rows / t, t, 3 * hid))?;
         let context = kept_rows::input(context, hid, prec);
         // a = LayerNorm_1(Dropout_1(c Wo^T + bo) + x), kept for the intermediate layer.
         let o = dense(
             &context,
-            &flat[pc.wo.clone()],
+            (&flat[pc.wo.clone()], wo.forward(0)),
             part(flat, &pc.bo),
             hid,
             rows,
@@ -295,14 +305,15 @@ impl Branch for EncoderLayerOp {
         // i = gelu(a W1^T + b1); u becomes gelu'(u).
         let mut u = dense(
             &a_kept,
-            &flat[pc.w1.clone()],
+            (&flat[pc.w1.clone()], w1.forward(0)),
             part(flat, &pc.b1),
             inner,
             rows,
         )?;
         let i = kept_rows::gelu(&mut u, inner, prec);
         // y = LayerNorm_2(Dropout_2(i W2^T + b2) + a).
-        let m = dense(&i, &flat[pc.w2.clone()], part(flat, &pc.b2), hid, rows)?;
+        let w2_rows = (&flat[pc.w2.clone()], w2.forward(0));
+        let m = dense(&i, w2_rows, part(flat, &pc.b2), hid, rows)?;
         let (y, moments_2) = tail_2.forward((&m, &a), norm(flat, &pc.norm_2))?;
         // A fresh op per call: the cell is empty.
         let _ = self.saved.set(Saved {
@@ -316,6 +327,7 @@ impl Branch for EncoderLayerOp {
             i,
             m,
             moments_2,
+            weights: [w_qkv, wo, w1, w2],
         });
         Ok(y)
     }
@@ -336,13 +348,16 @@ impl Branch for EncoderLayerOp {
         let rows = x.len() / hid;
         let mut grad = vec![0f32; pc.len];
         let [tail_1, tail_2] = &self.tails;
+        let [w_qkv, wo, w1, w2] = &s.weights;
         // The second tail: da (its residual's part), dm; dW2 = dm^T i, di = dm W2.
         let n2 = norm(flat, &pc.norm_2);
         let back_2 = tail_2.backward((&s.m, &s.a), n2, &s.moments_2, g, prec)?;
         put_tail_sums(&mut grad, &back_2.sums, &pc.norm_2, &pc.b2);
         back_2.dm.t_times(&s.i, &mut grad, pc.w2.start)?;
         let mut di = vec![0f32; rows * inner];
-        back_2.dm.times_w(&flat[pc.w2.clone()], inner, &mut di)?;
+        back_2
+            .dm
+            .times_w((&flat[pc.w2.clone()], w2.backward()), inner, &mut di)?;
         drop(back_2.dm);
         // du = di gelu'(u), db1 = sum du; dW1 = du^T a, da += du W1.
         let (du, db1) = kept_rows::through_slope(&di, &s.slope, inner, prec);
@@ -352,7 +367,7 @@ impl Branch for EncoderLayerOp {
         }
         du.t_times(&s.a_kept, &mut grad, pc.w1.start)?;
         let mut da = back_2.dx;
-        du.times_w_onto(&flat[pc.w1.clone()], hid, &mut da, true)?;
+        du.times_w_onto((&flat[pc.w1.clone()], w1.backward()), hid, &mut da, true)?;
         drop(du);
         // The first tail: dx (its residual's part), do; dWo = do^T c, dc = do Wo.
         let n1 = norm(flat, &pc.norm_1);
@@ -361,7 +376,9 @@ impl Branch for EncoderLayerOp {
         put_tail_sums(&mut grad, &back_1.sums, &pc.norm_1, &pc.bo);
         back_1.dm.t_times(&s.context, &mut grad, pc.wo.start)?;
         let mut dc = recycle::take(rows * hid);
-        back_1.dm.times_w(&flat[pc.wo.clone()], hid, &mut dc)?;
+        back_1
+            .dm
+            .times_w((&flat[pc.wo.clone()], wo.backward()), hid, &mut dc)?;
         drop(back_1.dm);
         // dqkv = Attention'(dc), d[bq; bk; bv] = sum dqkv; d[Wq; Wk; Wv] = dqkv^T x,
         // dx += dqkv [Wq; Wk; Wv].
@@ -373,7 +390,12 @@ impl Branch for EncoderLayerOp {
         }
         dqkv.t_times(&s.x, &mut grad, pc.w_qkv.start)?;
         let mut dx = back_1.dx;
-        dqkv.times_w_onto(&flat[pc.w_qkv.clone()], hid, &mut dx, true)?;
+        dqkv.times_w_onto(
+            (&flat[pc.w_qkv.clone()], w_qkv.backward()),
+            hid,
+            &mut dx,
+            true,
+        )?;
         Ok((dx, grad))
     }
 }

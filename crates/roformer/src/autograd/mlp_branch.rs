@@ -35,6 +35,7 @@ use crate::autograd::prenorm::{
     bias_rows, norm_backward, norm_rows, Branch, BranchOp, Cursor, Samples,
 };
 use crate::cpu::kept::Kept;
+use crate::cpu::kept_weight::KeptWeight;
 use crate::cpu::{recycle, Precision};
 
 /// The parameters of the MLP half: the layer norm's weight, bias and epsilon, the two dense
@@ -174,13 +175,15 @@ impl Pieces {
 
 /// What the forward keeps for the backward, per row of `h`: the normed rows `xn` and the
 /// activation `a` (kept for their products), the mean and `1 / std` of `h`, the GELU's slope
-/// `gelu'(u)` and the branch `m`.
+/// `gelu'(u)`, the branch `m` and the weights packed once.
 struct Saved {
     xn: Kept,
     stats: Vec<(f32, f32)>,
     slope: Vec<f32>,
     a: Kept,
     m: Vec<f32>,
+    /// `W1` and `W2`, packed once for the step's products.
+    weights: [KeptWeight; 2],
 }
 
 /// The op: the parameters' layout, the layer norm's epsilon, each sample's keep factor, the
@@ -212,15 +215,28 @@ impl Branch for MlpBranchOp {
         let (xn, stats) = norm_rows(h, norm, self.eps, self.precision);
         // u = xn W1^T + b1 (the bias preloaded).
         let b1 = pc.b1.clone().map(|r| &flat[r]);
+        // Each weight packed once for this step's products (bf16), kept for the backward.
+        let w1 = KeptWeight::new(&flat[pc.w1.clone()], (inner, hid), 1, self.precision)?;
+        let w2 = KeptWeight::new(&flat[pc.w2.clone()], (hid, inner), 1, self.precision)?;
         let mut u = bias_rows(rows, inner, b1)?;
-        xn.times_wt(&flat[pc.w1.clone()], inner, &mut u, b1.is_some())?;
+        xn.times_wt(
+            (&flat[pc.w1.clone()], w1.forward(0)),
+            inner,
+            &mut u,
+            b1.is_some(),
+        )?;
         // a = gelu(u); u becomes gelu'(u), all the backward needs of it.
         let a = kept_rows::gelu(&mut u, inner, self.precision);
         let slope = u;
         // m = a W2^T + b2, y = h + f_s lambda m.
         let b2 = pc.b2.clone().map(|r| &flat[r]);
         let mut m = bias_rows(rows, hid, b2)?;
-        a.times_wt(&flat[pc.w2.clone()], hid, &mut m, b2.is_some())?;
+        a.times_wt(
+            (&flat[pc.w2.clone()], w2.forward(0)),
+            hid,
+            &mut m,
+            b2.is_some(),
+        )?;
         let y = self.samples.join(h, &m, &flat[pc.lambda.clone()])?;
         // A fresh op per call: the cell is empty.
         let _ = self.saved.set(Saved {
@@ -229,6 +245,7 @@ impl Branch for MlpBranchOp {
             slope,
             a,
             m,
+            weights: [w1, w2],
         });
         Ok(y)
     }
@@ -258,7 +275,8 @@ impl Branch for MlpBranchOp {
         // dW2 = dm^T a, da = dm W2.
         dm.t_times(&saved.a, &mut grad, pc.w2.start)?;
         let mut da = recycle::take(rows * inner);
-        dm.times_w(&flat[pc.w2.clone()], inner, &mut da)?;
+        let [w1, w2] = &saved.weights;
+        dm.times_w((&flat[pc.w2.clone()], w2.backward()), inner, &mut da)?;
         drop(dm);
         // du = da gelu'(u); db1 = sum du.
         let (du, db1) = kept_rows::through_slope(&da, &saved.slope, inner, self.precision);
@@ -269,7 +287,7 @@ impl Branch for MlpBranchOp {
         // dW1 = du^T xn, dxn = du W1.
         du.t_times(&saved.xn, &mut grad, pc.w1.start)?;
         let mut dh = vec![0f32; rows * hid];
-        du.times_w(&flat[pc.w1.clone()], hid, &mut dh)?;
+        du.times_w((&flat[pc.w1.clone()], w1.backward()), hid, &mut dh)?;
         drop(du);
         // dh = g + the layer norm's backward of dxn.
         let (dw, db) = norm_backward(&mut dh, g, h, &saved.stats, &flat[pc.norm_w.clone()]);

@@ -24,7 +24,9 @@ use rayon::prelude::*;
 
 use crate::autograd::attention::Parts;
 use crate::autograd::dropout::KeepMask;
+use crate::cpu::bf16::Packed;
 use crate::cpu::kept::{Kept, Side};
+use crate::cpu::kept_weight::KeptWeight;
 use crate::cpu::mat::SharedOut;
 use crate::cpu::math::layer_norm_row;
 use crate::cpu::policy::{PASS_CHUNK, SUM_ROWS};
@@ -217,13 +219,14 @@ fn row_blocks(rows: usize, width: usize) -> Vec<Range<usize>> {
         .collect()
 }
 
-/// `input w^T + bias` for `w` `[out, input's width]`, the bias preloaded.
+/// `input w^T + bias` for `w` `[out, input's width]` (with bf16 products read as its words
+/// packed once for the step, where given: [`KeptWeight::forward`]), the bias preloaded.
 ///
 /// # Errors
 /// Sizes that do not fit; the products' errors.
 pub(crate) fn dense(
     input: &Kept,
-    w: &[f32],
+    w: (&[f32], Option<Packed<'_>>),
     bias: Option<&[f32]>,
     out: usize,
     rows: usize,
@@ -235,23 +238,25 @@ pub(crate) fn dense(
 
 /// `q = input Wq^T + bq`, `k = input Wk^T + bk`, `v = input Wv^T + bv`, each `[rows, hidden]`
 /// apart (the layouts the attention reads), for `w_qkv` the stacked `[Wq; Wk; Wv]` (`[3
-/// hidden, input's width]`) and each bias where there is one.
+/// hidden, input's width]`, with bf16 products read as `kept`'s three parts) and each bias
+/// where there is one.
 ///
 /// # Errors
 /// Sizes that do not fit; the products' errors.
 pub(crate) fn projections(
     input: &Kept,
-    w_qkv: &[f32],
+    (w_qkv, kept): (&[f32], &KeptWeight),
     biases: [Option<&[f32]>; 3],
     hidden: usize,
     rows: usize,
 ) -> candle_core::Result<Parts> {
     let w = w_qkv.len() / 3;
     let [bq, bk, bv] = biases;
+    let part = |i: usize| (&w_qkv[i * w..(i + 1) * w], kept.forward(i));
     Ok((
-        dense(input, &w_qkv[..w], bq, hidden, rows)?,
-        dense(input, &w_qkv[w..2 * w], bk, hidden, rows)?,
-        dense(input, &w_qkv[2 * w..], bv, hidden, rows)?,
+        dense(input, part(0), bq, hidden, rows)?,
+        dense(input, part(1), bk, hidden, rows)?,
+        dense(input, part(2), bv, hidden, rows)?,
     ))
 }
 

@@ -11,7 +11,8 @@
 //! its producer, into the two layouts its products read (see [`crate::cpu::bf16`]): rows of
 //! pair words (pairs along the row, for `x W^T` and `dy W`) and pair words along the rows in
 //! panels (for `dW = dy^T x`: panels of `MR` for the gradient `dy`, of `NR` for the input
-//! `x`), so that no product converts or packs it again. The weights are packed once per call.
+//! `x`), so that no product converts or packs it again. The weights are packed once per step
+//! ([`super::kept_weight`]).
 //! The buffers are taken from and handed back to [`recycle`]'s shelves, so a step reuses the
 //! last step's memory and nothing is zeroed that the producer writes anyway.
 
@@ -141,13 +142,15 @@ impl Kept {
     }
 
     /// `dst = (accumulate ? dst : 0) + self w^T` for `w` `[out, width]` (row-major), `dst`
-    /// `[rows, out]`: a dense layer's forward.
+    /// `[rows, out]`: a dense layer's forward. With bf16 products `w^T` is read as `packed`
+    /// (its words packed once for the step, [`super::kept_weight::KeptWeight::forward`]), or
+    /// packed now from `w` without it (the reference the packed-once path is tested against).
     ///
     /// # Errors
     /// Sizes that do not fit; the products' errors.
     pub(crate) fn times_wt(
         &self,
-        w: &[f32],
+        (w, packed): (&[f32], Option<Packed<'_>>),
         out: usize,
         dst: &mut [f32],
         accumulate: bool,
@@ -168,28 +171,24 @@ impl Kept {
             ),
             Kept::Bf16 { rows_words, .. } => {
                 check_weight(w, out * width)?;
-                let b = PackedB::new(wt, width, out, true);
                 let a = packed_a(rows_words, rows, width, true)?;
-                product_prepacked(
-                    Dst::Slice(dst),
-                    (0, out),
-                    accumulate,
-                    (a, b.view()),
-                    1.0,
-                    true,
-                )
+                with_packed(packed, wt, (width, out), |b| {
+                    product_prepacked(Dst::Slice(dst), (0, out), accumulate, (a, b), 1.0, true)
+                })
             }
         }
     }
 
     /// `dst = self w` for `w` `[width, inner]` (row-major), `dst` `[rows, inner]`: a dense
-    /// layer's input gradient, `self` the output's gradient.
+    /// layer's input gradient, `self` the output's gradient. With bf16 products `w` is read as
+    /// `packed` ([`super::kept_weight::KeptWeight::backward`]), or packed now without it (the
+    /// reference).
     ///
     /// # Errors
     /// Sizes that do not fit; the products' errors.
     pub(crate) fn times_w(
         &self,
-        w: &[f32],
+        w: (&[f32], Option<Packed<'_>>),
         inner: usize,
         dst: &mut [f32],
     ) -> candle_core::Result<()> {
@@ -203,7 +202,7 @@ impl Kept {
     /// As [`Kept::times_w`].
     pub(crate) fn times_w_onto(
         &self,
-        w: &[f32],
+        (w, packed): (&[f32], Option<Packed<'_>>),
         inner: usize,
         dst: &mut [f32],
         accumulate: bool,
@@ -224,16 +223,10 @@ impl Kept {
             ),
             Kept::Bf16 { rows_words, .. } => {
                 check_weight(w, width * inner)?;
-                let b = PackedB::new(wm, width, inner, true);
                 let a = packed_a(rows_words, rows, width, true)?;
-                product_prepacked(
-                    Dst::Slice(dst),
-                    (0, inner),
-                    accumulate,
-                    (a, b.view()),
-                    1.0,
-                    true,
-                )
+                with_packed(packed, wm, (width, inner), |b| {
+                    product_prepacked(Dst::Slice(dst), (0, inner), accumulate, (a, b), 1.0, true)
+                })
             }
         }
     }
@@ -308,6 +301,28 @@ fn check_weight(w: &[f32], len: usize) -> candle_core::Result<()> {
             "dense product: a weight of {} elements, expected {len}",
             w.len()
         )))
+    }
+}
+
+/// `f` on `packed`, the right operand `b` (`k x n`) packed once, when its sizes are `b`'s;
+/// without it, on `b` packed now.
+///
+/// # Errors
+/// A packed operand of other sizes; `f`'s errors.
+fn with_packed(
+    packed: Option<Packed<'_>>,
+    b: Mat<'_>,
+    (k, n): (usize, usize),
+    f: impl FnOnce(Packed<'_>) -> candle_core::Result<()>,
+) -> candle_core::Result<()> {
+    match packed {
+        Some(p) if (p.k(), p.n()) == (k, n) => f(p),
+        Some(p) => Err(candle_core::Error::Msg(format!(
+            "dense product: a weight packed as {}x{}, expected {k}x{n}",
+            p.k(),
+            p.n()
+        ))),
+        None => f(PackedB::new(b, k, n, true).view()),
     }
 }
 

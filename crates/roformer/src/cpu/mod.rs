@@ -8,6 +8,7 @@
 //!   dense layers' `x W^T` over the threads; [`bf16`]: the bf16 kernels and packed weights;
 //! - [`kept`]: activations a training op keeps for its products, rounded once (bf16) into
 //!   the layouts those products read, and a dense layer's three products on them;
+//!   [`kept_weight`]: a dense layer's weight packed once per training step for its products;
 //! - [`math`]: vectorised row maths (`exp`, erf GELU, softmax row steps, layer and RMS norm);
 //!   [`add_norm`]: a sub-layer's tail `LayerNorm(Dropout(y) + r)` and its backward;
 //! - [`recycle`]: large buffers handed back by one training op and taken by the next, so
@@ -33,6 +34,7 @@ pub(crate) mod bf16;
 pub(crate) mod ceiling;
 pub(crate) mod dense;
 pub(crate) mod kept;
+pub(crate) mod kept_weight;
 pub(crate) mod mask;
 pub(crate) mod mat;
 pub(crate) mod math;

@@ -4,9 +4,12 @@
 //!
 //! ```text
 //! take(len)   a buffer of len elements, contents unspecified: one given back (the smallest
-//!             that holds len, truncated), else a fresh one of zeros (none for len 0)
+//!             whose capacity holds len, cut or grown to len), else a fresh one of zeros
+//!             (none for len 0)
 //! give(buf)   buf kept for a later take (at most SHELF buffers per element type: when full,
 //!             in place of the smallest held, if that is smaller)
+//! release()   every buffer held freed (a training run's end: a process that trains and
+//!             then serves does not keep the step's peak)
 //! ```
 //!
 //! A training step makes the same buffers in every step, so from the second step on every
@@ -44,7 +47,8 @@ impl Recycled for u32 {
 }
 
 /// A buffer of `len` elements whose contents are unspecified (the caller writes each element
-/// before reading it): the smallest buffer given back that holds `len`, else a new one.
+/// before reading it): the smallest buffer given back whose capacity holds `len`, else a new
+/// one.
 pub(crate) fn take<T: Recycled>(len: usize) -> Vec<T> {
     take_from(T::shelf(), len)
 }
@@ -53,6 +57,12 @@ pub(crate) fn take<T: Recycled>(len: usize) -> Vec<T> {
 /// when that is smaller; dropped otherwise).
 pub(crate) fn give<T: Recycled>(buf: Vec<T>) {
     give_to(T::shelf(), buf);
+}
+
+/// Frees every buffer held, of every element type: called when a training run ends.
+pub(crate) fn release() {
+    release_from(&F32);
+    release_from(&U32);
 }
 
 /// [`take`] from `shelf`.
@@ -65,18 +75,25 @@ fn take_from<T: Copy + Default>(shelf: &Mutex<Vec<Vec<T>>>, len: usize) -> Vec<T
         let best = shelf
             .iter()
             .enumerate()
-            .filter(|(_, b)| b.len() >= len)
-            .min_by_key(|(_, b)| b.len())
+            .filter(|(_, b)| b.capacity() >= len)
+            .min_by_key(|(_, b)| b.capacity())
             .map(|(i, _)| i);
         best.map(|i| shelf.swap_remove(i))
     };
     match found {
         Some(mut buf) => {
-            buf.truncate(len);
+            // Within the capacity: no allocation; only a grown tail is written.
+            buf.resize(len, T::default());
             buf
         }
         None => vec![T::default(); len],
     }
+}
+
+/// [`release`] of `shelf`.
+fn release_from<T>(shelf: &Mutex<Vec<Vec<T>>>) {
+    let held = std::mem::take(&mut *shelf.lock().unwrap_or_else(PoisonError::into_inner));
+    drop(held);
 }
 
 /// [`give`] to `shelf`.
@@ -89,8 +106,8 @@ fn give_to<T>(shelf: &Mutex<Vec<Vec<T>>>, buf: Vec<T>) {
         shelf.push(buf);
         return;
     }
-    let smallest = shelf.iter_mut().min_by_key(|b| b.len());
-    if let Some(slot) = smallest.filter(|b| b.len() < buf.len()) {
+    let smallest = shelf.iter_mut().min_by_key(|b| b.capacity());
+    if let Some(slot) = smallest.filter(|b| b.capacity() < buf.capacity()) {
         *slot = buf;
     }
 }
@@ -120,7 +137,8 @@ mod tests {
         let at = buf.as_ptr() as usize;
         give_to(&shelf, buf);
         // Too long for the one kept: fresh.
-        assert!(take_from::<u32>(&shelf, 106).iter().all(|&w| w == 0));
+        let cap = shelf.lock().unwrap()[0].capacity();
+        assert!(take_from::<u32>(&shelf, cap + 1).iter().all(|&w| w == 0));
         let again = take_from::<u32>(&shelf, 102);
         assert_eq!(again.len(), 102);
         assert_eq!(
@@ -132,6 +150,14 @@ mod tests {
             again.iter().all(|&w| w == 7),
             "contents are the last user's"
         );
+        assert!(shelf.lock().unwrap().is_empty());
+        // Cut short, it still serves a longer request within its capacity: the same memory,
+        // the kept part stale, the grown tail written.
+        give_to(&shelf, again);
+        let longer = take_from::<u32>(&shelf, 105);
+        assert_eq!((longer.len(), longer.as_ptr() as usize), (105, at));
+        assert!(longer[..102].iter().all(|&w| w == 7));
+        assert!(longer[102..].iter().all(|&w| w == 0));
         assert!(shelf.lock().unwrap().is_empty());
         give_to(&shelf, Vec::<u32>::new());
         assert!(
@@ -156,5 +182,18 @@ mod tests {
         assert_eq!(lens.len(), SHELF);
         assert!(!lens.contains(&5) && !lens.contains(&10), "{lens:?}");
         assert!(lens.contains(&1000) && lens.contains(&11));
+    }
+
+    #[test]
+    fn release_frees_every_buffer_held() {
+        let shelf = Mutex::new(Vec::new());
+        give_to(&shelf, vec![1u32; 10]);
+        give_to(&shelf, vec![2u32; 20]);
+        release_from(&shelf);
+        assert!(shelf.lock().unwrap().is_empty());
+        assert!(
+            take_from::<u32>(&shelf, 10).iter().all(|&w| w == 0),
+            "fresh"
+        );
     }
 }

@@ -230,6 +230,7 @@ fn rows_of(v: &[f32], cols: usize) -> impl Fn(usize, &mut [f32], &mut [f32]) + S
 fn kept_activations_give_the_products_of_their_rows() {
     use super::bf16::{native, Kernel};
     use super::kept::{Kept, Side};
+    use super::kept_weight::KeptWeight;
     use super::{product, Dst, Mat, Precision};
 
     for precision in [Precision::F32, Precision::Bf16] {
@@ -259,7 +260,17 @@ fn kept_activations_give_the_products_of_their_rows() {
             };
             // x W^T onto a preloaded output.
             let (mut got, mut want) = (vec![0.5f32; rows * out], vec![0.5f32; rows * out]);
-            kx.times_wt(&w, out, &mut got, true).unwrap();
+            kx.times_wt((&w, None), out, &mut got, true).unwrap();
+            // The weight packed once for the step gives the same words, so the same sums.
+            let kw = KeptWeight::new(&w, (out, width), 1, precision).unwrap();
+            let mut once = vec![0.5f32; rows * out];
+            kx.times_wt((&w, kw.forward(0)), out, &mut once, true)
+                .unwrap();
+            assert_eq!(bits(&once), bits(&got), "{precision} x W^T packed once");
+            if out != width && kw.backward().is_some() {
+                let wrong = kx.times_wt((&w, kw.backward()), out, &mut once, true);
+                assert!(wrong.is_err(), "a weight packed for the other product");
+            }
             let wt = Mat::rows(&w, width).t();
             let xm = Mat::rows(&x, width);
             product(
@@ -277,7 +288,10 @@ fn kept_activations_give_the_products_of_their_rows() {
             check("x W^T", &got, &want);
             // dy W.
             let (mut got, mut want) = (vec![0f32; rows * width], vec![0f32; rows * width]);
-            kdy.times_w(&w, width, &mut got).unwrap();
+            kdy.times_w((&w, None), width, &mut got).unwrap();
+            let mut once = vec![0f32; rows * width];
+            kdy.times_w((&w, kw.backward()), width, &mut once).unwrap();
+            assert_eq!(bits(&once), bits(&got), "{precision} dy W packed once");
             let dym = Mat::rows(&dy, out);
             product(
                 (rows, width, out),
@@ -310,4 +324,55 @@ fn kept_activations_give_the_products_of_their_rows() {
             check("dy^T x", &got, &want);
         }
     }
+}
+
+/// The bit patterns of `v`, for comparing results exactly (NaN included).
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn a_weight_kept_for_the_step_holds_the_words_each_product_packed_for_itself() {
+    use super::bf16::PackedB;
+    use super::kept_weight::KeptWeight;
+    use super::{recycle, Mat, Precision};
+
+    recycle::poison();
+    // Odd and even widths, blocks of rows off the panel, more rows than a packing task.
+    for ((out, inp), parts) in [
+        ((1, 1), 1),
+        ((6, 5), 3),
+        ((37, 33), 1),
+        ((3 * 45, 7), 3),
+        ((130, 64), 2),
+    ] {
+        let w = seeded(out * inp, 5);
+        let kept = KeptWeight::new(&w, (out, inp), parts, Precision::Bf16).unwrap();
+        if Precision::Bf16.bf16_kernel().is_none() {
+            assert!(kept.forward(0).is_none() && kept.backward().is_none());
+            continue;
+        }
+        let rows = out / parts;
+        for part in 0..parts {
+            let block = &w[part * rows * inp..][..rows * inp];
+            let want = PackedB::new(Mat::rows(block, inp).t(), inp, rows, false);
+            let got = kept.forward(part).unwrap();
+            assert_eq!((got.k(), got.n()), (inp, rows));
+            assert!(
+                got.words() == want.view().words(),
+                "W^T {out}x{inp} part {part}"
+            );
+        }
+        assert!(kept.forward(parts).is_none());
+        let want = PackedB::new(Mat::rows(&w, inp), out, inp, false);
+        let got = kept.backward().unwrap();
+        assert_eq!((got.k(), got.n()), (out, inp));
+        assert!(got.words() == want.view().words(), "W {out}x{inp}");
+    }
+    let w = seeded(12, 1);
+    let f32_kept = KeptWeight::new(&w, (4, 3), 2, Precision::F32).unwrap();
+    assert!(f32_kept.forward(0).is_none() && f32_kept.backward().is_none());
+    assert!(KeptWeight::new(&w, (4, 4), 1, Precision::F32).is_err());
+    assert!(KeptWeight::new(&w, (4, 3), 3, Precision::Bf16).is_err());
+    assert!(KeptWeight::new(&w, (4, 3), 0, Precision::Bf16).is_err());
 }

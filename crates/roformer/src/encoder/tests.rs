@@ -249,7 +249,7 @@ fn the_fused_layer_in_bf16_is_the_op_by_op_fused_ops_in_bf16() {
 }
 
 #[test]
-fn the_fused_layer_reads_nothing_of_the_recycled_buffers_held_before() {
+fn the_fused_layer_reads_nothing_recycled_and_packs_weights_once_to_the_same_bits() {
     // The layer op takes its kept activations and scratch rows from `cpu::recycle`, whose
     // buffers hold the last user's values. A second run after every held buffer is overwritten
     // with NaN must give the same output and gradients to the bit (the runs are
@@ -269,5 +269,15 @@ fn the_fused_layer_reads_nothing_of_the_recycled_buffers_held_before() {
         };
         assert!(first.y.iter().all(|v| v.is_finite()), "{precision:?}");
         assert_eq!(bits(&first), bits(&second), "{precision:?}");
+        // Each weight packed once for the step reads the same words as each product packing
+        // its own, so the same sums, to the bit.
+        let per_product = crate::cpu::kept_weight::packed_per_product(|| {
+            run(&f32s, &x, Some(&mask), DType::F32, precision, true, 5)
+        });
+        assert_eq!(
+            bits(&first),
+            bits(&per_product),
+            "{precision:?} packed once"
+        );
     }
 }

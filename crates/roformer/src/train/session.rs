@@ -237,7 +237,8 @@ pub struct Finished {
 /// Runs a training: prepares data and model, restores the run on `run.resume`, trains
 /// until the last step or until `stop` is set (at the next micro-batch or evaluation batch,
 /// with the last completed step's checkpoint saved, see [`crate::train::run`]), and tells
-/// `observer` along the way.
+/// `observer` along the way. The buffers the training ops recycled between steps are freed
+/// when it returns (`cpu::recycle::release`).
 ///
 /// # Errors
 /// [`TrainError::TooLarge`] for a run that does not fit in memory, data and model errors,
@@ -248,10 +249,12 @@ pub fn fit(
     observer: &mut dyn Observer,
     stop: &AtomicBool,
 ) -> Result<Finished, TrainError> {
-    match &run.task {
+    let finished = match &run.task {
         TaskOptions::MaskedLm(data) => fit_mlm(run, data, observer, stop),
         TaskOptions::Classify(task) => fit_classify(run, task, observer, stop),
-    }
+    };
+    crate::cpu::recycle::release();
+    finished
 }
 
 /// [`fit`] for masked-LM pre-training.

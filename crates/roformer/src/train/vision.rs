@@ -386,7 +386,8 @@ fn task_record(
 
 /// Runs a vision training: reads the data, builds the model, restores the run on
 /// `options.resume`, trains until the last step or until `stop` is set, keeping the best
-/// model by validation top-1 in `out/best`.
+/// model by validation top-1 in `out/best`. The buffers the training ops recycled between
+/// steps are freed when it returns (`cpu::recycle::release`).
 ///
 /// # Errors
 /// Data and model errors, the resume checks, the observer's refusals and the loop's errors.
@@ -443,7 +444,10 @@ pub fn fit_vision(
         best: None,
         best_dir: best_dir.clone(),
     };
-    let (mut finished, task) = session.drive(task, steps, record, observer, stop)?;
+    let driven = session.drive(task, steps, record, observer, stop);
+    // The steps' recycled buffers go back to the allocator, whatever the run's end.
+    crate::cpu::recycle::release();
+    let (mut finished, task) = driven?;
     finished.best = task.best.map(|_| best_dir);
     Ok(finished)
 }

@@ -170,6 +170,12 @@ impl Packed<'_> {
         self.n
     }
 
+    /// The packed words.
+    #[cfg(test)]
+    pub(crate) fn words(&self) -> &[u32] {
+        self.words
+    }
+
     /// Columns `cols` alone, when they start at a panel (a multiple of [`NR`]) and end at one
     /// or at `n`.
     pub(crate) fn columns(&self, cols: std::ops::Range<usize>) -> Option<Self> {

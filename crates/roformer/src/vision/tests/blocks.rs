@@ -178,7 +178,7 @@ fn vision_training_steps_give_the_same_losses_on_both_paths() {
 }
 
 #[test]
-fn vision_fused_blocks_read_nothing_recycled_buffers_held_before() {
+fn vision_fused_blocks_read_nothing_recycled_and_pack_weights_once_to_the_same_bits() {
     // The fused halves take their kept activations and scratch rows from `cpu::recycle`,
     // whose buffers hold the last user's values. A second pass after every held buffer is
     // overwritten with NaN must give the same loss and gradients to the bit (the passes are
@@ -194,13 +194,17 @@ fn vision_fused_blocks_read_nothing_recycled_buffers_held_before() {
         let (la, ga) = loss(&fast, precision, &w);
         crate::cpu::recycle::poison();
         let (lb, gb) = loss(&fast, precision, &w);
-        let (la, lb) = (
+        // Each weight packed by every product that reads it (the reference of the weights
+        // packed once for the step): the same words, so the same bits.
+        let (lc, gc) = crate::cpu::kept_weight::packed_per_product(|| loss(&fast, precision, &w));
+        let (la, lb, lc) = (
             la.to_scalar::<f32>().unwrap(),
             lb.to_scalar::<f32>().unwrap(),
+            lc.to_scalar::<f32>().unwrap(),
         );
         assert!(
-            la.is_finite() && la.to_bits() == lb.to_bits(),
-            "{precision:?}: {la} vs {lb}"
+            la.is_finite() && la.to_bits() == lb.to_bits() && la.to_bits() == lc.to_bits(),
+            "{precision:?}: {la} vs {lb} vs {lc}"
         );
         let bits = |g: &candle_core::backprop::GradStore, v: &candle_core::Var| -> Vec<u32> {
             let g = g.get(v.as_tensor()).unwrap().flatten_all().unwrap();
@@ -217,6 +221,7 @@ fn vision_fused_blocks_read_nothing_recycled_buffers_held_before() {
                 "{precision:?} {name}"
             );
             assert_eq!(a, b, "{precision:?} {name}");
+            assert_eq!(a, bits(&gc, v), "{precision:?} {name} packed once");
         }
     }
 }
