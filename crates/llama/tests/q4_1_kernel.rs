@@ -19,7 +19,7 @@ fn varied(rng: &mut Rng, rows: usize, cols: usize) -> Vec<f32> {
     for r in 0..rows {
         let scale = 10f32.powi(rng.below(9) as i32 - 4);
         let kind = if r == 0 { 1 } else { rng.below(8) };
-        let mut row: Vec<f32> = (0..cols).map(|_| rng.unit() * scale).collect();
+        let mut row: Vec<f32> = (0..cols).map(|_| rng.signed() * scale).collect();
         match kind {
             // All zeros (the first row always).
             0 | 1 if r % 2 == 0 => row.iter_mut().for_each(|v| *v = 0.0),
@@ -135,7 +135,7 @@ fn check(ours: &Q4_1Matrix, x: &Tensor, expected: &[Vec<f32>], what: &str) {
 
 #[test]
 fn equals_candle_bit_for_bit() {
-    let mut rng = Rng(0x5EED_0001);
+    let mut rng = Rng::new(0x5EED_0001);
     for k in [64, 576, 1536] {
         // Tiles of 16 rows: padded (1, 7, 24: a tile and a half), whole (192, 576).
         for n_out in [1, 7, 24, 192, 576] {
@@ -162,7 +162,7 @@ fn equals_candle_bit_for_bit() {
 
 #[test]
 fn odd_block_counts_equal_the_reference() {
-    let mut rng = Rng(0x5EED_0002);
+    let mut rng = Rng::new(0x5EED_0002);
     for k in [32, 96, 160] {
         for n_out in [1, 7, 24, 192, 576] {
             let q = weight(&mut rng, n_out, k);
@@ -184,7 +184,7 @@ fn odd_block_counts_equal_the_reference() {
 
 #[test]
 fn batched_and_strided_inputs_match_candle() {
-    let mut rng = Rng(0x5EED_0003);
+    let mut rng = Rng::new(0x5EED_0003);
     let (n_out, k) = (40, 128);
     let q = weight(&mut rng, n_out, k);
     let ours = Q4_1Matrix::from_qtensor(&q).unwrap();
@@ -218,7 +218,7 @@ fn batched_and_strided_inputs_match_candle() {
 
 #[test]
 fn non_finite_inputs_match_candle() {
-    let mut rng = Rng(0x5EED_0004);
+    let mut rng = Rng::new(0x5EED_0004);
     let (n_out, k) = (16, 64);
     let q = weight(&mut rng, n_out, k);
     let ours = Q4_1Matrix::from_qtensor(&q).unwrap();
@@ -235,7 +235,7 @@ fn non_finite_inputs_match_candle() {
 
 #[test]
 fn empty_inputs_give_empty_outputs() {
-    let mut rng = Rng(0x5EED_0005);
+    let mut rng = Rng::new(0x5EED_0005);
     let ours = Q4_1Matrix::from_qtensor(&weight(&mut rng, 8, 64)).unwrap();
     let x = Tensor::zeros((0, 64), DType::F32, &Device::Cpu).unwrap();
     assert_eq!(ours.forward(&x).unwrap().dims(), &[0, 8]);
@@ -243,7 +243,7 @@ fn empty_inputs_give_empty_outputs() {
 
 #[test]
 fn errors() {
-    let mut rng = Rng(0x5EED_0006);
+    let mut rng = Rng::new(0x5EED_0006);
     let w = Tensor::from_vec(varied(&mut rng, 4, 64), (4, 64), &Device::Cpu).unwrap();
     let kernel = Kernel {
         dtype: GgmlDType::Q4_1,
@@ -288,7 +288,7 @@ fn rounding_cases(rng: &mut Rng) -> Vec<f32> {
     b[0] = -63.5;
     blocks.push(b);
     // Non-finite values.
-    let mut b: Vec<f32> = (0..32).map(|_| rng.unit()).collect();
+    let mut b: Vec<f32> = (0..32).map(|_| rng.signed()).collect();
     b[3] = f32::NAN;
     blocks.push(b.clone());
     b[5] = f32::INFINITY;
@@ -303,20 +303,20 @@ fn rounding_cases(rng: &mut Rng) -> Vec<f32> {
             .map(|j| -f32::from_bits(1 + j as u32 * 1000))
             .collect(),
     );
-    blocks.push((0..32).map(|_| rng.unit() * 1e-38).collect());
+    blocks.push((0..32).map(|_| rng.signed() * 1e-38).collect());
     // Huge magnitudes (the f16 scale overflows).
-    blocks.push((0..32).map(|_| rng.unit() * f32::MAX).collect());
-    blocks.push((0..32).map(|_| rng.unit() * 1e6).collect());
+    blocks.push((0..32).map(|_| rng.signed() * f32::MAX).collect());
+    blocks.push((0..32).map(|_| rng.signed() * 1e6).collect());
     // Random blocks of every scale.
     for e in -8..8 {
-        blocks.push((0..32).map(|_| rng.unit() * 10f32.powi(e)).collect());
+        blocks.push((0..32).map(|_| rng.signed() * 10f32.powi(e)).collect());
     }
     blocks.concat()
 }
 
 #[test]
 fn activation_quantization_equals_candle() {
-    let mut rng = Rng(0x5EED_0007);
+    let mut rng = Rng::new(0x5EED_0007);
     let mut values = rounding_cases(&mut rng);
     values.extend(varied(&mut rng, 8, 64));
     let n = values.len();
@@ -340,7 +340,7 @@ fn activation_quantization_equals_candle() {
 
 #[test]
 fn rounding_ties_match_candle_in_products() {
-    let mut rng = Rng(0x5EED_0008);
+    let mut rng = Rng::new(0x5EED_0008);
     let cases = rounding_cases(&mut rng);
     // Rows of 256 values (8 blocks, an even count) cut from the cases.
     let k = 256;

@@ -4,26 +4,32 @@
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
 use llama::LlamaError;
+use test_support::SplitMix64;
 
-/// SplitMix64: a small deterministic generator, so the cases do not depend on `rand`'s API.
-pub struct Rng(pub u64);
+/// The kernels' tests' generator ([`SplitMix64`]), with the draw of a signed unit value.
+pub struct Rng(SplitMix64);
 
 impl Rng {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+    pub fn new(seed: u64) -> Rng {
+        Rng(SplitMix64::new(seed))
     }
 
-    /// Uniform in `[-1, 1)`.
-    pub fn unit(&mut self) -> f32 {
-        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    /// Uniform in `[-1, 1)`, 24 bits.
+    pub fn signed(&mut self) -> f32 {
+        self.0.unit_f32() * 2.0 - 1.0
     }
+}
 
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
+impl std::ops::Deref for Rng {
+    type Target = SplitMix64;
+    fn deref(&self) -> &SplitMix64 {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Rng {
+    fn deref_mut(&mut self) -> &mut SplitMix64 {
+        &mut self.0
     }
 }
 

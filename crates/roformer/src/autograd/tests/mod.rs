@@ -19,6 +19,7 @@ mod softmax;
 mod timing;
 
 use candle_core::{DType, Device, Tensor, Var};
+use test_support::{SplitMix64, GAMMA};
 
 /// Step of the central differences.
 pub(super) const FD_STEP: f64 = 1e-5;
@@ -26,20 +27,10 @@ pub(super) const FD_STEP: f64 = 1e-5;
 /// Tolerance of the finite-difference checks of the f64 ops (see the module docs).
 pub(super) const FD_TOL: f64 = 1e-7;
 
-/// `n` reproducible pseudo-random values in `[-scale, scale)` (splitmix64).
+/// `n` reproducible pseudo-random values in `[-scale, scale)` (SplitMix64).
 pub(crate) fn values(n: usize, seed: u64, scale: f64) -> Vec<f64> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
-            let unit = (z >> 11) as f64 / (1u64 << 53) as f64;
-            (2.0 * unit - 1.0) * scale
-        })
-        .collect()
+    let mut rng = SplitMix64::new(seed.wrapping_mul(GAMMA).wrapping_add(1));
+    (0..n).map(|_| (2.0 * rng.unit() - 1.0) * scale).collect()
 }
 
 /// A reproducible f64 tensor of `dims` with values in `[-scale, scale)`.
