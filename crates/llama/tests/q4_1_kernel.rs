@@ -19,7 +19,7 @@ fn varied(rng: &mut Rng, rows: usize, cols: usize) -> Vec<f32> {
     for r in 0..rows {
         let scale = 10f32.powi(rng.below(9) as i32 - 4);
         let kind = if r == 0 { 1 } else { rng.below(8) };
-        let mut row: Vec<f32> = (0..cols).map(|_| rng.signed() * scale).collect();
+        let mut row: Vec<f32> = (0..cols).map(|_| rng.signed_f32() * scale).collect();
         match kind {
             // All zeros (the first row always).
             0 | 1 if r % 2 == 0 => row.iter_mut().for_each(|v| *v = 0.0),
@@ -288,7 +288,7 @@ fn rounding_cases(rng: &mut Rng) -> Vec<f32> {
     b[0] = -63.5;
     blocks.push(b);
     // Non-finite values.
-    let mut b: Vec<f32> = (0..32).map(|_| rng.signed()).collect();
+    let mut b: Vec<f32> = (0..32).map(|_| rng.signed_f32()).collect();
     b[3] = f32::NAN;
     blocks.push(b.clone());
     b[5] = f32::INFINITY;
@@ -303,13 +303,13 @@ fn rounding_cases(rng: &mut Rng) -> Vec<f32> {
             .map(|j| -f32::from_bits(1 + j as u32 * 1000))
             .collect(),
     );
-    blocks.push((0..32).map(|_| rng.signed() * 1e-38).collect());
+    blocks.push((0..32).map(|_| rng.signed_f32() * 1e-38).collect());
     // Huge magnitudes (the f16 scale overflows).
-    blocks.push((0..32).map(|_| rng.signed() * f32::MAX).collect());
-    blocks.push((0..32).map(|_| rng.signed() * 1e6).collect());
+    blocks.push((0..32).map(|_| rng.signed_f32() * f32::MAX).collect());
+    blocks.push((0..32).map(|_| rng.signed_f32() * 1e6).collect());
     // Random blocks of every scale.
     for e in -8..8 {
-        blocks.push((0..32).map(|_| rng.signed() * 10f32.powi(e)).collect());
+        blocks.push((0..32).map(|_| rng.signed_f32() * 10f32.powi(e)).collect());
     }
     blocks.concat()
 }

@@ -22,7 +22,7 @@ fn varied(rng: &mut Rng, rows: usize, cols: usize) -> Vec<f32> {
     for r in 0..rows {
         let scale = 10f32.powi(rng.below(9) as i32 - 4);
         let kind = if r == 0 { 1 } else { rng.below(9) };
-        let mut row: Vec<f32> = (0..cols).map(|_| rng.signed() * scale).collect();
+        let mut row: Vec<f32> = (0..cols).map(|_| rng.signed_f32() * scale).collect();
         match kind {
             // All zeros (the first row always): the scale is zero.
             0 | 1 if r % 2 == 0 => row.iter_mut().for_each(|v| *v = 0.0),

@@ -40,6 +40,11 @@ impl SplitMix64 {
         (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
     }
 
+    /// Uniform in `[-1, 1)` with 24 bits: `2 unit_f32 - 1`.
+    pub fn signed_f32(&mut self) -> f32 {
+        self.unit_f32() * 2.0 - 1.0
+    }
+
     /// Uniform in `[lo, hi)`: `lo + (hi - lo) * unit`.
     pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
         lo + (hi - lo) * self.unit()
@@ -79,6 +84,7 @@ mod tests {
             assert!((0.0..1.0).contains(&u));
             let f = rng.unit_f32();
             assert!((0.0..1.0).contains(&f));
+            assert!((-1.0..1.0).contains(&rng.signed_f32()));
             assert!((-3.0..5.0).contains(&rng.uniform(-3.0, 5.0)));
             assert!(rng.below(13) < 13);
             assert_eq!(rng.below(0), 0);

@@ -4,34 +4,9 @@
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
 use llama::LlamaError;
-use test_support::SplitMix64;
 
-/// The kernels' tests' generator ([`SplitMix64`]), with the draw of a signed unit value.
-pub struct Rng(SplitMix64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(SplitMix64::new(seed))
-    }
-
-    /// Uniform in `[-1, 1)`, 24 bits.
-    pub fn signed(&mut self) -> f32 {
-        self.0.unit_f32() * 2.0 - 1.0
-    }
-}
-
-impl std::ops::Deref for Rng {
-    type Target = SplitMix64;
-    fn deref(&self) -> &SplitMix64 {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Rng {
-    fn deref_mut(&mut self) -> &mut SplitMix64 {
-        &mut self.0
-    }
-}
+/// The kernels' tests' generator.
+pub use test_support::SplitMix64 as Rng;
 
 /// Each value's bits, so that outputs compare exactly.
 pub fn bits(rows: Vec<Vec<f32>>) -> Vec<Vec<u32>> {
