@@ -32,7 +32,7 @@ use crate::autograd::attention::{AttentionCore, FusedAttention};
 use crate::autograd::dropout::KeepMask;
 use crate::autograd::kept_rows;
 use crate::autograd::prenorm::{
-    bias_rows, norm_backward, norm_rows, projections, Branch, BranchOp, Cursor, Samples,
+    dense, norm_backward, norm_rows, projections, Branch, BranchOp, Cursor, Samples,
 };
 use crate::cpu::kept::{Kept, Side};
 use crate::cpu::kept_weight::KeptWeight;
@@ -194,20 +194,15 @@ impl Branch for AttentionBranchOp {
         // q, k, v = xn Wq^T + bq, xn Wk^T + bk, xn Wv^T + bv;  c = Attention(q, k, v).
         let biases = pc.b_qkv.clone().map(|r| r.map(|r| &flat[r]));
         // Each weight packed once for this step's products (bf16), kept for the backward.
-        let w_qkv = KeptWeight::new(&flat[pc.w_qkv.clone()], (3 * hid, hid), 3, self.precision)?;
-        let wo = KeptWeight::new(&flat[pc.wo.clone()], (hid, hid), 1, self.precision)?;
-        let qkv = projections(&xn, (&flat[pc.w_qkv.clone()], &w_qkv), biases, hid, rows)?;
+        let (w_qkv_rows, wo_rows) = (&flat[pc.w_qkv.clone()], &flat[pc.wo.clone()]);
+        let w_qkv = KeptWeight::new(w_qkv_rows, (3 * hid, hid), 3, self.precision)?;
+        let wo = KeptWeight::new(wo_rows, (hid, hid), 1, self.precision)?;
+        let qkv = projections(&xn, (w_qkv_rows, &w_qkv), biases, hid, rows)?;
         let c = self.core.forward(qkv, (rows / t, t, 3 * hid))?;
         let context = kept_rows::input(c, hid, self.precision);
         // o = c Wo^T + bo, y = x + f_s lambda o.
         let bo = pc.bo.clone().map(|r| &flat[r]);
-        let mut o = bias_rows(rows, hid, bo)?;
-        context.times_wt(
-            (&flat[pc.wo.clone()], wo.forward(0)),
-            hid,
-            &mut o,
-            bo.is_some(),
-        )?;
+        let o = dense(&context, (wo_rows, wo.forward(0)), bo, hid, rows)?;
         let y = self.samples.join(x, &o, &flat[pc.lambda.clone()])?;
         // A fresh op per call: the cell is empty.
         let _ = self.saved.set(Saved {

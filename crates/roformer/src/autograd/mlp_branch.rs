@@ -32,7 +32,7 @@ use candle_nn::Linear;
 use crate::autograd::dropout::KeepMask;
 use crate::autograd::kept_rows;
 use crate::autograd::prenorm::{
-    bias_rows, norm_backward, norm_rows, Branch, BranchOp, Cursor, Samples,
+    dense, norm_backward, norm_rows, Branch, BranchOp, Cursor, Samples,
 };
 use crate::cpu::kept::Kept;
 use crate::cpu::kept_weight::KeptWeight;
@@ -213,30 +213,19 @@ impl Branch for MlpBranchOp {
         let rows = h.len() / hid;
         let norm = (&flat[pc.norm_w.clone()], &flat[pc.norm_b.clone()]);
         let (xn, stats) = norm_rows(h, norm, self.eps, self.precision);
-        // u = xn W1^T + b1 (the bias preloaded).
-        let b1 = pc.b1.clone().map(|r| &flat[r]);
         // Each weight packed once for this step's products (bf16), kept for the backward.
-        let w1 = KeptWeight::new(&flat[pc.w1.clone()], (inner, hid), 1, self.precision)?;
-        let w2 = KeptWeight::new(&flat[pc.w2.clone()], (hid, inner), 1, self.precision)?;
-        let mut u = bias_rows(rows, inner, b1)?;
-        xn.times_wt(
-            (&flat[pc.w1.clone()], w1.forward(0)),
-            inner,
-            &mut u,
-            b1.is_some(),
-        )?;
+        let (w1_rows, w2_rows) = (&flat[pc.w1.clone()], &flat[pc.w2.clone()]);
+        let w1 = KeptWeight::new(w1_rows, (inner, hid), 1, self.precision)?;
+        let w2 = KeptWeight::new(w2_rows, (hid, inner), 1, self.precision)?;
+        // u = xn W1^T + b1.
+        let b1 = pc.b1.clone().map(|r| &flat[r]);
+        let mut u = dense(&xn, (w1_rows, w1.forward(0)), b1, inner, rows)?;
         // a = gelu(u); u becomes gelu'(u), all the backward needs of it.
         let a = kept_rows::gelu(&mut u, inner, self.precision);
         let slope = u;
         // m = a W2^T + b2, y = h + f_s lambda m.
         let b2 = pc.b2.clone().map(|r| &flat[r]);
-        let mut m = bias_rows(rows, hid, b2)?;
-        a.times_wt(
-            (&flat[pc.w2.clone()], w2.forward(0)),
-            hid,
-            &mut m,
-            b2.is_some(),
-        )?;
+        let m = dense(&a, (w2_rows, w2.forward(0)), b2, hid, rows)?;
         let y = self.samples.join(h, &m, &flat[pc.lambda.clone()])?;
         // A fresh op per call: the cell is empty.
         let _ = self.saved.set(Saved {
