@@ -479,8 +479,10 @@ impl AttentionOp {
             )
         };
         self.with_masks(dims, bias, run)?;
+        // The f32 q, k and v, packed, are freed (to the allocator, as they were at the end of
+        // the step before; held on the shelves they cost more fresh pages than they save).
         let inputs = if once {
-            [q, k, v].into_iter().for_each(recycle::give);
+            drop((q, k, v));
             KeptInputs::Words { words, layout }
         } else {
             recycle::give(words);
@@ -870,15 +872,10 @@ impl KeptInputs {
 }
 
 impl Drop for KeptInputs {
-    /// Hands the buffers back for the next layer or step ([`recycle`]).
+    /// Hands the words back for the next layer or step ([`recycle`]).
     fn drop(&mut self) {
-        match self {
-            KeptInputs::Values((q, k, v)) => {
-                for x in [q, k, v] {
-                    recycle::give(std::mem::take(x));
-                }
-            }
-            KeptInputs::Words { words, .. } => recycle::give(std::mem::take(words)),
+        if let KeptInputs::Words { words, .. } = self {
+            recycle::give(std::mem::take(words));
         }
     }
 }
