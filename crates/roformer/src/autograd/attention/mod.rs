@@ -199,6 +199,24 @@ impl AttentionCore {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Set by [`operands_packed_per_product`] on its thread.
+    static PER_PRODUCT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with every attention op made on this thread leaving its bf16 operands to each
+/// product to round and pack, as before they were packed once per head: the reference a test
+/// holds the packed-once path to, bit for bit (the training ops make their attention on the
+/// calling thread).
+#[cfg(test)]
+pub(crate) fn operands_packed_per_product<R>(f: impl FnOnce() -> R) -> R {
+    PER_PRODUCT.with(|p| p.set(true));
+    let out = f();
+    PER_PRODUCT.with(|p| p.set(false));
+    out
+}
+
 /// What the forward keeps for the backward.
 struct Saved {
     /// q, k and v, q and k (and v with `rotary_value`) rotated.
@@ -295,13 +313,13 @@ impl<'a> MaskInput<'a> {
 }
 
 impl AttentionOp {
-    /// The op of `spec`, its mask contiguous.
+    /// The op of `spec` (whose mask the caller has made contiguous).
     fn new(spec: FusedAttention) -> AttentionOp {
         AttentionOp {
             spec,
             saved: OnceLock::new(),
             #[cfg(test)]
-            per_product: false,
+            per_product: PER_PRODUCT.with(std::cell::Cell::get),
         }
     }
 
