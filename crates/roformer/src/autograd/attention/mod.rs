@@ -44,7 +44,7 @@ use crate::cpu::math::{add_mask_max, exp_sum};
 use crate::cpu::policy::{query_tile, TRAINING_SCORE_TILE};
 use crate::cpu::tensor::{f32_slice, tensor, with_f32};
 use crate::cpu::{recycle, Dst, Mat, Precision, SharedOut};
-use operands::{head_product, HeadLayout, HeadWords, Left, Right};
+use operands::{from_row, head_product, HeadLayout, HeadWords, Left, Right};
 
 mod operands;
 #[cfg(test)]
@@ -454,12 +454,9 @@ impl AttentionOp {
                         (HeadInputs::Words(HeadWords::new(block, layout)?), v_right)
                     } else {
                         let values = HeadInputs::Values {
-                            dims,
-                            q: &q,
-                            k: &k,
-                            v: &v,
-                            s,
-                            head,
+                            q: q_rows,
+                            k: k_rows,
+                            v: v_rows,
                         };
                         (values, Right::Values(v_rows))
                     };
@@ -796,16 +793,9 @@ struct ForwardBuffers {
 /// The q, k and v of one task's head, as its products read them.
 #[derive(Clone, Copy)]
 enum HeadInputs<'a> {
-    /// The token-major `[b, t, h]` values of sequence `s`, head `head`, each product rounding
-    /// and packing what it reads (with bf16 products).
-    Values {
-        dims: Dims,
-        q: &'a [f32],
-        k: &'a [f32],
-        v: &'a [f32],
-        s: usize,
-        head: usize,
-    },
+    /// The head's `t x d` values (in the token-major `[b, t, h]` buffers), each product
+    /// rounding and packing what it reads (with bf16 products).
+    Values { q: Mat<'a>, k: Mat<'a>, v: Mat<'a> },
     /// The head's words, packed once by the forward.
     Words(HeadWords<'a>),
 }
@@ -814,9 +804,7 @@ impl<'a> HeadInputs<'a> {
     /// Rows `i0..i0 + r` of q as a left operand (`r x d`).
     fn q_rows(self, i0: usize, r: usize) -> candle_core::Result<Left<'a>> {
         match self {
-            HeadInputs::Values {
-                dims, q, s, head, ..
-            } => Ok(Left::Values(dims.head_rows(q, s, head, i0))),
+            HeadInputs::Values { q, .. } => Ok(Left::Values(from_row(q, i0))),
             HeadInputs::Words(w) => w.q_rows(i0, r),
         }
     }
@@ -824,9 +812,7 @@ impl<'a> HeadInputs<'a> {
     /// `K^T` (`d x t`).
     fn k_t(self) -> candle_core::Result<Right<'a>> {
         match self {
-            HeadInputs::Values {
-                dims, k, s, head, ..
-            } => Ok(Right::Values(dims.head_rows(k, s, head, 0).t())),
+            HeadInputs::Values { k, .. } => Ok(Right::Values(k.t())),
             HeadInputs::Words(w) => w.k_t(),
         }
     }
@@ -834,9 +820,7 @@ impl<'a> HeadInputs<'a> {
     /// `V^T` (`d x t`).
     fn v_t(self) -> candle_core::Result<Right<'a>> {
         match self {
-            HeadInputs::Values {
-                dims, v, s, head, ..
-            } => Ok(Right::Values(dims.head_rows(v, s, head, 0).t())),
+            HeadInputs::Values { v, .. } => Ok(Right::Values(v.t())),
             HeadInputs::Words(w) => w.v_t(),
         }
     }
@@ -844,9 +828,7 @@ impl<'a> HeadInputs<'a> {
     /// K (`t x d`).
     fn k(self) -> candle_core::Result<Right<'a>> {
         match self {
-            HeadInputs::Values {
-                dims, k, s, head, ..
-            } => Ok(Right::Values(dims.head_rows(k, s, head, 0))),
+            HeadInputs::Values { k, .. } => Ok(Right::Values(k)),
             HeadInputs::Words(w) => w.k(),
         }
     }
@@ -854,9 +836,7 @@ impl<'a> HeadInputs<'a> {
     /// Rows `i0..i0 + r` of q (a tile) as a right operand (`r x d`).
     fn q_tile(self, i0: usize, r: usize) -> candle_core::Result<Right<'a>> {
         match self {
-            HeadInputs::Values {
-                dims, q, s, head, ..
-            } => Ok(Right::Values(dims.head_rows(q, s, head, i0))),
+            HeadInputs::Values { q, .. } => Ok(Right::Values(from_row(q, i0))),
             HeadInputs::Words(w) => w.q_tile(i0, r),
         }
     }
@@ -869,14 +849,10 @@ impl KeptInputs {
     /// Words that do not hold the block.
     fn head(&self, dims: Dims, s: usize, head: usize) -> candle_core::Result<HeadInputs<'_>> {
         match self {
-            KeptInputs::Values((q, k, v)) => Ok(HeadInputs::Values {
-                dims,
-                q,
-                k,
-                v,
-                s,
-                head,
-            }),
+            KeptInputs::Values((q, k, v)) => {
+                let [q, k, v] = [q, k, v].map(|x| dims.head_rows(x, s, head, 0));
+                Ok(HeadInputs::Values { q, k, v })
+            }
             KeptInputs::Words { words, layout } => {
                 let len = layout.len();
                 let at = (s * dims.heads + head) * len;

@@ -219,12 +219,8 @@ impl HeadLayout {
         for i0 in (0..t).step_by(tile) {
             let (at, len) = self.q_tile_at(i0);
             let r = tile.min(t - i0);
-            let rows = Mat {
-                offset: q.offset + i0 * q.rs,
-                ..q
-            };
             let tile_words = &mut out[q_tiles + at..q_tiles + at + len];
-            pack_panels(rows.t(), (d, r), NR, (false, false), tile_words);
+            pack_panels(from_row(q, i0).t(), (d, r), NR, (false, false), tile_words);
         }
         pack_panels(k.t(), (d, t), NR, (false, false), &mut out[keys..end]);
         Ok(())
@@ -299,6 +295,14 @@ impl<'a> HeadWords<'a> {
         Packed::from_words(&self.words[offsets[which]..offsets[which + 1]], k, n)
             .map(Right::Words)
             .ok_or_else(sizes)
+    }
+}
+
+/// Rows `i0..` of `x`.
+pub(super) fn from_row(x: Mat<'_>, i0: usize) -> Mat<'_> {
+    Mat {
+        offset: x.offset + i0 * x.rs,
+        ..x
     }
 }
 
