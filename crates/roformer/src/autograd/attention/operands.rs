@@ -5,14 +5,17 @@
 //! Per tile of `r` query rows (`t` keys, head dim `d`):
 //!
 //! ```text
-//! product            left (m x k)         right (k x n)   packed
-//! S   = c q K^T       q rows    [r, d]     K^T  [d, t]     q rows, K^T: once per head (kept)
-//! O   = (P f) V       P f rows  [r, t]     V    [t, d]     V: once per head (forward only)
-//! dV += (P f)^T dO    (P f)^T   [t, r]     dO   [r, d]     per tile
-//! dPf = dO V^T        dO rows   [r, d]     V^T  [d, t]     V^T: once per head (kept)
-//! dq  = c dS K        dS rows   [r, t]     K    [t, d]     K: once per head (kept)
-//! dk += c dS^T q      dS^T      [t, r]     q    [r, d]     q by tiles: once per head (kept)
+//! product            left (m x k)         right (k x n)   packed once per head, in the forward
+//! S   = c q K^T       q rows    [r, d]     K^T  [d, t]     q rows and K^T (kept)
+//! O   = (P f) V       P f rows  [r, t]     V    [t, d]     V (for the forward only)
+//! dV += (P f)^T dO    (P f)^T   [t, r]     dO   [r, d]     -
+//! dPf = dO V^T        dO rows   [r, d]     V^T  [d, t]     V^T (kept)
+//! dq  = c dS K        dS rows   [r, t]     K    [t, d]     K (kept)
+//! dk += c dS^T q      dS^T      [t, r]     q    [r, d]     q by tiles of rows (kept)
 //! ```
+//!
+//! The other operands (P f, dO and dS in their two layouts each) are made per tile and packed
+//! where they are read, by the same calls.
 //!
 //! The words are made by [`pack_panels`] from the same f32 values and in the same layouts as
 //! [`product`] makes them on every call (left operands by rows where their rows are
