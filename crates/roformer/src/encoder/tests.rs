@@ -279,5 +279,14 @@ fn the_fused_layer_reads_nothing_recycled_and_packs_weights_once_to_the_same_bit
             bits(&per_product),
             "{precision:?} packed once"
         );
+        // So does the attention's q, k and v packed once per head.
+        let attention_per_product = crate::autograd::attention::operands_packed_per_product(|| {
+            run(&f32s, &x, Some(&mask), DType::F32, precision, true, 5)
+        });
+        assert_eq!(
+            bits(&first),
+            bits(&attention_per_product),
+            "{precision:?} attention operands packed once"
+        );
     }
 }

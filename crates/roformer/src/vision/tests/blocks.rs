@@ -197,14 +197,22 @@ fn vision_fused_blocks_read_nothing_recycled_and_pack_weights_once_to_the_same_b
         // Each weight packed by every product that reads it (the reference of the weights
         // packed once for the step): the same words, so the same bits.
         let (lc, gc) = crate::cpu::kept_weight::packed_per_product(|| loss(&fast, precision, &w));
-        let (la, lb, lc) = (
+        // And the attention's q, k and v packed once per head, against each product packing
+        // its own.
+        let (ld, gd) =
+            crate::autograd::attention::operands_packed_per_product(|| loss(&fast, precision, &w));
+        let (la, lb, lc, ld) = (
             la.to_scalar::<f32>().unwrap(),
             lb.to_scalar::<f32>().unwrap(),
             lc.to_scalar::<f32>().unwrap(),
+            ld.to_scalar::<f32>().unwrap(),
         );
         assert!(
-            la.is_finite() && la.to_bits() == lb.to_bits() && la.to_bits() == lc.to_bits(),
-            "{precision:?}: {la} vs {lb} vs {lc}"
+            la.is_finite()
+                && la.to_bits() == lb.to_bits()
+                && la.to_bits() == lc.to_bits()
+                && la.to_bits() == ld.to_bits(),
+            "{precision:?}: {la} vs {lb} vs {lc} vs {ld}"
         );
         let bits = |g: &candle_core::backprop::GradStore, v: &candle_core::Var| -> Vec<u32> {
             let g = g.get(v.as_tensor()).unwrap().flatten_all().unwrap();
@@ -222,6 +230,11 @@ fn vision_fused_blocks_read_nothing_recycled_and_pack_weights_once_to_the_same_b
             );
             assert_eq!(a, b, "{precision:?} {name}");
             assert_eq!(a, bits(&gc, v), "{precision:?} {name} packed once");
+            assert_eq!(
+                a,
+                bits(&gd, v),
+                "{precision:?} {name} attention packed once"
+            );
         }
     }
 }

@@ -26,6 +26,11 @@
 //! them. The element order of the dropout
 //! mask is that of the `[b, h, t, t]` probabilities, so the same generator gives the same masks
 //! as the op-by-op path.
+//!
+//! With bf16 products each task rounds and packs its head's rotated q, k and v once, in the
+//! layouts the forward's and the backward's products read ([`operands`]), and the forward
+//! keeps those words for the backward instead of the f32 q, k and v; the products give the
+//! same bits as on the f32 values packed per product (the tests hold them to that).
 
 use std::sync::OnceLock;
 
@@ -38,7 +43,12 @@ use crate::cpu::mask::{mask_dims_fit, mask_row, MaskView};
 use crate::cpu::math::{add_mask_max, exp_sum};
 use crate::cpu::policy::{query_tile, TRAINING_SCORE_TILE};
 use crate::cpu::tensor::{f32_slice, tensor, with_f32};
-use crate::cpu::{product, recycle, Dst, Mat, Precision, SharedOut};
+use crate::cpu::{recycle, Dst, Mat, Precision, SharedOut};
+use operands::{from_row, head_product, HeadLayout, HeadWords, Left, Right};
+
+mod operands;
+#[cfg(test)]
+mod tests;
 
 /// q, k and v apart, or their gradients: each `[b, t, h]`, token-major.
 pub(crate) type Parts = (Vec<f32>, Vec<f32>, Vec<f32>);
@@ -104,10 +114,11 @@ pub(crate) fn attention(
         Some(m) => Some(m.contiguous()?),
         None => None,
     };
-    let op = AttentionOp {
-        spec: FusedAttention { mask, ..spec },
-        saved: OnceLock::new(),
-    };
+    apply(qkv, bias, AttentionOp::new(FusedAttention { mask, ..spec }))
+}
+
+/// `op` on `qkv` and the bias, checked by the caller.
+fn apply(qkv: &Tensor, bias: Option<&Tensor>, op: AttentionOp) -> candle_core::Result<Tensor> {
     let qkv = qkv.contiguous()?;
     match bias {
         Some(m) => qkv.apply_op2(&m.contiguous()?, op),
@@ -126,10 +137,10 @@ impl AttentionCore {
     /// Candle errors from copying the mask.
     pub(crate) fn new(spec: FusedAttention) -> candle_core::Result<AttentionCore> {
         let mask = spec.mask.as_ref().map(Tensor::contiguous).transpose()?;
-        Ok(AttentionCore(AttentionOp {
-            spec: FusedAttention { mask, ..spec },
-            saved: OnceLock::new(),
-        }))
+        Ok(AttentionCore(AttentionOp::new(FusedAttention {
+            mask,
+            ..spec
+        })))
     }
 
     /// The context `[b, t, hidden]` of `q`, `k` and `v` (each `[b, t, hidden]`, `dims` the
@@ -188,21 +199,53 @@ impl AttentionCore {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Set by [`operands_packed_per_product`] on its thread.
+    static PER_PRODUCT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with every attention op made on this thread leaving its bf16 operands to each
+/// product to round and pack, as before they were packed once per head: the reference a test
+/// holds the packed-once path to, bit for bit (the training ops make their attention on the
+/// calling thread).
+#[cfg(test)]
+pub(crate) fn operands_packed_per_product<R>(f: impl FnOnce() -> R) -> R {
+    PER_PRODUCT.with(|p| p.set(true));
+    let out = f();
+    PER_PRODUCT.with(|p| p.set(false));
+    out
+}
+
 /// What the forward keeps for the backward.
 struct Saved {
-    /// q, k and v split out of the projections, token-major `[b, t, hidden]`; q and k (and v
-    /// with `rotary_value`) rotated.
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
+    /// q, k and v, q and k (and v with `rotary_value`) rotated.
+    inputs: KeptInputs,
     /// Per (sequence, head, query row): the row maximum of the scores and 1 / sum of exp.
     max: Vec<f32>,
     inv_sum: Vec<f32>,
 }
 
+/// q, k and v as the forward keeps them for the backward's products.
+enum KeptInputs {
+    /// Token-major `[b, t, hidden]` each (f32 products, or the per-product reference).
+    Values(Parts),
+    /// With bf16 products: per (sequence, head), a block of words laid out by `layout`.
+    Words {
+        /// The blocks, task `s * heads + head`'s at `task * layout.len()`.
+        words: Vec<u32>,
+        /// The layout of each block.
+        layout: HeadLayout,
+    },
+}
+
 struct AttentionOp {
     spec: FusedAttention,
     saved: OnceLock<Saved>,
+    /// Whether bf16 products round and pack their f32 operands per product (the reference
+    /// the packed-once path is tested against).
+    #[cfg(test)]
+    per_product: bool,
 }
 
 /// The dimensions of one call.
@@ -270,6 +313,25 @@ impl<'a> MaskInput<'a> {
 }
 
 impl AttentionOp {
+    /// The op of `spec` (whose mask the caller has made contiguous).
+    fn new(spec: FusedAttention) -> AttentionOp {
+        AttentionOp {
+            spec,
+            saved: OnceLock::new(),
+            #[cfg(test)]
+            per_product: PER_PRODUCT.with(std::cell::Cell::get),
+        }
+    }
+
+    /// Whether the tasks pack their head's operands once (bf16 products on this CPU).
+    fn packs_once(&self) -> bool {
+        #[cfg(test)]
+        if self.per_product {
+            return false;
+        }
+        self.spec.precision.bf16_kernel().is_some()
+    }
+
     /// Rotates `x` (`[b, t, h]`) in place, forward or back; nothing without rotary positions.
     fn rotate(&self, x: &mut [f32], dims: Dims, direction: Direction) -> candle_core::Result<()> {
         if let Some(rope) = &self.spec.rope {
@@ -279,30 +341,23 @@ impl AttentionOp {
         Ok(())
     }
 
-    /// Fills `scores` (`[r, t]`) with `c q k^T` for rows `i0..i0 + r` of (s, head); the caller
-    /// adds the bias and mask and normalises.
-    #[allow(clippy::too_many_arguments)]
+    /// Fills `scores` (`[r, t]`) with `c q k^T` for rows `i0..i0 + r` of the task's head; the
+    /// caller adds the bias and mask and normalises.
     fn scores(
         &self,
         dims: Dims,
-        q: &[f32],
-        k: &[f32],
-        s: usize,
-        head: usize,
-        i0: usize,
-        r: usize,
+        inputs: HeadInputs<'_>,
+        (i0, r): (usize, usize),
         scores: &mut [f32],
     ) -> candle_core::Result<()> {
         let Dims { t, d, .. } = dims;
-        product(
+        head_product(
             (r, t, d),
             Dst::Slice(scores),
             (0, t),
             false,
-            dims.head_rows(q, s, head, i0),
-            dims.head_rows(k, s, head, 0).t(),
+            (inputs.q_rows(i0, r)?, inputs.k_t()?),
             1.0 / (d as f32).sqrt(),
-            false,
             self.spec.precision,
         )
     }
@@ -361,29 +416,55 @@ impl AttentionOp {
         if self.spec.rotary_value {
             self.rotate(&mut v, dims, Direction::Forward)?;
         }
+        let layout = HeadLayout::new(t, d, dims.tile);
+        let once = self.packs_once();
+        // Every word written by its task's packing.
+        let mut words = recycle::take(if once { b * heads * layout.len() } else { 0 });
         // Every element written by the products below (one per tile of rows and head).
         let mut context = recycle::take(b * t * h);
         let mut max = vec![0f32; b * heads * t];
         let mut inv_sum = vec![0f32; b * heads * t];
-        let (out, max_out, inv_out) = (
+        let (out, max_out, inv_out, words_out) = (
             SharedOut::new(&mut context),
             SharedOut::new(&mut max),
             SharedOut::new(&mut inv_sum),
+            SharedOut::new(&mut words),
         );
         let run = |bias: Option<MaskView<'_>>, mask: Option<MaskView<'_>>| {
             (0..b * heads).into_par_iter().try_for_each_init(
-                Vec::new,
-                |scores: &mut Vec<f32>, task| -> candle_core::Result<()> {
+                ForwardBuffers::default,
+                |buffers, task| -> candle_core::Result<()> {
                     let (s, head) = (task / heads, task % heads);
-                    // SAFETY: task (s, head) alone writes its t row statistics.
+                    // SAFETY: task (s, head) alone writes its t row statistics and its block
+                    // of words.
                     let stats_at = (s * heads + head) * t;
                     let (task_max, task_inv) =
                         unsafe { (max_out.slice(stats_at, t), inv_out.slice(stats_at, t)) };
+                    let ForwardBuffers {
+                        scores,
+                        p: p_words,
+                        v: v_words,
+                    } = buffers;
+                    let [q_rows, k_rows, v_rows] =
+                        [&q, &k, &v].map(|x| dims.head_rows(x, s, head, 0));
+                    let (inputs, v_right) = if once {
+                        let block = unsafe { words_out.slice(task * layout.len(), layout.len()) };
+                        layout.pack((q_rows, k_rows, v_rows), block)?;
+                        let v_right = Right::of(v_rows, (t, d), Some(v_words))?;
+                        (HeadInputs::Words(HeadWords::new(block, layout)?), v_right)
+                    } else {
+                        let values = HeadInputs::Values {
+                            q: q_rows,
+                            k: k_rows,
+                            v: v_rows,
+                        };
+                        (values, Right::Values(v_rows))
+                    };
                     let mut i0 = 0;
                     while i0 < t {
                         let r = dims.tile.min(t - i0);
                         scores.resize(r * t, 0.0);
-                        self.scores(dims, &q, &k, s, head, i0, r, scores)?;
+                        self.scores(dims, inputs, (i0, r), scores)?;
                         for (i, row) in scores.chunks_exact_mut(t).enumerate() {
                             add_bias(row, bias.as_ref().map(|m| m.row(s, head, i0 + i)));
                             let m =
@@ -394,16 +475,16 @@ impl AttentionOp {
                             row.iter_mut().for_each(|p| *p *= inv);
                             self.drop_row(dims, s, head, i0 + i, row);
                         }
+                        let probs =
+                            Left::of(Mat::rows(scores, t), (r, t), once.then_some(&mut *p_words))?;
                         // Task (s, head) alone writes these rows' columns of its head.
-                        product(
+                        head_product(
                             (r, d, t),
                             Dst::Shared(out),
                             ((s * t + i0) * h + head * d, h),
                             false,
-                            Mat::rows(scores, t),
-                            dims.head_rows(&v, s, head, 0),
+                            (probs, v_right),
                             1.0,
-                            false,
                             self.spec.precision,
                         )?;
                         i0 += r;
@@ -413,10 +494,17 @@ impl AttentionOp {
             )
         };
         self.with_masks(dims, bias, run)?;
+        // The f32 q, k and v, packed, are freed (to the allocator, as they were at the end of
+        // the step before; held on the shelves they cost more fresh pages than they save).
+        let inputs = if once {
+            drop((q, k, v));
+            KeptInputs::Words { words, layout }
+        } else {
+            recycle::give(words);
+            KeptInputs::Values((q, k, v))
+        };
         let _ = self.saved.set(Saved {
-            q,
-            k,
-            v,
+            inputs,
             max,
             inv_sum,
         });
@@ -478,11 +566,12 @@ impl AttentionOp {
                 TileBuffers::default,
                 |buffers, task| {
                     let (s, head) = (task / heads, task % heads);
+                    let head_inputs = saved.inputs.head(dims, s, head)?;
                     let mut i0 = 0;
                     while i0 < t {
                         let r = dims.tile.min(t - i0);
                         let tile = Tile { s, head, i0, r };
-                        self.backward_tile(dims, tile, &inputs, out, buffers)?;
+                        self.backward_tile(dims, tile, (&inputs, head_inputs), out, buffers)?;
                         i0 += r;
                     }
                     Ok(())
@@ -522,76 +611,78 @@ impl AttentionOp {
         &self,
         dims: Dims,
         tile: Tile,
-        inputs: &BackwardInputs<'_>,
+        (inputs, head): (&BackwardInputs<'_>, HeadInputs<'_>),
         out: Gradients,
         buffers: &mut TileBuffers,
     ) -> candle_core::Result<()> {
         let Dims { t, h, d, .. } = dims;
-        let Tile { s, head, i0, r } = tile;
-        let (q, k, v) = (
-            &inputs.saved.q[..],
-            &inputs.saved.k[..],
-            &inputs.saved.v[..],
-        );
-        let TileBuffers { p, pf, dp } = buffers;
+        let Tile { s, i0, r, .. } = tile;
+        let TileBuffers { p, pf, dp, a, b } = buffers;
         dp.resize(r * t, 0.0);
-        self.probabilities(dims, tile, inputs, p)?;
+        self.probabilities(dims, tile, (inputs, head), p)?;
         let probs = self.dropped(dims, tile, p, pf);
         let (scale, precision) = (1.0 / (d as f32).sqrt(), self.spec.precision);
+        // Packed per product here with bf16 products when the head's inputs are words.
+        let once = matches!(head, HeadInputs::Words(_));
+        let g_rows = dims.head_rows(inputs.g, s, tile.head, i0);
         // SAFETY (every shared output): task (s, head) alone writes the columns of its head in
         // the rows of its sequence, and its own rows of the score gradient.
         // dV += (P f)^T dO (the first tile of rows writes, the others add)
-        product(
+        head_product(
             (t, d, r),
             Dst::Shared(out.dv),
-            (s * t * h + head * d, h),
+            (s * t * h + tile.head * d, h),
             i0 > 0,
-            Mat::rows(probs, t).t(),
-            dims.head_rows(inputs.g, s, head, i0),
+            (
+                Left::of(Mat::rows(probs, t).t(), (t, r), once.then_some(&mut *a))?,
+                Right::of(g_rows, (r, d), once.then_some(&mut *b))?,
+            ),
             1.0,
-            false,
             precision,
         )?;
         // dPf = dO v^T
-        product(
+        head_product(
             (r, t, d),
             Dst::Slice(dp),
             (0, t),
             false,
-            dims.head_rows(inputs.g, s, head, i0),
-            dims.head_rows(v, s, head, 0).t(),
+            (
+                Left::of(g_rows, (r, d), once.then_some(&mut *a))?,
+                head.v_t()?,
+            ),
             1.0,
-            false,
             precision,
         )?;
         self.score_gradient(dims, tile, (p, probs), dp);
         if let Some(ds) = out.ds {
             // dS is the gradient of the (broadcast) bias.
-            let at = dims.prob_row(s, head, i0);
+            let at = dims.prob_row(s, tile.head, i0);
             unsafe { ds.slice(at, r * t) }.copy_from_slice(dp);
         }
         // dq rows = c dS k
-        product(
+        head_product(
             (r, d, t),
             Dst::Shared(out.dq),
-            ((s * t + i0) * h + head * d, h),
+            ((s * t + i0) * h + tile.head * d, h),
             false,
-            Mat::rows(dp, t),
-            dims.head_rows(k, s, head, 0),
+            (
+                Left::of(Mat::rows(dp, t), (r, t), once.then_some(&mut *a))?,
+                head.k()?,
+            ),
             scale,
-            false,
             precision,
         )?;
         // dk += c dS^T q rows (as dV)
-        product(
+        head_product(
             (t, d, r),
             Dst::Shared(out.dk),
-            (s * t * h + head * d, h),
+            (s * t * h + tile.head * d, h),
             i0 > 0,
-            Mat::rows(dp, t).t(),
-            dims.head_rows(q, s, head, i0),
+            (
+                Left::of(Mat::rows(dp, t).t(), (t, r), once.then_some(&mut *a))?,
+                head.q_tile(i0, r)?,
+            ),
             scale,
-            false,
             precision,
         )
     }
@@ -602,19 +693,19 @@ impl AttentionOp {
         &self,
         dims: Dims,
         tile: Tile,
-        inputs: &BackwardInputs<'_>,
+        (inputs, head): (&BackwardInputs<'_>, HeadInputs<'_>),
         p: &mut Vec<f32>,
     ) -> candle_core::Result<()> {
-        let Tile { s, head, i0, r } = tile;
+        let Tile { s, i0, r, .. } = tile;
         let t = dims.t;
         let saved = inputs.saved;
         p.resize(r * t, 0.0);
-        self.scores(dims, &saved.q, &saved.k, s, head, i0, r, p)?;
-        let stats_at = (s * dims.heads + head) * t + i0;
+        self.scores(dims, head, (i0, r), p)?;
+        let stats_at = (s * dims.heads + tile.head) * t + i0;
         for (i, row) in p.chunks_exact_mut(t).enumerate() {
             let (bias, mask) = (inputs.bias.as_ref(), inputs.mask.as_ref());
-            add_bias(row, bias.map(|m| m.row(s, head, i0 + i)));
-            add_mask_max(row, mask.map(|m| m.row(s, head, i0 + i)));
+            add_bias(row, bias.map(|m| m.row(s, tile.head, i0 + i)));
+            add_mask_max(row, mask.map(|m| m.row(s, tile.head, i0 + i)));
             exp_sum(row, saved.max[stats_at + i]);
             let inv = saved.inv_sum[stats_at + i];
             row.iter_mut().for_each(|x| *x *= inv);
@@ -679,12 +770,108 @@ struct Gradients {
     ds: Option<SharedOut>,
 }
 
-/// A task's scratch for its tiles: `P`, `P f` (with dropout) and `dPf` / dS.
+/// A backward task's scratch for its tiles: `P`, `P f` (with dropout) and `dPf` / dS, and
+/// the words of a left and a right operand packed per product (bf16 products).
 #[derive(Default)]
 struct TileBuffers {
     p: Vec<f32>,
     pf: Vec<f32>,
     dp: Vec<f32>,
+    a: Vec<u32>,
+    b: Vec<u32>,
+}
+
+/// A forward task's scratch: a tile of scores and probabilities, and (bf16 products) its
+/// words and those of the head's V.
+#[derive(Default)]
+struct ForwardBuffers {
+    scores: Vec<f32>,
+    p: Vec<u32>,
+    v: Vec<u32>,
+}
+
+/// The q, k and v of one task's head, as its products read them.
+#[derive(Clone, Copy)]
+enum HeadInputs<'a> {
+    /// The head's `t x d` values (in the token-major `[b, t, h]` buffers), each product
+    /// rounding and packing what it reads (with bf16 products).
+    Values { q: Mat<'a>, k: Mat<'a>, v: Mat<'a> },
+    /// The head's words, packed once by the forward.
+    Words(HeadWords<'a>),
+}
+
+impl<'a> HeadInputs<'a> {
+    /// Rows `i0..i0 + r` of q as a left operand (`r x d`).
+    fn q_rows(self, i0: usize, r: usize) -> candle_core::Result<Left<'a>> {
+        match self {
+            HeadInputs::Values { q, .. } => Ok(Left::Values(from_row(q, i0))),
+            HeadInputs::Words(w) => w.q_rows(i0, r),
+        }
+    }
+
+    /// `K^T` (`d x t`).
+    fn k_t(self) -> candle_core::Result<Right<'a>> {
+        match self {
+            HeadInputs::Values { k, .. } => Ok(Right::Values(k.t())),
+            HeadInputs::Words(w) => w.k_t(),
+        }
+    }
+
+    /// `V^T` (`d x t`).
+    fn v_t(self) -> candle_core::Result<Right<'a>> {
+        match self {
+            HeadInputs::Values { v, .. } => Ok(Right::Values(v.t())),
+            HeadInputs::Words(w) => w.v_t(),
+        }
+    }
+
+    /// K (`t x d`).
+    fn k(self) -> candle_core::Result<Right<'a>> {
+        match self {
+            HeadInputs::Values { k, .. } => Ok(Right::Values(k)),
+            HeadInputs::Words(w) => w.k(),
+        }
+    }
+
+    /// Rows `i0..i0 + r` of q (a tile) as a right operand (`r x d`).
+    fn q_tile(self, i0: usize, r: usize) -> candle_core::Result<Right<'a>> {
+        match self {
+            HeadInputs::Values { q, .. } => Ok(Right::Values(from_row(q, i0))),
+            HeadInputs::Words(w) => w.q_tile(i0, r),
+        }
+    }
+}
+
+impl KeptInputs {
+    /// The inputs of sequence `s`, head `head`.
+    ///
+    /// # Errors
+    /// Words that do not hold the block.
+    fn head(&self, dims: Dims, s: usize, head: usize) -> candle_core::Result<HeadInputs<'_>> {
+        match self {
+            KeptInputs::Values((q, k, v)) => {
+                let [q, k, v] = [q, k, v].map(|x| dims.head_rows(x, s, head, 0));
+                Ok(HeadInputs::Values { q, k, v })
+            }
+            KeptInputs::Words { words, layout } => {
+                let len = layout.len();
+                let at = (s * dims.heads + head) * len;
+                let block = words.get(at..at + len).ok_or_else(|| {
+                    candle_core::Error::Msg("attention backward: the kept words".into())
+                })?;
+                Ok(HeadInputs::Words(HeadWords::new(block, *layout)?))
+            }
+        }
+    }
+}
+
+impl Drop for KeptInputs {
+    /// Hands the words back for the next layer or step ([`recycle`]).
+    fn drop(&mut self) {
+        if let KeptInputs::Words { words, .. } = self {
+            recycle::give(std::mem::take(words));
+        }
+    }
 }
 
 /// q, k and v of the token-major projections `[.., 3h]`, each `[.., h]`.
