@@ -5,6 +5,7 @@
 //! grid   = (floor(h / p), floor(w / p))                            from the image, not the config
 //! x0     = Embeddings(pixels)                                      [b, 1 + R + rows cols, hidden]
 //! x      = Layer_{n-1}( ... Layer_0(x0, R_grid))                   the rotation made once per pass
+//!                                                                  (training: one op, autograd::chain)
 //! last   = LayerNorm(x)                                            last_hidden_state
 //! pooled = last[:, 0]                                              pooler_output (the normed CLS)
 //! logits = classifier([pooled ; mean(last[:, 1 + R:])])            [b, num_labels]
@@ -14,6 +15,7 @@ use candle_core::{DType, Device, IndexOp, Tensor};
 use candle_nn::VarBuilder;
 use rotary::finite::first_non_finite_in;
 
+use crate::autograd::chain::Chained;
 use crate::mode::Mode;
 use crate::norm::Norm;
 use crate::plan::Plan;
@@ -109,14 +111,15 @@ impl VisionModel {
     /// a NaN or an infinity; [`VisionError::ImageTooSmall`]; candle errors.
     pub fn forward(&self, pixel_values: &Tensor, plan: Plan<'_>) -> Result<VisionOutput> {
         let (pixels, grid) = self.check_pixels(pixel_values)?;
-        let mut x = self.embeddings.forward(&pixels, grid, plan)?;
+        let mut x = Chained::new(self.embeddings.forward(&pixels, grid, plan)?);
         let rotation = self
             .rotation
             .for_pass(&self.config, grid, self.dtype, &self.device)?;
         for layer in &self.layers {
-            x = layer.forward(&x, &rotation, plan)?;
+            layer.forward(&mut x, &rotation, plan)?;
         }
-        let last_hidden_state = self.norm.forward(&x, plan)?;
+        // In a training pass on the CPU kernels the blocks' halves run here, as one op.
+        let last_hidden_state = self.norm.forward(&x.tensor()?, plan)?;
         let pooler_output = last_hidden_state.i((.., 0, ..))?.contiguous()?;
         Ok(VisionOutput {
             last_hidden_state,
