@@ -53,6 +53,9 @@
 //!   attention in the middle; parameters one flat vector as `mlp_branch`'s, the backward
 //!   writing every gradient once, each tail's layer norm, dropout, residual and bias sum one
 //!   row pass (`postnorm`), the dense layers' inputs kept by their producers (`kept_rows`);
+//! - `class_features`: a ViT classifier's features `[x[:, 0] ; mean(x[:, p:])]` from the
+//!   normed states, candle's `i`, `narrow`, `mean` and `cat` to the bit in one parallel pass
+//!   each way;
 //! - `cross_entropy`: mean cross entropy over rows of logits with targets, and the arg-max,
 //!   in one pass; backward `(softmax - onehot) / n`;
 //! - `embedding`: the word and token-type lookups and their sum; backward one scatter of the
@@ -65,6 +68,7 @@ pub(crate) mod add_norm;
 pub(crate) mod attention;
 pub(crate) mod attention_branch;
 pub(crate) mod chain;
+pub(crate) mod class_features;
 pub(crate) mod cross_entropy;
 pub(crate) mod dropout;
 mod element;
