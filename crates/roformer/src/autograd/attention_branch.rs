@@ -29,10 +29,11 @@ use candle_core::Tensor;
 use candle_nn::Linear;
 
 use crate::autograd::attention::{AttentionCore, FusedAttention};
+use crate::autograd::chain::Link;
 use crate::autograd::dropout::KeepMask;
 use crate::autograd::kept_rows;
 use crate::autograd::prenorm::{
-    dense, norm_backward, norm_rows, projections, Branch, BranchOp, Cursor, Samples,
+    dense, norm_backward, norm_rows, projections, Branch, Cursor, Samples,
 };
 use crate::cpu::kept::{Kept, Side};
 use crate::cpu::kept_weight::KeptWeight;
@@ -52,28 +53,27 @@ pub(crate) struct AttentionBranch<'a> {
 
 /// `x + f_s lambda o_proj(Attention(qkv(LayerNorm(x))))` for `x` `[samples, tokens, hidden]`
 /// (`f_s` the factor of sample `s` in `keep`, 1 for all without it), the attention as `spec`
-/// says (heads, rotation, dropout, the products' precision), as one op on f32 CPU tensors.
+/// says (heads, rotation, dropout, the products' precision), as a [`Link`] for hidden states
+/// of `x`'s shape, on f32 CPU tensors.
 ///
 /// # Errors
-/// Parameters whose shapes do not fit `x`, a mask that does not fit; candle errors (tensors
-/// that are not f32 on the CPU).
-pub(crate) fn attention_branch(
+/// Parameters whose shapes do not fit `x`, a mask that does not fit; candle errors.
+pub(crate) fn attention_link(
     x: &Tensor,
     p: AttentionBranch<'_>,
     spec: FusedAttention,
     keep: Option<KeepMask>,
-) -> candle_core::Result<Tensor> {
+) -> candle_core::Result<Link> {
     let pieces = Pieces::check(x, &p, keep.as_ref())?;
     let [q, k, v, o] = p.projections;
-    let mut parts = vec![p.norm.0.clone(), p.norm.1.clone()];
+    let mut params = vec![p.norm.0.clone(), p.norm.1.clone()];
     for layer in [q, k, v] {
-        parts.push(layer.weight().flatten_all()?);
+        params.push(layer.weight().flatten_all()?);
     }
-    parts.extend([q, k, v].iter().filter_map(|l| l.bias().cloned()));
-    parts.push(o.weight().flatten_all()?);
-    parts.extend(o.bias().cloned());
-    parts.push(p.lambda.clone());
-    let flat = Tensor::cat(&parts, 0)?;
+    params.extend([q, k, v].iter().filter_map(|l| l.bias().cloned()));
+    params.push(o.weight().flatten_all()?);
+    params.extend(o.bias().cloned());
+    params.push(p.lambda.clone());
     let op = AttentionBranchOp {
         pieces,
         eps: p.norm.2 as f32,
@@ -82,7 +82,10 @@ pub(crate) fn attention_branch(
         core: AttentionCore::new(spec)?,
         saved: OnceLock::new(),
     };
-    x.contiguous()?.apply_op2(&flat, BranchOp(op))
+    Ok(Link {
+        branch: Box::new(op),
+        params,
+    })
 }
 
 /// Where each parameter lies in the flat vector, and the sizes.
@@ -175,7 +178,9 @@ struct AttentionBranchOp {
 }
 
 impl Branch for AttentionBranchOp {
-    const NAME: &'static str = "attention-branch";
+    fn name(&self) -> &'static str {
+        "attention-branch"
+    }
 
     fn flat_len(&self) -> usize {
         self.pieces.len

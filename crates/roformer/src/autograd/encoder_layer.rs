@@ -264,7 +264,9 @@ fn put_tail_sums(
 }
 
 impl Branch for EncoderLayerOp {
-    const NAME: &'static str = "encoder-layer";
+    fn name(&self) -> &'static str {
+        "encoder-layer"
+    }
 
     fn flat_len(&self) -> usize {
         self.pieces.len

@@ -29,11 +29,10 @@ use std::sync::OnceLock;
 use candle_core::Tensor;
 use candle_nn::Linear;
 
+use crate::autograd::chain::Link;
 use crate::autograd::dropout::KeepMask;
 use crate::autograd::kept_rows;
-use crate::autograd::prenorm::{
-    dense, norm_backward, norm_rows, Branch, BranchOp, Cursor, Samples,
-};
+use crate::autograd::prenorm::{dense, norm_backward, norm_rows, Branch, Cursor, Samples};
 use crate::cpu::kept::Kept;
 use crate::cpu::kept_weight::KeptWeight;
 use crate::cpu::{recycle, Precision};
@@ -54,29 +53,28 @@ pub(crate) struct MlpBranch<'a> {
 }
 
 /// `h + f_s lambda down(gelu(up(LayerNorm(h))))` for `h` `[samples, ..., hidden]` (`f_s` the
-/// factor of sample `s` in `keep`, 1 for all without it), as one op on f32 CPU tensors with
-/// products in `precision`.
+/// factor of sample `s` in `keep`, 1 for all without it) as a [`Link`] for hidden states of
+/// `h`'s shape, on f32 CPU tensors with products in `precision`.
 ///
 /// # Errors
 /// Parameters whose shapes do not fit `h` or each other, a mask whose length is not the
-/// number of samples; candle errors (tensors that are not f32 on the CPU).
-pub(crate) fn mlp_branch(
+/// number of samples; candle errors.
+pub(crate) fn mlp_link(
     h: &Tensor,
     p: MlpBranch<'_>,
     keep: Option<KeepMask>,
     precision: Precision,
-) -> candle_core::Result<Tensor> {
+) -> candle_core::Result<Link> {
     let pieces = Pieces::check(h, &p, keep.as_ref())?;
-    let mut parts = vec![
+    let mut params = vec![
         p.norm.0.clone(),
         p.norm.1.clone(),
         p.up.weight().flatten_all()?,
     ];
-    parts.extend(p.up.bias().cloned());
-    parts.push(p.down.weight().flatten_all()?);
-    parts.extend(p.down.bias().cloned());
-    parts.push(p.lambda.clone());
-    let flat = Tensor::cat(&parts, 0)?;
+    params.extend(p.up.bias().cloned());
+    params.push(p.down.weight().flatten_all()?);
+    params.extend(p.down.bias().cloned());
+    params.push(p.lambda.clone());
     let op = MlpBranchOp {
         pieces,
         eps: p.norm.2 as f32,
@@ -84,7 +82,24 @@ pub(crate) fn mlp_branch(
         precision,
         saved: OnceLock::new(),
     };
-    h.contiguous()?.apply_op2(&flat, BranchOp(op))
+    Ok(Link {
+        branch: Box::new(op),
+        params,
+    })
+}
+
+/// [`mlp_link`] run on `h` as one op of its own.
+///
+/// # Errors
+/// As [`mlp_link`]; candle errors (tensors that are not f32 on the CPU).
+#[cfg(test)]
+pub(crate) fn mlp_branch(
+    h: &Tensor,
+    p: MlpBranch<'_>,
+    keep: Option<KeepMask>,
+    precision: Precision,
+) -> candle_core::Result<Tensor> {
+    crate::autograd::chain::chain(h, vec![mlp_link(h, p, keep, precision)?])
 }
 
 /// [`mlp_branch`] composed of candle ops (the layer norm, candle-nn's layers, the erf GELU,
@@ -197,7 +212,9 @@ struct MlpBranchOp {
 }
 
 impl Branch for MlpBranchOp {
-    const NAME: &'static str = "mlp-branch";
+    fn name(&self) -> &'static str {
+        "mlp-branch"
+    }
 
     fn flat_len(&self) -> usize {
         self.pieces.len

@@ -45,11 +45,17 @@
 //!   its parameters one flat vector (the concatenation of the variables); the backward writes
 //!   every gradient once, layer norm, GELU, layer scale, stochastic depth and residual fused
 //!   into the passes around the four products;
+//! - `chain`: consecutive branches (a stack's pre-norm halves, across blocks) as one op,
+//!   `x_{i+1} = F_i(x_i)`, the backward walking them in reverse: candle's zero tensor and add
+//!   per node paid once for the stack;
 //! - `encoder_layer`: a post-norm encoder layer (RoFormer's) whole, `y = LN_2(Dropout(down(
 //!   gelu(up(a)))) + a)`, `a = LN_1(Dropout(o_proj(Attention(qkv(x)))) + x)`, the fused
 //!   attention in the middle; parameters one flat vector as `mlp_branch`'s, the backward
 //!   writing every gradient once, each tail's layer norm, dropout, residual and bias sum one
 //!   row pass (`postnorm`), the dense layers' inputs kept by their producers (`kept_rows`);
+//! - `class_features`: a ViT classifier's features `[x[:, 0] ; mean(x[:, p:])]` from the
+//!   normed states, candle's `i`, `narrow`, `mean` and `cat` to the bit in one parallel pass
+//!   each way;
 //! - `cross_entropy`: mean cross entropy over rows of logits with targets, and the arg-max,
 //!   in one pass; backward `(softmax - onehot) / n`;
 //! - `embedding`: the word and token-type lookups and their sum; backward one scatter of the
@@ -61,6 +67,8 @@
 pub(crate) mod add_norm;
 pub(crate) mod attention;
 pub(crate) mod attention_branch;
+pub(crate) mod chain;
+pub(crate) mod class_features;
 pub(crate) mod cross_entropy;
 pub(crate) mod dropout;
 mod element;

@@ -294,7 +294,7 @@ pub(crate) fn rows_with_sums(
 /// backward needs) and the backward, on plain slices.
 pub(crate) trait Branch: Send + Sync {
     /// The op's name in candle's graph and in its messages.
-    const NAME: &'static str;
+    fn name(&self) -> &'static str;
 
     /// The length of `flat`, the parameters.
     fn flat_len(&self) -> usize;
@@ -322,7 +322,7 @@ pub(crate) struct BranchOp<B>(pub(crate) B);
 
 impl<B: Branch> CustomOp2 for BranchOp<B> {
     fn name(&self) -> &'static str {
-        B::NAME
+        self.0.name()
     }
 
     fn cpu_fwd(
@@ -332,10 +332,11 @@ impl<B: Branch> CustomOp2 for BranchOp<B> {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let x = f32_slice(s1, l1, B::NAME)?;
-        let flat = f32_slice(s2, l2, B::NAME)?;
+        let what = self.0.name();
+        let x = f32_slice(s1, l1, what)?;
+        let flat = f32_slice(s2, l2, what)?;
         if flat.len() != self.0.flat_len() || !x.len().is_multiple_of(self.0.input_block()) {
-            return Err(candle_core::Error::Msg(format!("{}: input sizes", B::NAME)));
+            return Err(candle_core::Error::Msg(format!("{what}: input sizes")));
         }
         Ok((
             CpuStorage::F32(self.0.forward(x, flat)?),
@@ -350,7 +351,7 @@ impl<B: Branch> CustomOp2 for BranchOp<B> {
         _res: &Tensor,
         g: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        let what = B::NAME;
+        let what = self.0.name();
         let (dx, dflat) = with_f32(x, what, |x| {
             with_f32(flat, what, |flat| {
                 with_f32(g, what, |g| {

@@ -8,19 +8,21 @@
 //! `DropPath` (stochastic depth, `drop_path_rate`) runs in training only: it drops a whole
 //! sample's branch with probability `p` and scales the kept ones by `1 / (1 - p)`.
 //!
-//! In a training pass on the CPU kernels each line above is one op with its own backward
-//! (`autograd::attention_branch`, `autograd::mlp_branch`) where it applies (a fixed rotation or
-//! none; a plain MLP with the erf GELU); at inference with bf16 products, where the same
-//! holds, the dense stages run by row blocks (`fused::prenorm`, through
+//! In a training pass on the CPU kernels each line above is a link with its own forward and
+//! backward on slices (`autograd::attention_branch`, `autograd::mlp_branch`) where it applies
+//! (a fixed rotation or none; a plain MLP with the erf GELU), and consecutive links, across
+//! blocks, run as ONE op (`autograd::chain`: candle's backward then pays its zero tensor and
+//! add for the stack's hidden states once, not per half); at inference with bf16 products,
+//! where the same holds, the dense stages run by row blocks (`fused::prenorm`, through
 //! `VisionAttention::half_by_rows` and `Mlp::half_by_rows`); elsewhere the layers' own ops.
 
 use candle_core::Tensor;
 use candle_nn::{Init, VarBuilder};
 
-use crate::autograd::attention_branch::{attention_branch, AttentionBranch};
+use crate::autograd::attention_branch::{attention_link, AttentionBranch};
+use crate::autograd::chain::{Chained, Link};
 use crate::autograd::layer_scale::{scaled_residual, scaled_residual_slow};
-use crate::autograd::mlp_branch::{mlp_branch, MlpBranch};
-use crate::cpu::Precision;
+use crate::autograd::mlp_branch::{mlp_link, MlpBranch};
 use crate::norm::Norm;
 use crate::plan::Plan;
 use crate::vision::attention::VisionAttention;
@@ -66,32 +68,39 @@ impl VisionLayer {
         })
     }
 
-    /// The block on `x` (`[b, t, hidden]`) with the pass's rotation.
+    /// The block on the hidden states `x` (`[b, t, hidden]`) with the pass's rotation. A half
+    /// that runs as one op with its own backward (a training pass on the CPU kernels, where it
+    /// applies: [`Self::attention_link`], [`Self::mlp_link`]) joins `x`'s pending links, which
+    /// run together as one op when the states are next read ([`Chained`]); the others run at
+    /// once: row stages at inference with bf16 products, the layers' ops elsewhere.
     ///
     /// # Errors
     /// Shapes that do not fit; candle errors.
     pub(crate) fn forward(
         &self,
-        x: &Tensor,
+        x: &mut Chained,
         rotation: &PassRotation,
         plan: Plan<'_>,
-    ) -> candle_core::Result<Tensor> {
-        let h = self.attention_half(x, rotation, plan)?;
-        self.mlp_half(&h, plan)
+    ) -> candle_core::Result<()> {
+        match self.attention_link(x.input(), rotation, plan)? {
+            Some(link) => x.push(link),
+            None => x.then(|x| self.attention_half(x, rotation, plan))?,
+        }
+        match self.mlp_link(x.input(), plan)? {
+            Some(link) => x.push(link),
+            None => x.then(|h| self.mlp_half(h, plan))?,
+        }
+        Ok(())
     }
 
-    /// `h = x + DropPath(lambda1 * Attention(LayerNorm1(x)))`: one op with its own backward in
-    /// a training pass on the CPU kernels, row stages at inference with bf16 products, the
-    /// layers' ops elsewhere.
+    /// `h = x + DropPath(lambda1 * Attention(LayerNorm1(x)))` where it is not a link: row
+    /// stages at inference with bf16 products, the layers' ops elsewhere.
     fn attention_half(
         &self,
         x: &Tensor,
         rotation: &PassRotation,
         plan: Plan<'_>,
     ) -> candle_core::Result<Tensor> {
-        if let Some(h) = self.fused_attention_half(x, rotation, plan)? {
-            return Ok(h);
-        }
         let by_rows =
             self.attention
                 .half_by_rows(x, &self.norm1, &self.layer_scale1, rotation, plan)?;
@@ -106,10 +115,6 @@ impl VisionLayer {
 
     /// `y = h + DropPath(lambda2 * Mlp(LayerNorm2(h)))`, chosen as the attention half is.
     fn mlp_half(&self, h: &Tensor, plan: Plan<'_>) -> candle_core::Result<Tensor> {
-        if let Some((branch, precision)) = self.fused_mlp_half(plan) {
-            let keep = plan.mode().keep_mask(h.dim(0)?, self.drop_path);
-            return mlp_branch(h, branch, keep, precision);
-        }
         if let Some(y) = self
             .mlp
             .half_by_rows(h, &self.norm2, &self.layer_scale2, plan)?
@@ -120,15 +125,17 @@ impl VisionLayer {
         self.join(&m, &self.layer_scale2, h, plan)
     }
 
-    /// The attention half as one op ([`attention_branch`], its own backward) where it applies:
-    /// a training pass on the CPU kernels, a layer norm, and a fixed rotation or none (not
-    /// RoPE-Mixed's learned one). `None` where it does not apply (nothing drawn then).
-    fn fused_attention_half(
+    /// The attention half as a link ([`attention_link`], its own backward) for states of
+    /// `x`'s shape where it applies: a training pass on the CPU kernels, a layer norm, and a
+    /// fixed rotation or none (not RoPE-Mixed's learned one). `None` where it does not apply
+    /// (nothing drawn then); where it does, the attention's dropout and the half's stochastic
+    /// depth are drawn, in that order, as the layers' ops would draw them.
+    fn attention_link(
         &self,
         x: &Tensor,
         rotation: &PassRotation,
         plan: Plan<'_>,
-    ) -> candle_core::Result<Option<Tensor>> {
+    ) -> candle_core::Result<Option<Link>> {
         let Some(precision) = plan.fused_training() else {
             return Ok(None);
         };
@@ -148,25 +155,31 @@ impl VisionLayer {
             lambda: &self.layer_scale1,
         };
         let keep = plan.mode().keep_mask(b, self.drop_path);
-        attention_branch(x, branch, spec, keep).map(Some)
+        attention_link(x, branch, spec, keep).map(Some)
     }
 
-    /// The MLP half as one op ([`mlp_branch`], its own backward) where it applies: a training
-    /// pass on the CPU kernels, a layer norm and a plain MLP with the erf GELU (inference has
-    /// no backward: [`Mlp::half_by_rows`]).
-    fn fused_mlp_half(&self, plan: Plan<'_>) -> Option<(MlpBranch<'_>, Precision)> {
-        let precision = plan.fused_training()?;
-        let Norm::Layer { weight, bias, eps } = &self.norm2 else {
-            return None;
+    /// The MLP half as a link ([`mlp_link`], its own backward) for states of `h`'s shape
+    /// where it applies: a training pass on the CPU kernels, a layer norm and a plain MLP with
+    /// the erf GELU (inference has no backward: [`Mlp::half_by_rows`]). `None` where it does
+    /// not apply (nothing drawn then); the half's stochastic depth drawn where it does.
+    fn mlp_link(&self, h: &Tensor, plan: Plan<'_>) -> candle_core::Result<Option<Link>> {
+        let Some(precision) = plan.fused_training() else {
+            return Ok(None);
         };
-        let (up, down) = self.mlp.plain_gelu()?;
+        let Norm::Layer { weight, bias, eps } = &self.norm2 else {
+            return Ok(None);
+        };
+        let Some((up, down)) = self.mlp.plain_gelu() else {
+            return Ok(None);
+        };
         let branch = MlpBranch {
             norm: (weight, bias, *eps),
             up: up.layer(),
             down: down.layer(),
             lambda: &self.layer_scale2,
         };
-        Some((branch, precision))
+        let keep = plan.mode().keep_mask(h.dim(0)?, self.drop_path);
+        mlp_link(h, branch, keep, precision).map(Some)
     }
 
     /// `residual + DropPath(lambda * branch)` (all `[b, t, hidden]` but `lambda`, `[hidden]`):

@@ -5,15 +5,19 @@
 //! grid   = (floor(h / p), floor(w / p))                            from the image, not the config
 //! x0     = Embeddings(pixels)                                      [b, 1 + R + rows cols, hidden]
 //! x      = Layer_{n-1}( ... Layer_0(x0, R_grid))                   the rotation made once per pass
+//!                                                                  (training: one op, autograd::chain)
 //! last   = LayerNorm(x)                                            last_hidden_state
 //! pooled = last[:, 0]                                              pooler_output (the normed CLS)
 //! logits = classifier([pooled ; mean(last[:, 1 + R:])])            [b, num_labels]
+//!                        (the features one op on the CPU kernels: autograd::class_features)
 //! ```
 
 use candle_core::{DType, Device, IndexOp, Tensor};
 use candle_nn::VarBuilder;
 use rotary::finite::first_non_finite_in;
 
+use crate::autograd::chain::Chained;
+use crate::autograd::class_features::{class_features, class_features_slow};
 use crate::mode::Mode;
 use crate::norm::Norm;
 use crate::plan::Plan;
@@ -21,7 +25,7 @@ use crate::vision::block::VisionLayer;
 use crate::vision::config::VisionConfig;
 use crate::vision::embeddings::VisionEmbeddings;
 use crate::vision::error::{Result, VisionError};
-use crate::vision::ops::{dense, linear_layer, Dense};
+use crate::vision::ops::{dense, fused, linear_layer, Dense};
 use crate::vision::positions::PatchGrid;
 use crate::vision::rope::Rotation;
 
@@ -109,14 +113,15 @@ impl VisionModel {
     /// a NaN or an infinity; [`VisionError::ImageTooSmall`]; candle errors.
     pub fn forward(&self, pixel_values: &Tensor, plan: Plan<'_>) -> Result<VisionOutput> {
         let (pixels, grid) = self.check_pixels(pixel_values)?;
-        let mut x = self.embeddings.forward(&pixels, grid, plan)?;
+        let mut x = Chained::new(self.embeddings.forward(&pixels, grid, plan)?);
         let rotation = self
             .rotation
             .for_pass(&self.config, grid, self.dtype, &self.device)?;
         for layer in &self.layers {
-            x = layer.forward(&x, &rotation, plan)?;
+            layer.forward(&mut x, &rotation, plan)?;
         }
-        let last_hidden_state = self.norm.forward(&x, plan)?;
+        // In a training pass on the CPU kernels the blocks' halves run here, as one op.
+        let last_hidden_state = self.norm.forward(&x.tensor()?, plan)?;
         let pooler_output = last_hidden_state.i((.., 0, ..))?.contiguous()?;
         Ok(VisionOutput {
             last_hidden_state,
@@ -221,13 +226,12 @@ impl VisionForImageClassification {
     /// As [`VisionModel::forward`].
     pub fn forward(&self, pixel_values: &Tensor, plan: Plan<'_>) -> Result<Tensor> {
         let out = self.vit.forward(pixel_values, plan)?;
-        let prefix = self.vit.config().prefix_tokens();
-        let (_, t, _) = out.last_hidden_state.dims3()?;
-        let patches = out
-            .last_hidden_state
-            .narrow(1, prefix, t - prefix)?
-            .mean(1)?; // [b, hidden]
-        let features = Tensor::cat(&[&out.pooler_output, &patches], 1)?; // [b, 2 hidden]
+        let (last, prefix) = (&out.last_hidden_state, self.vit.config().prefix_tokens());
+        // [pooler_output ; the patches' mean], [b, 2 hidden].
+        let features = match fused(plan) {
+            Some(_) => class_features(last, prefix)?,
+            None => class_features_slow(last, prefix)?,
+        };
         Ok(dense(&self.classifier, &features, None, plan)?)
     }
 }

@@ -1,5 +1,6 @@
-//! The blocks' fused halves (`autograd::attention_branch`, `autograd::mlp_branch`: one op
-//! each with its own backward, in a training pass on the CPU kernels) against the candle-op
+//! The blocks' fused halves (`autograd::attention_branch`, `autograd::mlp_branch`: links with
+//! their own backward, in a training pass on the CPU kernels, chained into one op by
+//! `autograd::chain`, which is held to the halves run apart bit for bit) against the candle-op
 //! path (f64, the same weights, the same seeded dropout and stochastic-depth masks): logits
 //! and every gradient, over configs with and without registers, biases, a layer scale of 1,
 //! each MLP kind (the gated one falls back to the dense ops), each rotation training uses;
@@ -9,6 +10,7 @@ use candle_core::{DType, Tensor};
 use candle_nn::{Optimizer, VarMap, SGD};
 
 use super::{classifier, converted, max_abs, max_diff, random, tiny};
+use crate::autograd::chain::links_apart;
 use crate::mode::{Dropout, Mode};
 use crate::vision::config::{PositionKind, VisionConfig};
 use crate::vision::model::VisionForImageClassification;
@@ -214,14 +216,7 @@ fn vision_fused_blocks_read_nothing_recycled_and_pack_weights_once_to_the_same_b
                 && la.to_bits() == ld.to_bits(),
             "{precision:?}: {la} vs {lb} vs {lc} vs {ld}"
         );
-        let bits = |g: &candle_core::backprop::GradStore, v: &candle_core::Var| -> Vec<u32> {
-            let g = g.get(v.as_tensor()).unwrap().flatten_all().unwrap();
-            g.to_vec1::<f32>()
-                .unwrap()
-                .iter()
-                .map(|x| x.to_bits())
-                .collect()
-        };
+        let bits = grad_bits;
         for (name, v) in vars.data().lock().unwrap().iter() {
             let (a, b) = (bits(&ga, v), bits(&gb, v));
             assert!(
@@ -235,6 +230,54 @@ fn vision_fused_blocks_read_nothing_recycled_and_pack_weights_once_to_the_same_b
                 bits(&gd, v),
                 "{precision:?} {name} attention packed once"
             );
+        }
+    }
+}
+
+/// The bits of `v`'s gradient in `g`.
+fn grad_bits(g: &candle_core::backprop::GradStore, v: &candle_core::Var) -> Vec<u32> {
+    let g = g.get(v.as_tensor()).unwrap().flatten_all().unwrap();
+    g.to_vec1::<f32>()
+        .unwrap()
+        .iter()
+        .map(|x| x.to_bits())
+        .collect()
+}
+
+#[test]
+fn vision_blocks_chained_as_one_op_give_the_bits_of_the_halves_apart() {
+    // Chaining the halves changes candle's graph (one node and one `cat` for a run of
+    // consecutive halves instead of one each), not the arithmetic: the same forward and
+    // backward calls on the same slices, the masks drawn in the same order. So the loss and
+    // every gradient are the same bits as with each half its own op (the path before the
+    // chain), with stochastic depth and attention dropout on, in f32 and bf16. The graph's
+    // size shows that the chain ran: two blocks of two chained halves have 2 x 3 fewer nodes;
+    // where a half is not a link (RoPE-Mixed's attention, the gated MLP) the links between
+    // are runs of one, and the graphs are the same size.
+    let fewer_nodes = [6, 6, 6, 0, 0, 6];
+    let w = random(&[3, 3], 6);
+    for ((what, cfg), fewer) in configs().into_iter().zip(fewer_nodes) {
+        let (model, vars) = classifier(&cfg, DType::F32, 4);
+        for precision in [Precision::F32, Precision::Bf16.effective()] {
+            let (la, ga) = loss(&model, precision, &w);
+            let (lb, gb) = links_apart(|| loss(&model, precision, &w));
+            let nodes = |l: &Tensor| l.sorted_nodes().len();
+            assert_eq!(nodes(&la) + fewer, nodes(&lb), "{what} {precision:?}");
+            let (la, lb) = (
+                la.to_scalar::<f32>().unwrap(),
+                lb.to_scalar::<f32>().unwrap(),
+            );
+            assert!(
+                la.is_finite() && la.to_bits() == lb.to_bits(),
+                "{what} {precision:?}: {la} vs {lb}"
+            );
+            for (name, v) in vars.data().lock().unwrap().iter() {
+                assert_eq!(
+                    grad_bits(&ga, v),
+                    grad_bits(&gb, v),
+                    "{what} {precision:?} {name}"
+                );
+            }
         }
     }
 }

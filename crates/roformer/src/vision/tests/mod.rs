@@ -10,6 +10,7 @@ mod load;
 mod model;
 mod patch;
 mod rope;
+mod timing;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
