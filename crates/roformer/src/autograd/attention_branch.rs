@@ -18,7 +18,8 @@
 //! absent there), the concatenation of the model's variables, as in [`super::mlp_branch`].
 //! q, k and v are each written by their own product where the attention reads them, and
 //! their gradients kept as `dqkv` from where the attention leaves them (no split or join
-//! copies); the large buffers come from [`crate::cpu::recycle`]. The reference is the
+//! copies); `c Wo^T` is written store-only, `bo` added by the join that reads it (and by its
+//! backward); the large buffers come from [`crate::cpu::recycle`]. The reference is the
 //! model's op-by-op path (projections, rotation, candle's attention), which the vision tests
 //! compare the fused block against.
 
@@ -33,11 +34,12 @@ use crate::autograd::chain::Link;
 use crate::autograd::dropout::KeepMask;
 use crate::autograd::kept_rows;
 use crate::autograd::prenorm::{
-    dense, norm_backward, norm_rows, projections, Branch, Cursor, Samples,
+    dense_store, norm_backward, norm_rows, part, projections, Branch, Cursor, Samples,
 };
 use crate::cpu::kept::{Kept, Side};
 use crate::cpu::kept_weight::KeptWeight;
-use crate::cpu::{recycle, Precision};
+use crate::cpu::recycle::{self, Lent};
+use crate::cpu::Precision;
 
 /// The parameters of the attention half: the layer norm's weight, bias and epsilon, the four
 /// projections (`[hidden, hidden]`, biases optional) and the layer scale `lambda` `[hidden]`.
@@ -155,13 +157,13 @@ impl Pieces {
 }
 
 /// What the forward keeps for the backward: the normed rows and the attention's context
-/// (kept for their products), the row statistics of `x` and the branch `o` (the attention
-/// keeps its own q, k, v).
+/// (kept for their products), the row statistics of `x` and the product `c Wo^T` (the branch
+/// `o` without its bias; the attention keeps its own q, k, v).
 struct Saved {
     xn: Kept,
     stats: Vec<(f32, f32)>,
     context: Kept,
-    o: Vec<f32>,
+    o: Lent<f32>,
     /// `[Wq; Wk; Wv]` and `Wo`, packed once for the step's products.
     weights: [KeptWeight; 2],
 }
@@ -197,7 +199,7 @@ impl Branch for AttentionBranchOp {
         let norm = (&flat[pc.norm_w.clone()], &flat[pc.norm_b.clone()]);
         let (xn, stats) = norm_rows(x, norm, self.eps, self.precision);
         // q, k, v = xn Wq^T + bq, xn Wk^T + bk, xn Wv^T + bv;  c = Attention(q, k, v).
-        let biases = pc.b_qkv.clone().map(|r| r.map(|r| &flat[r]));
+        let biases = pc.b_qkv.clone().map(|r| part(flat, &r));
         // Each weight packed once for this step's products (bf16), kept for the backward.
         let (w_qkv_rows, wo_rows) = (&flat[pc.w_qkv.clone()], &flat[pc.wo.clone()]);
         let w_qkv = KeptWeight::new(w_qkv_rows, (3 * hid, hid), 3, self.precision)?;
@@ -205,10 +207,10 @@ impl Branch for AttentionBranchOp {
         let qkv = projections(&xn, (w_qkv_rows, &w_qkv), biases, hid, rows)?;
         let c = self.core.forward(qkv, (rows / t, t, 3 * hid))?;
         let context = kept_rows::input(c, hid, self.precision);
-        // o = c Wo^T + bo, y = x + f_s lambda o.
-        let bo = pc.bo.clone().map(|r| &flat[r]);
-        let o = dense(&context, (wo_rows, wo.forward(0)), bo, hid, rows)?;
-        let y = self.samples.join(x, &o, &flat[pc.lambda.clone()])?;
+        // o = c Wo^T, bo added by the join: y = x + f_s lambda (o + bo).
+        let o = Lent::new(dense_store(&context, (wo_rows, wo.forward(0)), hid, rows)?);
+        let bo = part(flat, &pc.bo);
+        let y = self.samples.join(x, (&o, bo), &flat[pc.lambda.clone()])?;
         // A fresh op per call: the cell is empty.
         let _ = self.saved.set(Saved {
             xn,
@@ -234,9 +236,12 @@ impl Branch for AttentionBranchOp {
         })?;
         let rows = x.len() / hid;
         let mut grad = vec![0f32; pc.len];
-        let (d_o, dlambda, dbo) =
-            self.samples
-                .join_backward(g, &saved.o, &flat[pc.lambda.clone()], self.precision);
+        let (d_o, dlambda, dbo) = self.samples.join_backward(
+            g,
+            (&saved.o, part(flat, &pc.bo)),
+            &flat[pc.lambda.clone()],
+            self.precision,
+        );
         grad[pc.lambda.clone()].copy_from_slice(&dlambda);
         if let Some(bo) = pc.bo.clone() {
             grad[bo].copy_from_slice(&dbo);

@@ -26,7 +26,8 @@
 //! dropout masks are drawn by the caller in the op-by-op path's order (the probabilities',
 //! then each tail's), so the two paths drop the same elements. q, k and v are each written by
 //! their own product where the attention reads them, and their gradients kept as `dqkv` from
-//! where the attention leaves them (no split or join copies).
+//! where the attention leaves them (no split or join copies). `a W1^T` is written
+//! store-only, `b1` added by the GELU's pass that reads it.
 
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -38,11 +39,12 @@ use crate::autograd::attention::{AttentionCore, FusedAttention};
 use crate::autograd::dropout::KeepMask;
 use crate::autograd::kept_rows;
 use crate::autograd::postnorm::Tail;
-use crate::autograd::prenorm::{dense, projections, Branch, BranchOp, Cursor};
+use crate::autograd::prenorm::{dense, dense_store, part, projections, Branch, BranchOp, Cursor};
 use crate::cpu::add_norm::Moments;
 use crate::cpu::kept::{Kept, Side};
 use crate::cpu::kept_weight::KeptWeight;
-use crate::cpu::{recycle, Precision};
+use crate::cpu::recycle::{self, Lent};
+use crate::cpu::Precision;
 
 /// A layer norm's weight, bias and epsilon.
 pub(crate) type LayerNormParts<'a> = (&'a Tensor, &'a Tensor, f64);
@@ -219,7 +221,7 @@ struct Saved {
     moments_1: Vec<Moments>,
     a: Vec<f32>,
     a_kept: Kept,
-    slope: Vec<f32>,
+    slope: Lent<f32>,
     i: Kept,
     m: Vec<f32>,
     moments_2: Vec<Moments>,
@@ -235,11 +237,6 @@ struct EncoderLayerOp {
     core: AttentionCore,
     tails: [Tail; 2],
     saved: OnceLock<Saved>,
-}
-
-/// The slice of `flat` at `range`, if any.
-fn part<'f>(flat: &'f [f32], range: &Option<Range<usize>>) -> Option<&'f [f32]> {
-    range.clone().map(|r| &flat[r])
 }
 
 /// The two halves of a norm's place in `flat`.
@@ -304,15 +301,10 @@ impl Branch for EncoderLayerOp {
         )?;
         let [tail_1, tail_2] = &self.tails;
         let (a, a_kept, moments_1) = tail_1.forward_kept((&o, x), norm(flat, &pc.norm_1), prec)?;
-        // i = gelu(a W1^T + b1); u becomes gelu'(u).
-        let mut u = dense(
-            &a_kept,
-            (&flat[pc.w1.clone()], w1.forward(0)),
-            part(flat, &pc.b1),
-            inner,
-            rows,
-        )?;
-        let i = kept_rows::gelu(&mut u, inner, prec);
+        // i = gelu(u + b1) for u = a W1^T (the bias added by the GELU's pass); u becomes
+        // gelu'(u + b1).
+        let mut u = dense_store(&a_kept, (&flat[pc.w1.clone()], w1.forward(0)), inner, rows)?;
+        let i = kept_rows::gelu(&mut u, part(flat, &pc.b1), inner, prec);
         // y = LayerNorm_2(Dropout_2(i W2^T + b2) + a).
         let w2_rows = (&flat[pc.w2.clone()], w2.forward(0));
         let m = dense(&i, w2_rows, part(flat, &pc.b2), hid, rows)?;
@@ -325,7 +317,7 @@ impl Branch for EncoderLayerOp {
             moments_1,
             a,
             a_kept,
-            slope: u,
+            slope: Lent::new(u),
             i,
             m,
             moments_2,

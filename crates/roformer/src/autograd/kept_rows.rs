@@ -5,13 +5,14 @@
 //! copy     k = x                              (sums: sum_rows x, a bias's gradient)
 //! stacked  k = [a | b | c]                    (three row sets side by side; sums as copy)
 //! input    k = x                              (f32: the rows given up, no copy)
-//! gelu     a = gelu(u),   u <- gelu'(u)       (one erf per element; the slope kept)
+//! gelu     a = gelu(u + b),   u <- gelu'(u + b)   (one erf per element; the slope kept)
 //! slope    du = da gelu'(u),   db = sum_rows du
 //! ```
 //!
 //! Each rounds its rows once into the layouts `precision`'s products read.
 
 use crate::autograd::attention::Parts;
+use crate::autograd::prenorm::or_zeros;
 use crate::cpu::kept::{Kept, Side};
 use crate::cpu::mat::SharedOut;
 use crate::cpu::math::gelu_erf_with_slope;
@@ -79,14 +80,23 @@ pub(crate) fn input(x: Vec<f32>, width: usize, precision: Precision) -> Kept {
     }
 }
 
-/// `a = gelu(u)` (erf) kept as a dense layer's input, `u` (rows of `width`) replaced by the
-/// slope `gelu'(u)` (the GELU backward's only need of it).
-pub(crate) fn gelu(u: &mut [f32], width: usize, precision: Precision) -> Kept {
+/// `a = gelu(u + b)` (erf) kept as a dense layer's input, for `u` (rows of `width`) a dense
+/// layer's product and `b` its bias (zeros without one), `u` replaced by the slope
+/// `gelu'(u + b)` (the GELU backward's only need of it).
+pub(crate) fn gelu(
+    u: &mut [f32],
+    bias: Option<&[f32]>,
+    width: usize,
+    precision: Precision,
+) -> Kept {
     let rows = u.len() / width.max(1);
+    let b = or_zeros(bias, width);
     let slopes = SharedOut::new(u);
     Kept::build((rows, width), Side::Input, precision, 0, |i, row, _| {
         // SAFETY: row i's task alone touches row i of u.
-        gelu_erf_with_slope(unsafe { slopes.slice(i * width, width) }, row);
+        let u = unsafe { slopes.slice(i * width, width) };
+        u.iter_mut().zip(b.iter()).for_each(|(u, b)| *u += b);
+        gelu_erf_with_slope(u, row);
     })
     .0
 }

@@ -15,8 +15,11 @@
 //! without stochastic depth). The parameters travel as ONE flat vector (`[w_n | b_n | W1 | b1 |
 //! W2 | b2 | lambda]`, each weight row-major, a missing bias absent), the concatenation of the
 //! model's own variables: candle's `cat` hands each variable its slice of the gradient, so
-//! names, optimiser and checkpoints see the variables as before. The forward keeps `xn`, the
-//! row statistics, `u`, `a` and `m` in buffers of its own; the backward writes every parameter
+//! names, optimiser and checkpoints see the variables as before. The two products write
+//! `xn W1^T` and `a W2^T` store-only (no bias fill, no read of the output), each bias added
+//! by the pass that reads them: the GELU's for `b1`, the join's (and its backward's) for
+//! `b2`. The forward keeps `xn`, the row statistics, `gelu'(u)`, `a` and `a W2^T` in buffers
+//! of its own; the backward writes every parameter
 //! gradient once, in place into the flat gradient (no zero-then-add per node), with the layer
 //! scale, stochastic depth and residual fused into the first pass, the GELU's derivative and
 //! `db1` into one pass (the forward keeps `gelu'(u)`, computed with `gelu(u)` from one erf),
@@ -32,10 +35,11 @@ use candle_nn::Linear;
 use crate::autograd::chain::Link;
 use crate::autograd::dropout::KeepMask;
 use crate::autograd::kept_rows;
-use crate::autograd::prenorm::{dense, norm_backward, norm_rows, Branch, Cursor, Samples};
+use crate::autograd::prenorm::{dense_store, norm_backward, norm_rows, part, Branch, Cursor, Samples};
 use crate::cpu::kept::Kept;
 use crate::cpu::kept_weight::KeptWeight;
-use crate::cpu::{recycle, Precision};
+use crate::cpu::recycle::{self, Lent};
+use crate::cpu::Precision;
 
 /// The parameters of the MLP half: the layer norm's weight, bias and epsilon, the two dense
 /// layers (`up`: `W1` `[inner, hidden]`, `down`: `W2` `[hidden, inner]`, biases optional) and
@@ -190,13 +194,13 @@ impl Pieces {
 
 /// What the forward keeps for the backward, per row of `h`: the normed rows `xn` and the
 /// activation `a` (kept for their products), the mean and `1 / std` of `h`, the GELU's slope
-/// `gelu'(u)`, the branch `m` and the weights packed once.
+/// `gelu'(u)`, the product `a W2^T` (`m` without its bias) and the weights packed once.
 struct Saved {
     xn: Kept,
     stats: Vec<(f32, f32)>,
-    slope: Vec<f32>,
+    slope: Lent<f32>,
     a: Kept,
-    m: Vec<f32>,
+    m: Lent<f32>,
     /// `W1` and `W2`, packed once for the step's products.
     weights: [KeptWeight; 2],
 }
@@ -234,16 +238,15 @@ impl Branch for MlpBranchOp {
         let (w1_rows, w2_rows) = (&flat[pc.w1.clone()], &flat[pc.w2.clone()]);
         let w1 = KeptWeight::new(w1_rows, (inner, hid), 1, self.precision)?;
         let w2 = KeptWeight::new(w2_rows, (hid, inner), 1, self.precision)?;
-        // u = xn W1^T + b1.
-        let b1 = pc.b1.clone().map(|r| &flat[r]);
-        let mut u = dense(&xn, (w1_rows, w1.forward(0)), b1, inner, rows)?;
-        // a = gelu(u); u becomes gelu'(u), all the backward needs of it.
-        let a = kept_rows::gelu(&mut u, inner, self.precision);
-        let slope = u;
-        // m = a W2^T + b2, y = h + f_s lambda m.
-        let b2 = pc.b2.clone().map(|r| &flat[r]);
-        let m = dense(&a, (w2_rows, w2.forward(0)), b2, hid, rows)?;
-        let y = self.samples.join(h, &m, &flat[pc.lambda.clone()])?;
+        // u = xn W1^T, b1 added by the GELU's pass: a = gelu(u + b1); u becomes gelu'(u + b1),
+        // all the backward needs of it.
+        let mut u = dense_store(&xn, (w1_rows, w1.forward(0)), inner, rows)?;
+        let a = kept_rows::gelu(&mut u, part(flat, &pc.b1), inner, self.precision);
+        let slope = Lent::new(u);
+        // m = a W2^T, b2 added by the join: y = h + f_s lambda (m + b2).
+        let m = Lent::new(dense_store(&a, (w2_rows, w2.forward(0)), hid, rows)?);
+        let b2 = part(flat, &pc.b2);
+        let y = self.samples.join(h, (&m, b2), &flat[pc.lambda.clone()])?;
         // A fresh op per call: the cell is empty.
         let _ = self.saved.set(Saved {
             xn,
@@ -271,9 +274,12 @@ impl Branch for MlpBranchOp {
             .ok_or_else(|| candle_core::Error::Msg("mlp branch backward: no forward".into()))?;
         let rows = h.len() / hid;
         let mut grad = vec![0f32; pc.len];
-        let (dm, dlambda, db2) =
-            self.samples
-                .join_backward(g, &saved.m, &flat[pc.lambda.clone()], self.precision);
+        let (dm, dlambda, db2) = self.samples.join_backward(
+            g,
+            (&saved.m, part(flat, &pc.b2)),
+            &flat[pc.lambda.clone()],
+            self.precision,
+        );
         grad[pc.lambda.clone()].copy_from_slice(&dlambda);
         if let Some(b2) = pc.b2.clone() {
             grad[b2].copy_from_slice(&db2);

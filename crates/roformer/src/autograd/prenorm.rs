@@ -3,20 +3,23 @@
 //!
 //! ```text
 //! norm     xn = xh w_n + b_n,   xh = (h - mu) r,   r = 1 / sqrt(var + eps)   (mu, r kept)
-//! join     y = h + f_s lambda m                                   (f_s: sample s's factor)
-//! join'    dm = g f_s lambda,   dlambda = sum g f_s m,   db = sum dm
+//! join     y = h + f_s lambda (m + b)                             (f_s: sample s's factor)
+//! join'    dm = g f_s lambda,   dlambda = sum g f_s (m + b),   db = sum dm
 //! norm'    dh = g + r (dxn w_n - mean(dxn w_n) - xh mean(dxn w_n xh))
 //!          dw_n = sum dxn xh,   db_n = sum dxn
 //! ```
 //!
 //! (`f_s` is `1 / (1 - p)` for a kept sample, 0 for a dropped one, 1 without stochastic depth;
 //! sums over all rows, as partial sums of [`SUM_ROWS`] rows added in order, so the same on any
-//! thread count). Each pass is one sweep over its rows on the threads; `xn` and `dm` are made
+//! thread count). `m` is a dense layer's product alone ([`dense_store`]), its bias `b` added
+//! where the join reads it (zeros without one). Each pass is one sweep over its rows on the
+//! threads; `xn` and `dm` are made
 //! as [`Kept`] activations (with bf16 products: rounded once, into the layouts their products
 //! read). [`Branch`] and [`BranchOp`] make a branch's forward and backward on slices one candle op
 //! of its input and its flat parameters (and so the post-norm encoder layer's,
 //! [`super::encoder_layer`]).
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
@@ -32,7 +35,7 @@ use crate::cpu::math::layer_norm_row;
 use crate::cpu::policy::{PASS_CHUNK, SUM_ROWS};
 use crate::cpu::rows::build_rows;
 use crate::cpu::tensor::{f32_slice, tensor, with_f32};
-use crate::cpu::Precision;
+use crate::cpu::{recycle, Precision};
 
 /// Consecutive ranges of a flat parameter vector, handed out in order.
 #[derive(Default)]
@@ -73,42 +76,47 @@ impl Samples {
         })
     }
 
-    /// `y = h + f_s lambda m` (`join` above), each row written once (no zeroed buffer).
+    /// `y = h + f_s lambda (m + b)` (`join` above) for the product `m` and its bias `b`
+    /// (zeros without one), each row written once (no zeroed buffer).
     ///
     /// # Errors
     /// None in practice (the blocks cover the rows); the row builder's errors.
     pub(crate) fn join(
         &self,
         h: &[f32],
-        m: &[f32],
+        (m, bias): (&[f32], Option<&[f32]>),
         lambda: &[f32],
     ) -> candle_core::Result<Vec<f32>> {
         let width = lambda.len().max(1);
         let rows = h.len() / width;
+        let b = or_zeros(bias, lambda.len());
         build_rows(rows, width, &row_blocks(rows, width), true, |block, out| {
             let y = out.init(Some(&h[block.start * width..block.end * width]), &[]);
             for (j, row) in y.chunks_exact_mut(width).enumerate() {
                 let i = block.start + j;
                 let f = self.factor(i, rows);
-                for ((o, m), l) in row.iter_mut().zip(&m[i * width..][..width]).zip(lambda) {
-                    *o += f * l * m;
+                let m = &m[i * width..][..width];
+                for ((o, (m, b)), l) in row.iter_mut().zip(m.iter().zip(b.iter())).zip(lambda) {
+                    *o += f * l * (m + b);
                 }
             }
             Ok(())
         })
     }
 
-    /// `(dm, dlambda, db)` of `join` from the output's gradient `g` (`join'` above), `dm`
-    /// kept for `precision`'s products as the gradient of a dense layer's output.
+    /// `(dm, dlambda, db)` of `join` from the output's gradient `g` (`join'` above), for the
+    /// product `m` and its bias (zeros without one), `dm` kept for `precision`'s products as
+    /// the gradient of a dense layer's output.
     pub(crate) fn join_backward(
         &self,
         g: &[f32],
-        m: &[f32],
+        (m, bias): (&[f32], Option<&[f32]>),
         lambda: &[f32],
         precision: Precision,
     ) -> (Kept, Vec<f32>, Vec<f32>) {
         let width = lambda.len();
         let rows = g.len() / width.max(1);
+        let b = or_zeros(bias, width);
         let (dm, sums) = Kept::build(
             (rows, width),
             Side::Gradient,
@@ -118,13 +126,13 @@ impl Samples {
                 let f = self.factor(i, rows);
                 let (dl, db) = sums.split_at_mut(width);
                 let (g, m) = (&g[i * width..][..width], &m[i * width..][..width]);
-                for ((d, (g, m)), (l, (dl, db))) in row
+                for ((d, (g, (m, b))), (l, (dl, db))) in row
                     .iter_mut()
-                    .zip(g.iter().zip(m))
+                    .zip(g.iter().zip(m.iter().zip(b.iter())))
                     .zip(lambda.iter().zip(dl.iter_mut().zip(db.iter_mut())))
                 {
                     let gf = g * f;
-                    *dl += gf * m;
+                    *dl += gf * (m + b);
                     *d = gf * l;
                     *db += *d;
                 }
@@ -133,6 +141,18 @@ impl Samples {
         let (dl, db) = sums.split_at(width);
         (dm, dl.to_vec(), db.to_vec())
     }
+}
+
+/// The slice of `flat` at `range`, if any (a parameter that may be absent, as a bias).
+pub(crate) fn part<'f>(flat: &'f [f32], range: &Option<Range<usize>>) -> Option<&'f [f32]> {
+    range.clone().map(|r| &flat[r])
+}
+
+/// `bias`, or `width` zeros without one: what a dense layer's consumer adds to its product
+/// (`0 + s` is what the product gave, bias-free, before it was written store-only: the same
+/// bits, signed zeros included, as `s + 0`).
+pub(crate) fn or_zeros(bias: Option<&[f32]>, width: usize) -> Cow<'_, [f32]> {
+    bias.map_or_else(|| Cow::Owned(vec![0.0; width]), Cow::Borrowed)
 }
 
 /// The layer norm of every row of `h` (`norm` above), kept for `precision`'s products as a
@@ -233,6 +253,27 @@ pub(crate) fn dense(
 ) -> candle_core::Result<Vec<f32>> {
     let mut y = bias_rows(rows, out, bias)?;
     input.times_wt(w, out, &mut y, bias.is_some())?;
+    Ok(y)
+}
+
+/// `input w^T` for `w` `[out, input's width]` (as [`dense`]), the product alone: written
+/// whole without reading the output (no bias fill before it, no load of each tile of the
+/// output in the products' last step), into a buffer from [`recycle`]; the pass that next
+/// reads each row adds the bias ([`Samples::join`], [`super::kept_rows::gelu`]). `(input w^T) + b`
+/// there is, element by element, the same f32 value as [`dense`]'s `b + (input w^T)`: both
+/// kernels add the preloaded output once, after the sum over `k` (bf16: one sum per tile;
+/// f32: where gemm does not split `k`), and f32 addition commutes.
+///
+/// # Errors
+/// Sizes that do not fit; the products' errors.
+pub(crate) fn dense_store(
+    input: &Kept,
+    w: (&[f32], Option<Packed<'_>>),
+    out: usize,
+    rows: usize,
+) -> candle_core::Result<Vec<f32>> {
+    let mut y = recycle::take(rows * out);
+    input.times_wt(w, out, &mut y, false)?;
     Ok(y)
 }
 

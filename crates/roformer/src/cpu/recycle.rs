@@ -19,10 +19,11 @@
 //! reads: a buffer's old contents are the last user's values. Held buffers are at most what
 //! the step itself had alive at its peak, which the warm allocator keeps mapped anyway.
 
+use std::ops::Deref;
 use std::sync::{Mutex, PoisonError};
 
-/// The buffers kept at most per element type (a step of the vision model keeps eight per
-/// block for its backward).
+/// The buffers kept at most per element type (a step of the vision model keeps about a dozen
+/// per block for its backward).
 const SHELF: usize = 128;
 
 /// An element type with a shelf of its own.
@@ -57,6 +58,32 @@ pub(crate) fn take<T: Recycled>(len: usize) -> Vec<T> {
 /// when that is smaller; dropped otherwise).
 pub(crate) fn give<T: Recycled>(buf: Vec<T>) {
     give_to(T::shelf(), buf);
+}
+
+/// A buffer taken from a shelf ([`take`]) that goes back to it ([`give`]) when dropped: an
+/// activation a training op keeps for its backward, in f32 rows (a dense layer's output).
+pub(crate) struct Lent<T: Recycled>(Vec<T>);
+
+impl<T: Recycled> Lent<T> {
+    /// `buf`, handed back to its shelf when dropped.
+    pub(crate) fn new(buf: Vec<T>) -> Self {
+        Lent(buf)
+    }
+}
+
+impl<T: Recycled> Deref for Lent<T> {
+    type Target = [T];
+
+    fn deref(&self) -> &[T] {
+        &self.0
+    }
+}
+
+impl<T: Recycled> Drop for Lent<T> {
+    /// Hands the buffer back for the next [`take`] of its size.
+    fn drop(&mut self) {
+        give(std::mem::take(&mut self.0));
+    }
 }
 
 /// Frees every buffer held, of every element type: called when a training run ends.

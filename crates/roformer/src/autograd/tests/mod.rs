@@ -13,6 +13,7 @@ mod add_norm;
 mod fused_ops;
 mod layer_norm;
 mod mlp_branch;
+mod prenorm;
 mod rms_norm;
 mod rotary;
 mod softmax;
