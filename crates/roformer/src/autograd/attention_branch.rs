@@ -264,8 +264,7 @@ impl Branch for AttentionBranchOp {
         }
         // d[Wq; Wk; Wv] = dqkv^T xn, dxn = dqkv [Wq; Wk; Wv], dx = g + LayerNorm'(dxn).
         dqkv.t_times(&saved.xn, &mut grad, pc.w_qkv.start)?;
-        let mut dx = vec![0f32; rows * hid];
-        dqkv.times_w((&flat[pc.w_qkv.clone()], w_qkv.backward()), hid, &mut dx)?;
+        let mut dx = dqkv.times_w_new((&flat[pc.w_qkv.clone()], w_qkv.backward()), hid)?;
         drop(dqkv);
         let (dw, db) = norm_backward(&mut dx, g, x, &saved.stats, &flat[pc.norm_w.clone()]);
         grad[pc.norm_w.clone()].copy_from_slice(&dw);

@@ -348,14 +348,15 @@ impl Branch for EncoderLayerOp {
         let back_2 = tail_2.backward((&s.m, &s.a), n2, &s.moments_2, g, prec)?;
         put_tail_sums(&mut grad, &back_2.sums, &pc.norm_2, &pc.b2);
         back_2.dm.t_times(&s.i, &mut grad, pc.w2.start)?;
-        let mut di = vec![0f32; rows * inner];
+        // Every element written by the product (no accumulation).
+        let mut di = recycle::take(rows * inner);
         back_2
             .dm
             .times_w((&flat[pc.w2.clone()], w2.backward()), inner, &mut di)?;
         drop(back_2.dm);
         // du = di gelu'(u), db1 = sum du; dW1 = du^T a, da += du W1.
         let (du, db1) = kept_rows::through_slope(&di, &s.slope, inner, prec);
-        drop(di);
+        recycle::give(di);
         if let Some(b1) = pc.b1.clone() {
             grad[b1].copy_from_slice(&db1);
         }

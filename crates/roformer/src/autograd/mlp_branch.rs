@@ -298,8 +298,7 @@ impl Branch for MlpBranchOp {
         }
         // dW1 = du^T xn, dxn = du W1.
         du.t_times(&saved.xn, &mut grad, pc.w1.start)?;
-        let mut dh = vec![0f32; rows * hid];
-        du.times_w((&flat[pc.w1.clone()], w1.backward()), hid, &mut dh)?;
+        let mut dh = du.times_w_new((&flat[pc.w1.clone()], w1.backward()), hid)?;
         drop(du);
         // dh = g + the layer norm's backward of dxn.
         let (dw, db) = norm_backward(&mut dh, g, h, &saved.stats, &flat[pc.norm_w.clone()]);

@@ -24,6 +24,7 @@ use super::policy::SUM_ROWS;
 use super::precision::Precision;
 use super::product::{product, product_prepacked};
 use super::recycle;
+use super::rows::written_whole;
 
 /// Which operand of a weight's gradient `dW = dy^T x` an activation is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,6 +196,23 @@ impl Kept {
         self.times_w_onto(w, inner, dst, false)
     }
 
+    /// `self w` as [`Kept::times_w`], in a new buffer that the product writes whole, never
+    /// zeroed first (one handed on to candle, an input's gradient).
+    ///
+    /// # Errors
+    /// As [`Kept::times_w`].
+    pub(crate) fn times_w_new(
+        &self,
+        w: (&[f32], Option<Packed<'_>>),
+        inner: usize,
+    ) -> candle_core::Result<Vec<f32>> {
+        let (rows, _) = self.dims();
+        // SAFETY: without accumulation the product writes every element of its `rows x inner`
+        // destination and reads none (the bf16 kernel stores each tile, gemm reads no
+        // destination it is told not to).
+        unsafe { written_whole(rows * inner, |dst| self.times_w_into(w, inner, dst, false)) }
+    }
+
     /// `dst = (accumulate ? dst : 0) + self w`, as [`Kept::times_w`]: an input gradient added
     /// onto the gradient another path already wrote (a residual's).
     ///
@@ -202,9 +220,20 @@ impl Kept {
     /// As [`Kept::times_w`].
     pub(crate) fn times_w_onto(
         &self,
-        (w, packed): (&[f32], Option<Packed<'_>>),
+        w: (&[f32], Option<Packed<'_>>),
         inner: usize,
         dst: &mut [f32],
+        accumulate: bool,
+    ) -> candle_core::Result<()> {
+        self.times_w_into(w, inner, Dst::Slice(dst), accumulate)
+    }
+
+    /// [`Kept::times_w_onto`] into any destination.
+    fn times_w_into(
+        &self,
+        (w, packed): (&[f32], Option<Packed<'_>>),
+        inner: usize,
+        dst: Dst<'_>,
         accumulate: bool,
     ) -> candle_core::Result<()> {
         let (rows, width) = self.dims();
@@ -212,7 +241,7 @@ impl Kept {
         match self {
             Kept::F32 { data, .. } => product(
                 (rows, inner, width),
-                Dst::Slice(dst),
+                dst,
                 (0, inner),
                 accumulate,
                 Mat::rows(data, width),
@@ -225,7 +254,7 @@ impl Kept {
                 check_weight(w, width * inner)?;
                 let a = packed_a(rows_words, rows, width, true)?;
                 with_packed(packed, wm, (width, inner), |b| {
-                    product_prepacked(Dst::Slice(dst), (0, inner), accumulate, (a, b), 1.0, true)
+                    product_prepacked(dst, (0, inner), accumulate, (a, b), 1.0, true)
                 })
             }
         }

@@ -85,6 +85,16 @@ impl<T> SharedOut<T> {
         }
     }
 
+    /// Shares `buf`, not yet initialised (which must outlive every use): for writers through
+    /// the raw pointer alone ([`SharedOut::raw`], a product's destination), never
+    /// [`SharedOut::slice`] before every element is written.
+    pub(crate) fn uninit(buf: &mut [std::mem::MaybeUninit<T>]) -> SharedOut<T> {
+        SharedOut {
+            ptr: buf.as_mut_ptr().cast(),
+            len: buf.len(),
+        }
+    }
+
     /// Elements `start..start + len`.
     ///
     /// # Safety

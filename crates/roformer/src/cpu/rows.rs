@@ -1,10 +1,12 @@
-//! Output buffers: rows built block by block on the threads; sums down the columns of rows.
+//! Output buffers: rows built block by block on the threads, or written whole by a product;
+//! sums down the columns of rows.
 
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use rayon::prelude::*;
 
+use crate::cpu::mat::{Dst, SharedOut};
 use crate::cpu::policy::SUM_ROWS;
 
 /// The rows of one block of an output being built: uninitialised until [`RowsOut::init`].
@@ -87,6 +89,30 @@ pub(crate) fn build_rows(
     // SAFETY: the blocks cover all `n` elements, and each block's rows were initialised
     // (`ready`, set by `RowsOut::init`).
     unsafe { out.set_len(n) };
+    Ok(out)
+}
+
+/// A buffer of `len` values written whole by `write` through the destination it is handed
+/// (raw writes: a matrix product without accumulation writes every element of its `m x n`
+/// destination), never zeroed first: for a buffer handed on (to candle) rather than back to
+/// [`super::recycle`].
+///
+/// # Errors
+/// `write`'s errors (the buffer is then dropped unread).
+///
+/// # Safety
+/// When it returns `Ok`, `write` has written every one of the `len` elements through the
+/// destination's pointer, reading none of them before it wrote it.
+pub(crate) unsafe fn written_whole(
+    len: usize,
+    write: impl FnOnce(Dst<'_>) -> candle_core::Result<()>,
+) -> candle_core::Result<Vec<f32>> {
+    let mut out: Vec<f32> = Vec::with_capacity(len);
+    write(Dst::Shared(SharedOut::uninit(
+        &mut out.spare_capacity_mut()[..len],
+    )))?;
+    // SAFETY: `write` wrote all `len` elements (this function's contract).
+    unsafe { out.set_len(len) };
     Ok(out)
 }
 
