@@ -10,7 +10,6 @@ mod load;
 mod model;
 mod patch;
 mod rope;
-mod timing;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
