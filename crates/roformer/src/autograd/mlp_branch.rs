@@ -35,7 +35,9 @@ use candle_nn::Linear;
 use crate::autograd::chain::Link;
 use crate::autograd::dropout::KeepMask;
 use crate::autograd::kept_rows;
-use crate::autograd::prenorm::{dense_store, norm_backward, norm_rows, part, Branch, Cursor, Samples};
+use crate::autograd::prenorm::{
+    dense_store, norm_backward, norm_rows, part, Branch, Cursor, Samples,
+};
 use crate::cpu::kept::Kept;
 use crate::cpu::kept_weight::KeptWeight;
 use crate::cpu::recycle::{self, Lent};
