@@ -12,7 +12,7 @@
 //! input a zero tensor and an add in candle's backward (`GradStore::or_insert`, then `add`:
 //! 5.3 MB memset and an add over 5.3 MB per half of the Fashion-MNIST ViT, on one thread)
 //! and its flat parameters one more, the chain pays that once for the stack. The tests hold
-//! it to the links run apart (`links_apart`) bit for bit.
+//! it to the links run apart (`ReferencePath::LinksApart`) bit for bit.
 
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -20,6 +20,7 @@ use std::sync::OnceLock;
 use candle_core::Tensor;
 
 use crate::autograd::prenorm::{Branch, BranchOp};
+use crate::cpu::reference_path::{self, ReferencePath};
 
 /// One link of a chain: the branch and the tensors its flat parameters are the
 /// concatenation of, in order (the model's variables, so that candle's `cat` hands each its
@@ -93,7 +94,7 @@ pub(crate) fn chain(x: &Tensor, links: Vec<Link>) -> candle_core::Result<Tensor>
         return Ok(x.clone());
     }
     let x = x.contiguous()?;
-    if apart() {
+    if reference_path::taken(ReferencePath::LinksApart) {
         return links.into_iter().try_fold(x, |x, link| {
             let flat = Tensor::cat(&link.params, 0)?;
             x.apply_op2(&flat, BranchOp(Chain::new(vec![link.branch])))
@@ -203,33 +204,4 @@ impl Branch for Chain {
         };
         Ok((dx, dflat))
     }
-}
-
-#[cfg(test)]
-thread_local! {
-    /// Set by [`links_apart`] on its thread.
-    static APART: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Whether this thread runs each link as an op of its own ([`links_apart`]).
-#[cfg(test)]
-fn apart() -> bool {
-    APART.with(std::cell::Cell::get)
-}
-
-/// Never outside the tests: a chain is one op.
-#[cfg(not(test))]
-fn apart() -> bool {
-    false
-}
-
-/// Runs `f` with every chain that this thread makes run as one op per link, each with its own
-/// `cat` of its parameters, as the blocks' halves ran before they were chained: the reference
-/// a test holds the chain to, bit for bit.
-#[cfg(test)]
-pub(crate) fn links_apart<R>(f: impl FnOnce() -> R) -> R {
-    APART.with(|a| a.set(true));
-    let out = f();
-    APART.with(|a| a.set(false));
-    out
 }

@@ -9,7 +9,7 @@
 //! for `W` `[out, in]`, row-major. With bf16 products both layouts are rounded and packed
 //! here, once (the words [`PackedB::new`](super::bf16::PackedB::new) writes for each product,
 //! bit for bit), where each product used to pack its own on every call (which the tests keep
-//! as the reference: `packed_per_product`). A stacked weight (q, k and v's `[3 hidden, in]`)
+//! as the reference: `ReferencePath::WeightsPerProduct`). A stacked weight (q, k and v's `[3 hidden, in]`)
 //! is `parts` weights of `out / parts` rows for the forward, each read by its own product, and
 //! one `[out, in]` for the backward's single product. With f32 products nothing is kept: gemm
 //! packs its operands itself, on every call.
@@ -20,6 +20,7 @@ use super::bf16::{pack_pairs_into, pack_panels, packed_len, Packed, NR};
 use super::mat::{Mat, SharedOut};
 use super::precision::Precision;
 use super::recycle;
+use super::reference_path::{self, ReferencePath};
 
 /// Rows of `W` per task of the backward layout's pass (even: whole pairs).
 const PAIR_ROWS: usize = 2 * NR;
@@ -60,7 +61,9 @@ impl KeptWeight {
                 w.len()
             )));
         }
-        if precision.bf16_kernel().is_none() || per_product() {
+        if precision.bf16_kernel().is_none()
+            || reference_path::taken(ReferencePath::WeightsPerProduct)
+        {
             return Ok(KeptWeight::Rows);
         }
         let rows = out / parts;
@@ -130,34 +133,4 @@ impl Drop for KeptWeight {
             recycle::give(std::mem::take(backward));
         }
     }
-}
-
-#[cfg(test)]
-thread_local! {
-    /// Set by [`packed_per_product`] on its thread.
-    static PER_PRODUCT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Whether this thread's weights are left to each product to pack ([`packed_per_product`]).
-#[cfg(test)]
-fn per_product() -> bool {
-    PER_PRODUCT.with(std::cell::Cell::get)
-}
-
-/// Never outside the tests: each weight is packed once.
-#[cfg(not(test))]
-fn per_product() -> bool {
-    false
-}
-
-/// Runs `f` with every weight that this thread keeps left as rows, so that each bf16 product
-/// packs it on every call as before weights were kept: the reference a test holds the
-/// packed-once path to, bit for bit (the training ops build their weights on the calling
-/// thread).
-#[cfg(test)]
-pub(crate) fn packed_per_product<R>(f: impl FnOnce() -> R) -> R {
-    PER_PRODUCT.with(|p| p.set(true));
-    let out = f();
-    PER_PRODUCT.with(|p| p.set(false));
-    out
 }

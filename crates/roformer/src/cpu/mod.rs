@@ -42,6 +42,7 @@ pub(crate) mod policy;
 mod precision;
 pub(crate) mod product;
 pub(crate) mod recycle;
+pub(crate) mod reference_path;
 pub(crate) mod rows;
 pub(crate) mod tensor;
 #[cfg(test)]

@@ -11,6 +11,7 @@ use test_support::{max_abs, max_abs_diff};
 use super::{Encoder, Layer};
 use crate::autograd::tests::{random, to_vec};
 use crate::config::{PositionEmbeddingType, RawConfig, RoFormerConfig};
+use crate::cpu::reference_path::{self, ReferencePath};
 use crate::cpu::Precision;
 use crate::fused::tests::padding_mask;
 use crate::mode::{Dropout, Mode};
@@ -271,7 +272,7 @@ fn the_fused_layer_reads_nothing_recycled_and_packs_weights_once_to_the_same_bit
         assert_eq!(bits(&first), bits(&second), "{precision:?}");
         // Each weight packed once for the step reads the same words as each product packing
         // its own, so the same sums, to the bit.
-        let per_product = crate::cpu::kept_weight::packed_per_product(|| {
+        let per_product = reference_path::with(ReferencePath::WeightsPerProduct, || {
             run(&f32s, &x, Some(&mask), DType::F32, precision, true, 5)
         });
         assert_eq!(
@@ -280,7 +281,7 @@ fn the_fused_layer_reads_nothing_recycled_and_packs_weights_once_to_the_same_bit
             "{precision:?} packed once"
         );
         // So does the attention's q, k and v packed once per head.
-        let attention_per_product = crate::autograd::attention::operands_packed_per_product(|| {
+        let attention_per_product = reference_path::with(ReferencePath::OperandsPerProduct, || {
             run(&f32s, &x, Some(&mask), DType::F32, precision, true, 5)
         });
         assert_eq!(

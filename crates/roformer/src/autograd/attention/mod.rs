@@ -42,6 +42,7 @@ use super::dropout::KeepMask;
 use crate::cpu::mask::{mask_dims_fit, mask_row, MaskView};
 use crate::cpu::math::{add_mask_max, exp_sum};
 use crate::cpu::policy::{query_tile, TRAINING_SCORE_TILE};
+use crate::cpu::reference_path::{self, ReferencePath};
 use crate::cpu::tensor::{f32_slice, tensor, with_f32};
 use crate::cpu::{recycle, Dst, Mat, Precision, SharedOut};
 use operands::{from_row, head_product, HeadLayout, HeadWords, Left, Right};
@@ -199,24 +200,6 @@ impl AttentionCore {
     }
 }
 
-#[cfg(test)]
-thread_local! {
-    /// Set by [`operands_packed_per_product`] on its thread.
-    static PER_PRODUCT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Runs `f` with every attention op made on this thread leaving its bf16 operands to each
-/// product to round and pack, as before they were packed once per head: the reference a test
-/// holds the packed-once path to, bit for bit (the training ops make their attention on the
-/// calling thread).
-#[cfg(test)]
-pub(crate) fn operands_packed_per_product<R>(f: impl FnOnce() -> R) -> R {
-    PER_PRODUCT.with(|p| p.set(true));
-    let out = f();
-    PER_PRODUCT.with(|p| p.set(false));
-    out
-}
-
 /// What the forward keeps for the backward.
 struct Saved {
     /// q, k and v, q and k (and v with `rotary_value`) rotated.
@@ -243,8 +226,7 @@ struct AttentionOp {
     spec: FusedAttention,
     saved: OnceLock<Saved>,
     /// Whether bf16 products round and pack their f32 operands per product (the reference
-    /// the packed-once path is tested against).
-    #[cfg(test)]
+    /// the packed-once path is tested against; never outside the tests).
     per_product: bool,
 }
 
@@ -318,18 +300,13 @@ impl AttentionOp {
         AttentionOp {
             spec,
             saved: OnceLock::new(),
-            #[cfg(test)]
-            per_product: PER_PRODUCT.with(std::cell::Cell::get),
+            per_product: reference_path::taken(ReferencePath::OperandsPerProduct),
         }
     }
 
     /// Whether the tasks pack their head's operands once (bf16 products on this CPU).
     fn packs_once(&self) -> bool {
-        #[cfg(test)]
-        if self.per_product {
-            return false;
-        }
-        self.spec.precision.bf16_kernel().is_some()
+        !self.per_product && self.spec.precision.bf16_kernel().is_some()
     }
 
     /// Rotates `x` (`[b, t, h]`) in place, forward or back; nothing without rotary positions.
@@ -424,72 +401,20 @@ impl AttentionOp {
         let mut context = recycle::take(b * t * h);
         let mut max = vec![0f32; b * heads * t];
         let mut inv_sum = vec![0f32; b * heads * t];
-        let (out, max_out, inv_out, words_out) = (
-            SharedOut::new(&mut context),
-            SharedOut::new(&mut max),
-            SharedOut::new(&mut inv_sum),
-            SharedOut::new(&mut words),
-        );
+        let shared = ForwardShared {
+            dims,
+            parts: (&q, &k, &v),
+            packed: once.then_some(layout),
+            context: SharedOut::new(&mut context),
+            max: SharedOut::new(&mut max),
+            inv_sum: SharedOut::new(&mut inv_sum),
+            words: SharedOut::new(&mut words),
+        };
         let run = |bias: Option<MaskView<'_>>, mask: Option<MaskView<'_>>| {
             (0..b * heads).into_par_iter().try_for_each_init(
                 ForwardBuffers::default,
                 |buffers, task| -> candle_core::Result<()> {
-                    let (s, head) = (task / heads, task % heads);
-                    // SAFETY: task (s, head) alone writes its t row statistics and its block
-                    // of words.
-                    let stats_at = (s * heads + head) * t;
-                    let (task_max, task_inv) =
-                        unsafe { (max_out.slice(stats_at, t), inv_out.slice(stats_at, t)) };
-                    let ForwardBuffers {
-                        scores,
-                        p: p_words,
-                        v: v_words,
-                    } = buffers;
-                    let [q_rows, k_rows, v_rows] =
-                        [&q, &k, &v].map(|x| dims.head_rows(x, s, head, 0));
-                    let (inputs, v_right) = if once {
-                        let block = unsafe { words_out.slice(task * layout.len(), layout.len()) };
-                        layout.pack((q_rows, k_rows, v_rows), block)?;
-                        let v_right = Right::of(v_rows, (t, d), Some(v_words))?;
-                        (HeadInputs::Words(HeadWords::new(block, layout)?), v_right)
-                    } else {
-                        let values = HeadInputs::Values {
-                            q: q_rows,
-                            k: k_rows,
-                            v: v_rows,
-                        };
-                        (values, Right::Values(v_rows))
-                    };
-                    let mut i0 = 0;
-                    while i0 < t {
-                        let r = dims.tile.min(t - i0);
-                        scores.resize(r * t, 0.0);
-                        self.scores(dims, inputs, (i0, r), scores)?;
-                        for (i, row) in scores.chunks_exact_mut(t).enumerate() {
-                            add_bias(row, bias.as_ref().map(|m| m.row(s, head, i0 + i)));
-                            let m =
-                                add_mask_max(row, mask.as_ref().map(|m| m.row(s, head, i0 + i)));
-                            let inv = 1.0 / exp_sum(row, m);
-                            task_max[i0 + i] = m;
-                            task_inv[i0 + i] = inv;
-                            row.iter_mut().for_each(|p| *p *= inv);
-                            self.drop_row(dims, s, head, i0 + i, row);
-                        }
-                        let probs =
-                            Left::of(Mat::rows(scores, t), (r, t), once.then_some(&mut *p_words))?;
-                        // Task (s, head) alone writes these rows' columns of its head.
-                        head_product(
-                            (r, d, t),
-                            Dst::Shared(out),
-                            ((s * t + i0) * h + head * d, h),
-                            false,
-                            (probs, v_right),
-                            1.0,
-                            self.spec.precision,
-                        )?;
-                        i0 += r;
-                    }
-                    Ok(())
+                    self.forward_task(&shared, (bias.as_ref(), mask.as_ref()), task, buffers)
                 },
             )
         };
@@ -510,6 +435,82 @@ impl AttentionOp {
         });
         let out_shape = Shape::from((b, t, h));
         Ok((CpuStorage::F32(context), out_shape))
+    }
+
+    /// Task `task` = (s, head) of the forward: its head's q, k and v (rounded and packed once
+    /// into its block of words when `shared.packed`), then, tile by tile of query rows, `P =
+    /// softmax(c q K^T + bias, masked)` (each row's maximum and `1 / sum` kept), dropped where
+    /// the spec drops, and `P V` written into the head's columns of the context.
+    fn forward_task(
+        &self,
+        shared: &ForwardShared<'_>,
+        (bias, mask): (Option<&MaskView<'_>>, Option<&MaskView<'_>>),
+        task: usize,
+        buffers: &mut ForwardBuffers,
+    ) -> candle_core::Result<()> {
+        let dims = shared.dims;
+        let Dims { t, h, heads, d, .. } = dims;
+        let (s, head) = (task / heads, task % heads);
+        // SAFETY: task (s, head) alone writes its t row statistics and its block of words.
+        let stats_at = (s * heads + head) * t;
+        let (task_max, task_inv) = unsafe {
+            (
+                shared.max.slice(stats_at, t),
+                shared.inv_sum.slice(stats_at, t),
+            )
+        };
+        let ForwardBuffers {
+            scores,
+            p: p_words,
+            v: v_words,
+        } = buffers;
+        let (q, k, v) = shared.parts;
+        let [q_rows, k_rows, v_rows] = [q, k, v].map(|x| dims.head_rows(x, s, head, 0));
+        let (inputs, v_right) = match shared.packed {
+            Some(layout) => {
+                let block = unsafe { shared.words.slice(task * layout.len(), layout.len()) };
+                layout.pack((q_rows, k_rows, v_rows), block)?;
+                let v_right = Right::of(v_rows, (t, d), Some(v_words))?;
+                (HeadInputs::Words(HeadWords::new(block, layout)?), v_right)
+            }
+            None => {
+                let values = HeadInputs::Values {
+                    q: q_rows,
+                    k: k_rows,
+                    v: v_rows,
+                };
+                (values, Right::Values(v_rows))
+            }
+        };
+        let once = shared.packed.is_some();
+        let mut i0 = 0;
+        while i0 < t {
+            let r = dims.tile.min(t - i0);
+            scores.resize(r * t, 0.0);
+            self.scores(dims, inputs, (i0, r), scores)?;
+            for (i, row) in scores.chunks_exact_mut(t).enumerate() {
+                add_bias(row, bias.map(|m| m.row(s, head, i0 + i)));
+                let m = add_mask_max(row, mask.map(|m| m.row(s, head, i0 + i)));
+                let inv = 1.0 / exp_sum(row, m);
+                task_max[i0 + i] = m;
+                task_inv[i0 + i] = inv;
+                row.iter_mut().for_each(|p| *p *= inv);
+                self.drop_row(dims, s, head, i0 + i, row);
+            }
+            let probs = Left::of(Mat::rows(scores, t), (r, t), once.then_some(&mut *p_words))?;
+            // Task (s, head) alone writes these rows' columns of its head.
+            head_product(
+                (r, d, t),
+                Dst::Shared(shared.context),
+                ((s * t + i0) * h + head * d, h),
+                false,
+                (probs, v_right),
+                1.0,
+                self.spec.precision,
+            )?;
+            i0 += r;
+        }
+        Ok(())
     }
 
     /// The backward pass: the gradient of the projections `[b, t, 3h]` (of input shape
@@ -779,6 +780,19 @@ struct TileBuffers {
     dp: Vec<f32>,
     a: Vec<u32>,
     b: Vec<u32>,
+}
+
+/// What every task of one forward reads and writes: the sizes, the rotated q, k and v
+/// (`[b, t, h]` each), the layout of a task's block of words when the operands are packed once,
+/// and the outputs (the context, each query row's maximum and `1 / sum`, the words).
+struct ForwardShared<'a> {
+    dims: Dims,
+    parts: (&'a [f32], &'a [f32], &'a [f32]),
+    packed: Option<HeadLayout>,
+    context: SharedOut<f32>,
+    max: SharedOut<f32>,
+    inv_sum: SharedOut<f32>,
+    words: SharedOut<u32>,
 }
 
 /// A forward task's scratch: a tile of scores and probabilities, and (bf16 products) its

@@ -10,7 +10,7 @@ use candle_core::{DType, Tensor};
 use candle_nn::{Optimizer, VarMap, SGD};
 
 use super::{classifier, converted, max_abs, max_diff, random, tiny};
-use crate::autograd::chain::links_apart;
+use crate::cpu::reference_path::{self, ReferencePath};
 use crate::mode::{Dropout, Mode};
 use crate::vision::config::{PositionKind, VisionConfig};
 use crate::vision::model::VisionForImageClassification;
@@ -198,11 +198,14 @@ fn vision_fused_blocks_read_nothing_recycled_and_pack_weights_once_to_the_same_b
         let (lb, gb) = loss(&fast, precision, &w);
         // Each weight packed by every product that reads it (the reference of the weights
         // packed once for the step): the same words, so the same bits.
-        let (lc, gc) = crate::cpu::kept_weight::packed_per_product(|| loss(&fast, precision, &w));
+        let (lc, gc) = reference_path::with(ReferencePath::WeightsPerProduct, || {
+            loss(&fast, precision, &w)
+        });
         // And the attention's q, k and v packed once per head, against each product packing
         // its own.
-        let (ld, gd) =
-            crate::autograd::attention::operands_packed_per_product(|| loss(&fast, precision, &w));
+        let (ld, gd) = reference_path::with(ReferencePath::OperandsPerProduct, || {
+            loss(&fast, precision, &w)
+        });
         let (la, lb, lc, ld) = (
             la.to_scalar::<f32>().unwrap(),
             lb.to_scalar::<f32>().unwrap(),
@@ -260,7 +263,8 @@ fn vision_blocks_chained_as_one_op_give_the_bits_of_the_halves_apart() {
         let (model, vars) = classifier(&cfg, DType::F32, 4);
         for precision in [Precision::F32, Precision::Bf16.effective()] {
             let (la, ga) = loss(&model, precision, &w);
-            let (lb, gb) = links_apart(|| loss(&model, precision, &w));
+            let (lb, gb) =
+                reference_path::with(ReferencePath::LinksApart, || loss(&model, precision, &w));
             let nodes = |l: &Tensor| l.sorted_nodes().len();
             assert_eq!(nodes(&la) + fewer, nodes(&lb), "{what} {precision:?}");
             let (la, lb) = (
