@@ -148,9 +148,9 @@ pub(crate) fn part<'f>(flat: &'f [f32], range: &Option<Range<usize>>) -> Option<
     range.clone().map(|r| &flat[r])
 }
 
-/// `bias`, or `width` zeros without one: what a dense layer's consumer adds to its product
-/// (`0 + s` is what the product gave, bias-free, before it was written store-only: the same
-/// bits, signed zeros included, as `s + 0`).
+/// `bias`, or `width` zeros without one: what a dense layer's consumer adds to its product.
+/// Without a bias, `s + 0` is `s` for every value but `-0`, which becomes `+0` (the join's
+/// `h + f lambda (s + 0)` then differs from `h + f lambda s` only where `h` is `-0` too).
 pub(crate) fn or_zeros(bias: Option<&[f32]>, width: usize) -> Cow<'_, [f32]> {
     bias.map_or_else(|| Cow::Owned(vec![0.0; width]), Cow::Borrowed)
 }
