@@ -101,8 +101,15 @@ def test_ctrl_c_stops_the_run_with_its_checkpoint(tmp_path: Path, corpus: Path) 
         if event["event"] == "step":
             os.kill(os.getpid(), signal.SIGINT)
 
-    with pytest.raises(KeyboardInterrupt):
-        train_mlm(tmp_path / "run", [corpus], steps=50, batch_size=2, seq_len=24, progress=interrupt_at_first_step)
+    # Python's own Ctrl-C handler, whatever the test runner was started with (a job started in
+    # the background by a shell without job control inherits SIGINT ignored, and Python then
+    # leaves it ignored).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train_mlm(tmp_path / "run", [corpus], steps=50, batch_size=2, seq_len=24, progress=interrupt_at_first_step)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert (tmp_path / "run" / "checkpoint").is_dir()
 
 
