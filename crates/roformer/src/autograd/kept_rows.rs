@@ -16,7 +16,8 @@ use crate::autograd::prenorm::or_zeros;
 use crate::cpu::kept::{Kept, Side};
 use crate::cpu::mat::SharedOut;
 use crate::cpu::math::gelu_erf_with_slope;
-use crate::cpu::{recycle, Precision};
+use crate::cpu::recycle::{self, Lent};
+use crate::cpu::Precision;
 
 /// `x` (rows of `width`) kept on `side` of a weight gradient, and its column sums when
 /// `sums` (empty otherwise).
@@ -71,7 +72,10 @@ pub(crate) fn stacked(
 /// f32 products, no copy; rounded once with bf16 ones (`x` then handed back, [`recycle`]).
 pub(crate) fn input(x: Vec<f32>, width: usize, precision: Precision) -> Kept {
     match precision.bf16_kernel() {
-        None => Kept::F32 { data: x, width },
+        None => Kept::F32 {
+            data: Lent::new(x),
+            width,
+        },
         Some(_) => {
             let kept = copy(&x, width, Side::Input, precision, false).0;
             recycle::give(x);

@@ -23,7 +23,7 @@ use super::mat::{Dst, Mat, SharedOut};
 use super::policy::SUM_ROWS;
 use super::precision::Precision;
 use super::product::{product, product_prepacked};
-use super::recycle;
+use super::recycle::{self, Lent};
 use super::rows::written_whole;
 
 /// Which operand of a weight's gradient `dW = dy^T x` an activation is.
@@ -40,16 +40,16 @@ pub(crate) enum Kept {
     /// f32 rows.
     F32 {
         /// The rows, row-major.
-        data: Vec<f32>,
+        data: Lent<f32>,
         /// The row width.
         width: usize,
     },
     /// bf16 words in the two layouts its products read.
     Bf16 {
         /// Rows of pair words, padded to panels of `MR` rows.
-        rows_words: Vec<u32>,
+        rows_words: Lent<u32>,
         /// Pairs of rows in panels of `MR` (`Gradient`) or `NR` (`Input`) columns.
-        pair_words: Vec<u32>,
+        pair_words: Lent<u32>,
         /// The rows.
         rows: usize,
         /// The row width.
@@ -86,7 +86,13 @@ impl Kept {
                         sums
                     })
                     .collect();
-                (Kept::F32 { data, width }, partials)
+                (
+                    Kept::F32 {
+                        data: Lent::new(data),
+                        width,
+                    },
+                    partials,
+                )
             }
             Some(_) => {
                 let panel = match side {
@@ -119,8 +125,8 @@ impl Kept {
                     })
                     .collect();
                 let kept = Kept::Bf16 {
-                    rows_words,
-                    pair_words,
+                    rows_words: Lent::new(rows_words),
+                    pair_words: Lent::new(pair_words),
                     rows,
                     width,
                 };
@@ -300,23 +306,6 @@ impl Kept {
             _ => Err(candle_core::Error::Msg(
                 "weight gradient: operands kept in different precisions".into(),
             )),
-        }
-    }
-}
-
-impl Drop for Kept {
-    /// Hands the buffers back for the next activation of their size ([`recycle`]).
-    fn drop(&mut self) {
-        match self {
-            Kept::F32 { data, .. } => recycle::give(std::mem::take(data)),
-            Kept::Bf16 {
-                rows_words,
-                pair_words,
-                ..
-            } => {
-                recycle::give(std::mem::take(rows_words));
-                recycle::give(std::mem::take(pair_words));
-            }
         }
     }
 }

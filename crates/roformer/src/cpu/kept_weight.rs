@@ -19,7 +19,7 @@ use rayon::prelude::*;
 use super::bf16::{pack_pairs_into, pack_panels, packed_len, Packed, NR};
 use super::mat::{Mat, SharedOut};
 use super::precision::Precision;
-use super::recycle;
+use super::recycle::{self, Lent};
 use super::reference_path::{self, ReferencePath};
 
 /// Rows of `W` per task of the backward layout's pass (even: whole pairs).
@@ -33,9 +33,9 @@ pub(crate) enum KeptWeight {
     /// bf16 pair words in the two layouts the products read.
     Bf16 {
         /// `W^T`, each of the `parts` blocks of `out / parts` rows packed apart.
-        forward: Vec<u32>,
+        forward: Lent<u32>,
         /// `W`, pairs of rows in panels of [`NR`] columns.
-        backward: Vec<u32>,
+        backward: Lent<u32>,
         /// `(out, in)`.
         dims: (usize, usize),
         /// The blocks of rows the forward's products read apart.
@@ -84,8 +84,8 @@ impl KeptWeight {
                 pack_pairs_into(block, (inp, out), b * PAIR_ROWS, NR, by_pairs);
             });
         Ok(KeptWeight::Bf16 {
-            forward,
-            backward,
+            forward: Lent::new(forward),
+            backward: Lent::new(backward),
             dims: (out, inp),
             parts,
         })
@@ -118,19 +118,6 @@ impl KeptWeight {
                 dims: (out, inp),
                 ..
             } => Packed::from_words(backward, *out, *inp),
-        }
-    }
-}
-
-impl Drop for KeptWeight {
-    /// Hands the buffers back for the next step's weights ([`recycle`]).
-    fn drop(&mut self) {
-        if let KeptWeight::Bf16 {
-            forward, backward, ..
-        } = self
-        {
-            recycle::give(std::mem::take(forward));
-            recycle::give(std::mem::take(backward));
         }
     }
 }

@@ -60,8 +60,8 @@ pub(crate) fn give<T: Recycled>(buf: Vec<T>) {
     give_to(T::shelf(), buf);
 }
 
-/// A buffer taken from a shelf ([`take`]) that goes back to it ([`give`]) when dropped: an
-/// activation a training op keeps for its backward, in f32 rows (a dense layer's output).
+/// A buffer taken from a shelf ([`take`]) that goes back to it ([`give`]) when dropped: what a
+/// training op keeps for its backward (activations, packed weights and operands).
 pub(crate) struct Lent<T: Recycled>(Vec<T>);
 
 impl<T: Recycled> Lent<T> {

@@ -42,9 +42,10 @@ use super::dropout::KeepMask;
 use crate::cpu::mask::{mask_dims_fit, mask_row, MaskView};
 use crate::cpu::math::{add_mask_max, exp_sum};
 use crate::cpu::policy::{query_tile, TRAINING_SCORE_TILE};
+use crate::cpu::recycle::{self, Lent};
 use crate::cpu::reference_path::{self, ReferencePath};
 use crate::cpu::tensor::{f32_slice, tensor, with_f32};
-use crate::cpu::{recycle, Dst, Mat, Precision, SharedOut};
+use crate::cpu::{Dst, Mat, Precision, SharedOut};
 use operands::{from_row, head_product, HeadLayout, HeadWords, Left, Right};
 
 mod operands;
@@ -216,7 +217,7 @@ enum KeptInputs {
     /// With bf16 products: per (sequence, head), a block of words laid out by `layout`.
     Words {
         /// The blocks, task `s * heads + head`'s at `task * layout.len()`.
-        words: Vec<u32>,
+        words: Lent<u32>,
         /// The layout of each block.
         layout: HeadLayout,
     },
@@ -423,7 +424,10 @@ impl AttentionOp {
         // the step before; held on the shelves they cost more fresh pages than they save).
         let inputs = if once {
             drop((q, k, v));
-            KeptInputs::Words { words, layout }
+            KeptInputs::Words {
+                words: Lent::new(words),
+                layout,
+            }
         } else {
             recycle::give(words);
             KeptInputs::Values((q, k, v))
@@ -875,15 +879,6 @@ impl KeptInputs {
                 })?;
                 Ok(HeadInputs::Words(HeadWords::new(block, *layout)?))
             }
-        }
-    }
-}
-
-impl Drop for KeptInputs {
-    /// Hands the words back for the next layer or step ([`recycle`]).
-    fn drop(&mut self) {
-        if let KeptInputs::Words { words, .. } = self {
-            recycle::give(std::mem::take(words));
         }
     }
 }

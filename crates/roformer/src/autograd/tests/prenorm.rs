@@ -30,7 +30,7 @@ fn bits(v: &[f32]) -> Vec<u32> {
 fn rows_of(kept: &Kept) -> Vec<u32> {
     match kept {
         Kept::F32 { data, .. } => bits(data),
-        Kept::Bf16 { rows_words, .. } => rows_words.clone(),
+        Kept::Bf16 { rows_words, .. } => rows_words.to_vec(),
     }
 }
 
