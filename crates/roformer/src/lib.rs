@@ -124,6 +124,7 @@ pub mod vision;
 pub(crate) mod weights;
 
 pub use activation::Activation;
+pub use autograd::param_grads::ParamGrads;
 pub use config::{NormType, PositionEmbeddingType, RawConfig, RoFormerConfig};
 pub use cpu::Precision;
 pub use error::{ModelError, WeightProblem, WeightProblems};

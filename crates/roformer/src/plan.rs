@@ -13,6 +13,7 @@
 
 use candle_core::{DType, Device, Tensor};
 
+use crate::autograd::param_grads::ParamGrads;
 use crate::autograd::{add_norm, dropout};
 use crate::cpu::tensor::f32_on_cpu;
 use crate::cpu::Precision;
@@ -33,6 +34,7 @@ pub enum Kernels {
 pub struct Plan<'a> {
     mode: Mode<'a>,
     kernels: Kernels,
+    param_grads: Option<&'a ParamGrads>,
 }
 
 impl<'a> Plan<'a> {
@@ -45,7 +47,11 @@ impl<'a> Plan<'a> {
         } else {
             Kernels::Candle
         };
-        Plan { mode, kernels }
+        Plan {
+            mode,
+            kernels,
+            param_grads: None,
+        }
     }
 
     /// This plan with the CPU kernels' matrix products in `precision` (unchanged where the
@@ -58,6 +64,23 @@ impl<'a> Plan<'a> {
             Kernels::Candle => Kernels::Candle,
         };
         Plan { kernels, ..self }
+    }
+
+    /// This plan with the fused training ops handing their parameters' gradients to `sink`
+    /// instead of candle's graph (see [`ParamGrads`]): the caller merges it into the store
+    /// of the pass's backward ([`ParamGrads::merge_into`]) before reading any gradient.
+    /// Without it (the default) every gradient is candle's.
+    pub fn with_param_grads(self, sink: &'a ParamGrads) -> Plan<'a> {
+        Plan {
+            param_grads: Some(sink),
+            ..self
+        }
+    }
+
+    /// Where the fused training ops hand their parameters' gradients, if not to candle's
+    /// graph ([`Plan::with_param_grads`]).
+    pub(crate) fn param_grads(&self) -> Option<&'a ParamGrads> {
+        self.param_grads
     }
 
     /// The mode: inference or training.

@@ -41,7 +41,7 @@ use roformer::train::vision::{build_model, smoothed_cross_entropy, vision_decays
 use roformer::train::Params;
 use roformer::vision::init::initialise;
 use roformer::vision::{RawVisionConfig, SizeField, VisionConfig, VisionKind, VisionModel};
-use roformer::{Dropout, Mode, Precision};
+use roformer::{Dropout, Mode, ParamGrads, Precision};
 use serde_json::json;
 
 use super::memory::cpu_seconds;
@@ -332,15 +332,19 @@ impl Trainer {
     fn step(&mut self) -> Result<StepTimes> {
         let dropout = Dropout::seeded(self.steps);
         let t0 = Instant::now();
+        let delivered = ParamGrads::new();
         let plan = self.model.plan(Mode::Train {
             dropout: &dropout,
             precision: self.precision,
         });
-        let logits = self.model.forward(&self.pixels, plan)?;
+        let logits = self
+            .model
+            .forward(&self.pixels, plan.with_param_grads(&delivered))?;
         let loss = smoothed_cross_entropy(&logits, &self.labels, LABEL_SMOOTHING)?;
         let value = loss.to_scalar::<f32>()?;
         let t1 = Instant::now();
-        let store = loss.backward()?;
+        let mut store = loss.backward()?;
+        delivered.merge_into(&mut store)?;
         let t2 = Instant::now();
         let mut gradients = Gradients::from_store(&store, self.params.vars())?;
         drop(store);

@@ -70,10 +70,10 @@ pub(crate) fn attention_link(
     let [q, k, v, o] = p.projections;
     let mut params = vec![p.norm.0.clone(), p.norm.1.clone()];
     for layer in [q, k, v] {
-        params.push(layer.weight().flatten_all()?);
+        params.push(layer.weight().clone());
     }
     params.extend([q, k, v].iter().filter_map(|l| l.bias().cloned()));
-    params.push(o.weight().flatten_all()?);
+    params.push(o.weight().clone());
     params.extend(o.bias().cloned());
     params.push(p.lambda.clone());
     let op = AttentionBranchOp {

@@ -6,29 +6,35 @@
 //!           dx = g_0,   dflat = [dp_0 | dp_1 | ... | dp_{n-1}]
 //! ```
 //!
-//! with `flat = [p_0 | ... | p_{n-1}]`, one concatenation of every link's variables. The
-//! values are those of the links run as ops of their own (their forward and backward are the
-//! same calls on the same slices), but candle sees one node: where each link's op cost its
-//! input a zero tensor and an add in candle's backward (`GradStore::or_insert`, then `add`:
-//! 5.3 MB memset and an add over 5.3 MB per half of the Fashion-MNIST ViT, on one thread)
-//! and its flat parameters one more, the chain pays that once for the stack. The tests hold
-//! it to the links run apart (`ReferencePath::LinksApart`) bit for bit.
+//! with `flat = [p_0 | ... | p_{n-1}]`, one concatenation of every link's variables (each
+//! flattened). The values are those of the links run as ops of their own (their forward and
+//! backward are the same calls on the same slices), but candle sees one node: where each
+//! link's op cost its input a zero tensor and an add in candle's backward
+//! (`GradStore::or_insert`, then `add`: 5.3 MB memset and an add over 5.3 MB per half of the
+//! Fashion-MNIST ViT, on one thread) and its flat parameters one more, the chain pays that
+//! once for the stack. Given a sink ([`ParamGrads`], from the pass's plan) and variables for
+//! parameters, `flat` is detached from candle's graph and `dflat`'s view of each variable
+//! goes to the sink: no `cat` backward, no zero tensor and add per variable (nor per
+//! flattened weight) at all. The tests hold both to the links run apart
+//! (`ReferencePath::LinksApart`) bit for bit.
 
 use std::ops::Range;
 use std::sync::OnceLock;
 
-use candle_core::Tensor;
+use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 
+use crate::autograd::param_grads::ParamGrads;
 use crate::autograd::prenorm::{Branch, BranchOp};
 use crate::cpu::reference_path::{self, ReferencePath};
 
 /// One link of a chain: the branch and the tensors its flat parameters are the
-/// concatenation of, in order (the model's variables, so that candle's `cat` hands each its
-/// slice of the gradient).
+/// concatenation of, in order (the model's variables, so that each gets its slice of the
+/// gradient: from candle's `cat`, or from the chain through a sink).
 pub(crate) struct Link {
     /// The branch's forward and backward on slices.
     pub(crate) branch: Box<dyn Branch>,
-    /// The tensors of its flat parameter vector, each flattened, in the branch's order.
+    /// The tensors of its flat parameter vector (each read flattened, row-major), in the
+    /// branch's order.
     pub(crate) params: Vec<Tensor>,
 }
 
@@ -37,14 +43,17 @@ pub(crate) struct Link {
 pub(crate) struct Chained {
     input: Tensor,
     links: Vec<Link>,
+    sink: Option<ParamGrads>,
 }
 
 impl Chained {
-    /// The states `x`, no link pending.
-    pub(crate) fn new(x: Tensor) -> Chained {
+    /// The states `x`, no link pending; the links' parameter gradients go to `sink` where
+    /// there is one ([`chain`]).
+    pub(crate) fn new(x: Tensor, sink: Option<&ParamGrads>) -> Chained {
         Chained {
             input: x,
             links: Vec::new(),
+            sink: sink.cloned(),
         }
     }
 
@@ -79,31 +88,101 @@ impl Chained {
     /// As [`chain`].
     pub(crate) fn tensor(&mut self) -> candle_core::Result<Tensor> {
         let links = std::mem::take(&mut self.links);
-        self.input = chain(&self.input, links)?;
+        self.input = chain(&self.input, links, self.sink.as_ref())?;
         Ok(self.input.clone())
     }
 }
 
 /// `links` in order on `x` as one op of `x` and the concatenation of every link's
-/// parameters (see the module doc); `x` itself for no links.
+/// parameters (see the module doc); `x` itself for no links. With a `sink` and every
+/// parameter a variable, the parameters' gradients go to the sink, not to candle's graph.
 ///
 /// # Errors
 /// Sizes that do not fit a link; candle errors (tensors that are not f32 on the CPU).
-pub(crate) fn chain(x: &Tensor, links: Vec<Link>) -> candle_core::Result<Tensor> {
+pub(crate) fn chain(
+    x: &Tensor,
+    links: Vec<Link>,
+    sink: Option<&ParamGrads>,
+) -> candle_core::Result<Tensor> {
     if links.is_empty() {
         return Ok(x.clone());
     }
     let x = x.contiguous()?;
     if reference_path::taken(ReferencePath::LinksApart) {
         return links.into_iter().try_fold(x, |x, link| {
-            let flat = Tensor::cat(&link.params, 0)?;
+            let flat = concatenation(&link.params)?;
             x.apply_op2(&flat, BranchOp(Chain::new(vec![link.branch])))
         });
     }
     let params: Vec<Tensor> = links.iter().flat_map(|l| l.params.clone()).collect();
-    let flat = Tensor::cat(&params, 0)?;
-    let branches = links.into_iter().map(|l| l.branch).collect();
-    x.apply_op2(&flat, BranchOp(Chain::new(branches)))
+    let flat = concatenation(&params)?;
+    let op = BranchOp(Chain::new(links.into_iter().map(|l| l.branch).collect()));
+    match sink.filter(|_| params.iter().all(Tensor::is_variable)) {
+        None => x.apply_op2(&flat, op),
+        Some(sink) => {
+            let op = Delivered {
+                op,
+                params,
+                sink: sink.clone(),
+            };
+            x.apply_op2(&flat.detach(), op)
+        }
+    }
+}
+
+/// `[p_0 | p_1 | ...]`, each tensor flattened (row-major).
+fn concatenation(params: &[Tensor]) -> candle_core::Result<Tensor> {
+    let flat = params
+        .iter()
+        .map(Tensor::flatten_all)
+        .collect::<candle_core::Result<Vec<_>>>()?;
+    Tensor::cat(&flat, 0)
+}
+
+/// A chain's op whose parameters' gradients go to `sink`, each variable's the view of `dflat`
+/// at its place, its input's gradient to candle.
+struct Delivered {
+    op: BranchOp<Chain>,
+    params: Vec<Tensor>,
+    sink: ParamGrads,
+}
+
+impl CustomOp2 for Delivered {
+    fn name(&self) -> &'static str {
+        self.op.name()
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        self.op.cpu_fwd(s1, l1, s2, l2)
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        flat: &Tensor,
+        res: &Tensor,
+        g: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let (dx, dflat) = self.op.bwd(x, flat, res, g)?;
+        if let Some(dflat) = dflat {
+            let mut at = 0;
+            let mut pairs = Vec::with_capacity(self.params.len());
+            for p in &self.params {
+                let n = p.elem_count();
+                pairs.push((p.clone(), dflat.narrow(0, at, n)?.reshape(p.shape())?));
+                at += n;
+            }
+            self.sink.deposit(pairs);
+        }
+        // `flat` is detached: candle keeps no gradient of it.
+        Ok((dx, None))
+    }
 }
 
 /// The links of one op: each branch's range of the flat parameters, and the inputs of all

@@ -99,8 +99,7 @@ pub(crate) fn gelu(
     Kept::build((rows, width), Side::Input, precision, 0, |i, row, _| {
         // SAFETY: row i's task alone touches row i of u.
         let u = unsafe { slopes.slice(i * width, width) };
-        u.iter_mut().zip(b.iter()).for_each(|(u, b)| *u += b);
-        gelu_erf_with_slope(u, row);
+        gelu_erf_with_slope(u, &b, row);
     })
     .0
 }

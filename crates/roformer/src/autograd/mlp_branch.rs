@@ -14,8 +14,8 @@
 //! (sums over all rows; `f_s` is `1 / (1 - p)` for a kept sample, 0 for a dropped one, 1
 //! without stochastic depth). The parameters travel as ONE flat vector (`[w_n | b_n | W1 | b1 |
 //! W2 | b2 | lambda]`, each weight row-major, a missing bias absent), the concatenation of the
-//! model's own variables: candle's `cat` hands each variable its slice of the gradient, so
-//! names, optimiser and checkpoints see the variables as before. The two products write
+//! model's own variables: the chain (`super::chain`) hands each variable its slice of the
+//! gradient, so names, optimiser and checkpoints see the variables as before. The two products write
 //! `xn W1^T` and `a W2^T` store-only (no bias fill, no read of the output), each bias added
 //! by the pass that reads them: the GELU's for `b1`, the join's (and its backward's) for
 //! `b2`. The forward keeps `xn`, the row statistics, `gelu'(u)`, `a` and `a W2^T` in buffers
@@ -72,13 +72,9 @@ pub(crate) fn mlp_link(
     precision: Precision,
 ) -> candle_core::Result<Link> {
     let pieces = Pieces::check(h, &p, keep.as_ref())?;
-    let mut params = vec![
-        p.norm.0.clone(),
-        p.norm.1.clone(),
-        p.up.weight().flatten_all()?,
-    ];
+    let mut params = vec![p.norm.0.clone(), p.norm.1.clone(), p.up.weight().clone()];
     params.extend(p.up.bias().cloned());
-    params.push(p.down.weight().flatten_all()?);
+    params.push(p.down.weight().clone());
     params.extend(p.down.bias().cloned());
     params.push(p.lambda.clone());
     let op = MlpBranchOp {
@@ -105,7 +101,7 @@ pub(crate) fn mlp_branch(
     keep: Option<KeepMask>,
     precision: Precision,
 ) -> candle_core::Result<Tensor> {
-    crate::autograd::chain::chain(h, vec![mlp_link(h, p, keep, precision)?])
+    crate::autograd::chain::chain(h, vec![mlp_link(h, p, keep, precision)?], None)
 }
 
 /// [`mlp_branch`] composed of candle ops (the layer norm, candle-nn's layers, the erf GELU,

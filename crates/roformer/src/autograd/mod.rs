@@ -47,7 +47,9 @@
 //!   into the passes around the four products;
 //! - `chain`: consecutive branches (a stack's pre-norm halves, across blocks) as one op,
 //!   `x_{i+1} = F_i(x_i)`, the backward walking them in reverse: candle's zero tensor and add
-//!   per node paid once for the stack;
+//!   per node paid once for the stack; given a [`param_grads::ParamGrads`] sink by the pass's
+//!   plan, it hands each variable its gradient there, outside candle's graph (no zero tensor
+//!   and add per variable at all);
 //! - `encoder_layer`: a post-norm encoder layer (RoFormer's) whole, `y = LN_2(Dropout(down(
 //!   gelu(up(a)))) + a)`, `a = LN_1(Dropout(o_proj(Attention(qkv(x)))) + x)`, the fused
 //!   attention in the middle; parameters one flat vector as `mlp_branch`'s, the backward
@@ -79,6 +81,7 @@ mod layer_norm;
 pub(crate) mod layer_scale;
 pub(crate) mod linear;
 pub(crate) mod mlp_branch;
+pub(crate) mod param_grads;
 mod postnorm;
 mod prenorm;
 mod rms_norm;

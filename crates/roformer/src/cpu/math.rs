@@ -259,13 +259,14 @@ multiversion! {
 }
 
 multiversion! {
-    /// `a = gelu(u)` and `u <- gelu'(u) = Phi(u) + u phi(u)` in one pass (one erf per element,
+    /// `a = gelu(x)` and `u <- gelu'(x) = Phi(x) + x phi(x)` for `x = u + bias` (a dense
+    /// layer's product and its bias, element by element) in one pass (one erf per element,
     /// by [`erf_gauss`], as [`gelu_erf`] and [`gelu_backward`]): the slope a backward then
     /// only multiplies by.
-    pub(crate) fn gelu_erf_with_slope(u: &mut [f32], a: &mut [f32]) {
+    pub(crate) fn gelu_erf_with_slope(u: &mut [f32], bias: &[f32], a: &mut [f32]) {
         const INV_SQRT_2PI: f32 = 0.398_942_3;
-        for (u, a) in u.iter_mut().zip(a.iter_mut()) {
-            let x = *u;
+        for ((u, b), a) in u.iter_mut().zip(bias).zip(a.iter_mut()) {
+            let x = *u + *b;
             let (erf, gauss) = erf_gauss(x * std::f32::consts::FRAC_1_SQRT_2);
             let phi = 0.5 * (1.0 + erf);
             *a = x * phi;

@@ -185,9 +185,12 @@ fn packing_tasks_split_small_operands_over_the_threads() {
 
 #[test]
 fn gelu_with_slope_is_gelu_and_its_derivative_bit_for_bit() {
-    let xs: Vec<f32> = (0..=20_000).map(|i| -10.0 + i as f32 * 1e-3).collect();
-    let (mut slope, mut a) = (xs.clone(), vec![0f32; xs.len()]);
-    gelu_erf_with_slope(&mut slope, &mut a);
+    // At x = u + bias, the sum taken in f32 as the caller would before the call.
+    let us: Vec<f32> = (0..=20_000).map(|i| -10.0 + i as f32 * 1e-3).collect();
+    let bias: Vec<f32> = (0..us.len()).map(|i| (i % 7) as f32 * 0.1 - 0.3).collect();
+    let xs: Vec<f32> = us.iter().zip(&bias).map(|(u, b)| u + b).collect();
+    let (mut slope, mut a) = (us.clone(), vec![0f32; xs.len()]);
+    gelu_erf_with_slope(&mut slope, &bias, &mut a);
     let mut want_a = xs.clone();
     gelu_erf(&mut want_a);
     let mut want_slope = vec![0f32; xs.len()];

@@ -15,6 +15,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::autograd::param_grads::ParamGrads;
 use crate::mode::{Dropout, Mode};
 use crate::tasks::{HeadModel, RoFormerForSequenceClassification};
 use crate::tokenizer::RoFormerTokenizer;
@@ -340,6 +341,7 @@ impl Task for ClassifyTask<'_> {
         &self,
         index: u64,
         dropout: &Dropout,
+        _grads: &ParamGrads,
     ) -> Result<(Tensor, usize), TrainError> {
         let examples = self.micro_batch(index);
         let (ids, types, mask, labels) =

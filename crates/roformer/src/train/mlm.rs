@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
+use crate::autograd::param_grads::ParamGrads;
 use crate::config::RoFormerConfig;
 use crate::data::split::fnv1a64;
 use crate::data::{
@@ -303,6 +304,7 @@ impl Task for MlmTask<'_> {
         &self,
         index: u64,
         dropout: &Dropout,
+        _grads: &ParamGrads,
     ) -> Result<(Tensor, usize), TrainError> {
         let b = self.data.train.batch(index);
         let (ids, types, mask) = batch_tensors(&b, self.model.roformer().device())?;

@@ -29,6 +29,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use crate::autograd::param_grads::ParamGrads;
 use crate::mode::Dropout;
 use crate::optim::{AdamW, Gradients, LrSchedule};
 use crate::train::checkpoint::{safetensors_bytes, write_dir_atomically_with, SaveStep};
@@ -121,7 +122,10 @@ pub enum Evaluation {
 /// of its checkpoints.
 pub trait Task {
     /// The mean loss of micro-batch `index` (global: `step * grad_accum + micro`) in training
-    /// mode with `dropout`, as a differentiable scalar, and the tokens it covered.
+    /// mode with `dropout`, as a differentiable scalar, and the tokens it covered. A task
+    /// whose fused ops can hand their parameters' gradients over beside candle's graph gives
+    /// them `grads` ([`crate::Plan::with_param_grads`]); the loop merges it into the store of
+    /// the loss's backward.
     ///
     /// # Errors
     /// Model errors.
@@ -129,6 +133,7 @@ pub trait Task {
         &self,
         index: u64,
         dropout: &Dropout,
+        grads: &ParamGrads,
     ) -> Result<(candle_core::Tensor, usize), TrainError>;
 
     /// Evaluates the model at inference on the validation data after `step` steps, reading
@@ -305,7 +310,8 @@ impl<T: Task> Trainer<'_, T> {
             let micro = acc.micro_batches;
             let dropout = Dropout::seeded(dropout_seed(self.options.seed, self.step, micro));
             let index = self.step * accum + micro;
-            let (loss, n) = self.task.micro_batch_loss(index, &dropout)?;
+            let delivered = ParamGrads::new();
+            let (loss, n) = self.task.micro_batch_loss(index, &dropout, &delivered)?;
             let value = f64::from(loss.to_scalar::<f32>()?);
             if !value.is_finite() {
                 return Err(TrainError::NonFinite {
@@ -315,7 +321,8 @@ impl<T: Task> Trainer<'_, T> {
             }
             acc.loss_sum += value;
             acc.tokens += n;
-            let store = (loss / accum as f64)?.backward()?;
+            let mut store = (loss / accum as f64)?.backward()?;
+            delivered.merge_into(&mut store)?;
             let micro_grads = Gradients::from_store(&store, self.params.vars())?;
             if micro == 0 {
                 acc.gradients = micro_grads;

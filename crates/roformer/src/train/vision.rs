@@ -34,6 +34,7 @@ use candle_core::{DType, Device, Tensor, D};
 use candle_nn::{VarBuilder, VarMap};
 use serde::Serialize;
 
+use crate::autograd::param_grads::ParamGrads;
 use crate::cpu::Precision;
 use crate::images::augment::Augmentation;
 use crate::images::batch::{epoch_order, BatchBuilder, ImageBatch};
@@ -253,6 +254,7 @@ impl Task for ImageTask<'_> {
         &self,
         index: u64,
         dropout: &Dropout,
+        grads: &ParamGrads,
     ) -> Result<(Tensor, usize), TrainError> {
         let indices = self.indices(index);
         let batch = self.builder.train_batch(&self.train, &indices, index)?;
@@ -262,7 +264,7 @@ impl Task for ImageTask<'_> {
             dropout,
             precision: self.precision,
         });
-        let logits = self.model.forward(&x, plan)?;
+        let logits = self.model.forward(&x, plan.with_param_grads(grads))?;
         let loss = smoothed_cross_entropy(&logits, &labels, self.label_smoothing)?;
         Ok((loss, labels.len()))
     }

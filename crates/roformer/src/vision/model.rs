@@ -113,7 +113,8 @@ impl VisionModel {
     /// a NaN or an infinity; [`VisionError::ImageTooSmall`]; candle errors.
     pub fn forward(&self, pixel_values: &Tensor, plan: Plan<'_>) -> Result<VisionOutput> {
         let (pixels, grid) = self.check_pixels(pixel_values)?;
-        let mut x = Chained::new(self.embeddings.forward(&pixels, grid, plan)?);
+        let embedded = self.embeddings.forward(&pixels, grid, plan)?;
+        let mut x = Chained::new(embedded, plan.param_grads());
         let rotation = self
             .rotation
             .for_pass(&self.config, grid, self.dtype, &self.device)?;

@@ -349,13 +349,14 @@ impl<T: Task> Task for StopAt<'_, T> {
         &self,
         index: u64,
         dropout: &crate::mode::Dropout,
+        grads: &crate::ParamGrads,
     ) -> Result<(Tensor, usize), TrainError> {
         if let StopPoint::Micro(at) = self.at {
             if index == at {
                 self.stop.store(true, Ordering::SeqCst);
             }
         }
-        self.inner.micro_batch_loss(index, dropout)
+        self.inner.micro_batch_loss(index, dropout, grads)
     }
 
     fn evaluate(

@@ -14,7 +14,7 @@ use crate::cpu::reference_path::{self, ReferencePath};
 use crate::mode::{Dropout, Mode};
 use crate::vision::config::{PositionKind, VisionConfig};
 use crate::vision::model::VisionForImageClassification;
-use crate::Precision;
+use crate::{ParamGrads, Precision};
 
 /// Pixels `[3, 2, 13, 10]`: a 3x2 grid, three samples (so that stochastic depth at 0.5 drops
 /// some and keeps others).
@@ -68,15 +68,33 @@ fn loss(
     precision: Precision,
     w: &Tensor,
 ) -> (Tensor, candle_core::backprop::GradStore) {
+    loss_delivering(model, precision, w, None)
+}
+
+/// [`loss`], the fused ops handing their parameters' gradients to `sink` where given (merged
+/// into the store after the backward, as the training loop does).
+fn loss_delivering(
+    model: &VisionForImageClassification,
+    precision: Precision,
+    w: &Tensor,
+    sink: Option<&ParamGrads>,
+) -> (Tensor, candle_core::backprop::GradStore) {
     let d = Dropout::seeded(5);
     let mode = Mode::Train {
         dropout: &d,
         precision,
     };
+    let plan = match sink {
+        Some(sink) => model.plan(mode).with_param_grads(sink),
+        None => model.plan(mode),
+    };
     let x = pixels().to_dtype(w.dtype()).unwrap();
-    let logits = model.forward(&x, model.plan(mode)).unwrap();
+    let logits = model.forward(&x, plan).unwrap();
     let l = (&logits * w).unwrap().sum_all().unwrap();
-    let grads = l.backward().unwrap();
+    let mut grads = l.backward().unwrap();
+    if let Some(sink) = sink {
+        sink.merge_into(&mut grads).unwrap();
+    }
     (l, grads)
 }
 
@@ -256,7 +274,10 @@ fn vision_blocks_chained_as_one_op_give_the_bits_of_the_halves_apart() {
     // chain), with stochastic depth and attention dropout on, in f32 and bf16. The graph's
     // size shows that the chain ran: two blocks of two chained halves have 2 x 3 fewer nodes;
     // where a half is not a link (RoPE-Mixed's attention, the gated MLP) the links between
-    // are runs of one, and the graphs are the same size.
+    // are runs of one, and the graphs are the same size. With a sink for the parameters'
+    // gradients (`ParamGrads`, as the training loop gives) the chains' parameters leave
+    // candle's graph (fewer nodes still) and their gradients, merged into the store after the
+    // backward, are the same bits again.
     let fewer_nodes = [6, 6, 6, 0, 0, 6];
     let w = random(&[3, 3], 6);
     for ((what, cfg), fewer) in configs().into_iter().zip(fewer_nodes) {
@@ -265,21 +286,23 @@ fn vision_blocks_chained_as_one_op_give_the_bits_of_the_halves_apart() {
             let (la, ga) = loss(&model, precision, &w);
             let (lb, gb) =
                 reference_path::with(ReferencePath::LinksApart, || loss(&model, precision, &w));
+            let sink = ParamGrads::new();
+            let (lc, gc) = loss_delivering(&model, precision, &w, Some(&sink));
             let nodes = |l: &Tensor| l.sorted_nodes().len();
             assert_eq!(nodes(&la) + fewer, nodes(&lb), "{what} {precision:?}");
-            let (la, lb) = (
-                la.to_scalar::<f32>().unwrap(),
-                lb.to_scalar::<f32>().unwrap(),
-            );
+            assert!(nodes(&lc) < nodes(&la), "{what} {precision:?}: delivered");
+            let [la, lb, lc] = [la, lb, lc].map(|l| l.to_scalar::<f32>().unwrap());
             assert!(
-                la.is_finite() && la.to_bits() == lb.to_bits(),
-                "{what} {precision:?}: {la} vs {lb}"
+                la.is_finite() && la.to_bits() == lb.to_bits() && lc.to_bits() == lb.to_bits(),
+                "{what} {precision:?}: {la} vs {lb} vs {lc}"
             );
             for (name, v) in vars.data().lock().unwrap().iter() {
+                let apart = grad_bits(&gb, v);
+                assert_eq!(grad_bits(&ga, v), apart, "{what} {precision:?} {name}");
                 assert_eq!(
-                    grad_bits(&ga, v),
-                    grad_bits(&gb, v),
-                    "{what} {precision:?} {name}"
+                    grad_bits(&gc, v),
+                    apart,
+                    "{what} {precision:?} {name} delivered"
                 );
             }
         }
