@@ -67,8 +67,8 @@ impl<'a> Plan<'a> {
     }
 
     /// This plan with the fused training ops handing their parameters' gradients to `sink`
-    /// instead of candle's graph (see [`ParamGrads`]): the caller merges it into the store
-    /// of the pass's backward ([`ParamGrads::merge_into`]) before reading any gradient.
+    /// instead of candle's graph (see [`ParamGrads`]): the caller runs the pass's backward
+    /// through the sink ([`ParamGrads::backward`]), which merges them into the store.
     /// Without it (the default) every gradient is candle's.
     pub fn with_param_grads(self, sink: &'a ParamGrads) -> Plan<'a> {
         Plan {

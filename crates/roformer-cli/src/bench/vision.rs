@@ -343,8 +343,7 @@ impl Trainer {
         let loss = smoothed_cross_entropy(&logits, &self.labels, LABEL_SMOOTHING)?;
         let value = loss.to_scalar::<f32>()?;
         let t1 = Instant::now();
-        let mut store = loss.backward()?;
-        delivered.merge_into(&mut store)?;
+        let store = delivered.backward(&loss)?;
         let t2 = Instant::now();
         let mut gradients = Gradients::from_store(&store, self.params.vars())?;
         drop(store);

@@ -1,5 +1,5 @@
 //! Parameter gradients a training pass's fused ops hand over beside candle's graph, merged
-//! into candle's store after the backward ([`ParamGrads::merge_into`]):
+//! into candle's store by the backward that reads them ([`ParamGrads::backward`]):
 //!
 //! ```text
 //! candle's graph   y = op(x, cat(p_1 .. p_n))     backward: dflat -> zeros + add (cat's node)
@@ -16,7 +16,8 @@
 //! Fashion-MNIST ViT's blocks).
 //!
 //! Only where a pass is given a sink ([`crate::plan::Plan::with_param_grads`]) do its ops
-//! deliver here; whoever gives it merges it after the backward, before reading the store.
+//! deliver here; whoever gives it runs the pass's backward through it, so that no store is
+//! read without them.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -41,13 +42,25 @@ impl ParamGrads {
         held.extend(pairs);
     }
 
+    /// `loss.backward()` with the gradients this sink received during it merged in (each
+    /// stored as it is for a variable candle has no gradient of, added to candle's
+    /// otherwise): every parameter's gradient of a pass given this sink.
+    ///
+    /// # Errors
+    /// Candle errors of the backward or of the merge.
+    pub fn backward(&self, loss: &Tensor) -> candle_core::Result<GradStore> {
+        let mut store = loss.backward()?;
+        self.merge_into(&mut store)?;
+        Ok(store)
+    }
+
     /// Moves every gradient held into `store`: stored as it is for a variable the store has
     /// no gradient of, added to the store's otherwise (a variable also read by candle's
     /// ops). The sink is empty after.
     ///
     /// # Errors
     /// Candle errors of the add (a gradient whose shape is not its variable's).
-    pub fn merge_into(&self, store: &mut GradStore) -> candle_core::Result<()> {
+    fn merge_into(&self, store: &mut GradStore) -> candle_core::Result<()> {
         let pairs = std::mem::take(&mut *self.pairs.lock().unwrap_or_else(PoisonError::into_inner));
         for (var, grad) in pairs {
             let sum = match store.get(&var) {

@@ -124,8 +124,8 @@ pub trait Task {
     /// The mean loss of micro-batch `index` (global: `step * grad_accum + micro`) in training
     /// mode with `dropout`, as a differentiable scalar, and the tokens it covered. A task
     /// whose fused ops can hand their parameters' gradients over beside candle's graph gives
-    /// them `grads` ([`crate::Plan::with_param_grads`]); the loop merges it into the store of
-    /// the loss's backward.
+    /// them `grads` ([`crate::Plan::with_param_grads`]); the loop runs the loss's backward
+    /// through it ([`ParamGrads::backward`]).
     ///
     /// # Errors
     /// Model errors.
@@ -321,8 +321,7 @@ impl<T: Task> Trainer<'_, T> {
             }
             acc.loss_sum += value;
             acc.tokens += n;
-            let mut store = (loss / accum as f64)?.backward()?;
-            delivered.merge_into(&mut store)?;
+            let store = delivered.backward(&(loss / accum as f64)?)?;
             let micro_grads = Gradients::from_store(&store, self.params.vars())?;
             if micro == 0 {
                 acc.gradients = micro_grads;

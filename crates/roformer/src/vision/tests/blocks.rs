@@ -71,8 +71,8 @@ fn loss(
     loss_delivering(model, precision, w, None)
 }
 
-/// [`loss`], the fused ops handing their parameters' gradients to `sink` where given (merged
-/// into the store after the backward, as the training loop does).
+/// [`loss`], the fused ops handing their parameters' gradients to `sink` where given (the
+/// backward run through it, as the training loop does).
 fn loss_delivering(
     model: &VisionForImageClassification,
     precision: Precision,
@@ -91,11 +91,11 @@ fn loss_delivering(
     let x = pixels().to_dtype(w.dtype()).unwrap();
     let logits = model.forward(&x, plan).unwrap();
     let l = (&logits * w).unwrap().sum_all().unwrap();
-    let mut grads = l.backward().unwrap();
-    if let Some(sink) = sink {
-        sink.merge_into(&mut grads).unwrap();
-    }
-    (l, grads)
+    let grads = match sink {
+        Some(sink) => sink.backward(&l),
+        None => l.backward(),
+    };
+    (l, grads.unwrap())
 }
 
 /// Checks every variable's gradient of `fast` (f32 vars) against `slow` (f64 vars) within
